@@ -1,0 +1,68 @@
+"""unstable: asynchronous, online, multi-agent, multi-turn RL of LLMs on TextArena games.
+
+The public names are imported lazily, so ``import unstable`` stays fast and the CLI starts
+without loading torch until it needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.3.0.dev0"
+
+_LAZY = {
+    # games
+    "TrainEnvSpec": "unstable.games.specs",
+    "EvalEnvSpec": "unstable.games.specs",
+    "register_template": "unstable.games.templates",
+    "available_templates": "unstable.games.templates",
+    "register_action_extraction": "unstable.games.extraction",
+    "check_env_id": "unstable.games.envs",
+    "play_game": "unstable.games.rollout",
+    "play_game_sync": "unstable.games.rollout",
+    "play_games": "unstable.games.rollout",
+    # records
+    "GameSpec": "unstable.records",
+    "AgentSpec": "unstable.records",
+    "PolicyRef": "unstable.records",
+    "Turn": "unstable.records",
+    "GameRecord": "unstable.records",
+    "FailedGame": "unstable.records",
+    "GameFailedError": "unstable.records",
+    "PlayerTrajectory": "unstable.records",
+    "Step": "unstable.records",
+    # policies and inference
+    "LLMPolicy": "unstable.policies.llm",
+    "RandomLegalPolicy": "unstable.policies.scripted",
+    "SamplingParams": "unstable.inference.base",
+    "GenerationRequest": "unstable.inference.base",
+    "TransformersBackend": "unstable.inference.transformers_backend",
+    # models
+    "build_tiny_model": "unstable.models.tiny",
+    "tiny_model_path": "unstable.models.tiny",
+    # learning
+    "StepBuffer": "unstable.buffers",
+    "EpisodeBuffer": "unstable.buffers",
+    "REINFORCELearner": "unstable.learners",
+    "A2CLearner": "unstable.learners",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'unstable' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from unstable.games.specs import EvalEnvSpec, TrainEnvSpec  # noqa: F401

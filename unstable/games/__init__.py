@@ -1,0 +1,1 @@
+"""The game layer: env ids, specs, prompt templates, action extraction and the turn loop."""

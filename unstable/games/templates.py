@@ -1,0 +1,127 @@
+"""Prompt templates: how a TextArena observation becomes the text a model is asked to continue.
+
+Every built-in template asks the model to reason first and then put its move in ``\\boxed{}``
+(the convention of the seed library and of SPIRAL). Add your own with :func:`register_template`::
+
+    unstable.register_template("terse", "Board:\\n{observation}\\nMove in \\\\boxed{{}}:")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+TemplateFn = Callable[[str], str]
+
+_ZERO_SUM = "You are playing a two-player zero-sum game. Make valid actions to win."
+_SINGLE = "You are playing a single-player game. Make valid actions to solve it."
+_REASON_THEN_BOX = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+@dataclass(frozen=True, slots=True)
+class PromptTemplate:
+    name: str
+    render: TemplateFn
+    description: str = ""
+
+    def __call__(self, observation: str) -> str:
+        return self.render(observation)
+
+
+def _default(obs: str) -> str:
+    return (
+        "You are playing a two-player zero-sum game. Make valid moves to win. "
+        "You should first reason about your next move, and then submit the move enclosed by \\boxed{}.\n"
+        f"Observation: {obs}\n"
+    )
+
+
+def _qwen3_user(instruction: str, obs: str) -> str:
+    return f"<|im_start|>user\n{instruction}\nObservation: {obs}\n{_REASON_THEN_BOX}<|im_end|>\n"
+
+
+def _qwen3_zs(obs: str) -> str:
+    return _qwen3_user(_ZERO_SUM, obs) + "<|im_start|>assistant\n"
+
+
+def _qwen3_sp(obs: str) -> str:
+    return _qwen3_user(_SINGLE, obs) + "<|im_start|>assistant\n"
+
+
+def _qwen3_reasoning(obs: str) -> str:
+    return _qwen3_user(_ZERO_SUM, obs) + "<|im_start|>assistant\n<think>"
+
+
+def _gemma3_zs(obs: str) -> str:
+    return (
+        f"<start_of_turn>user\n{_ZERO_SUM}\nObservation: {obs}\n{_REASON_THEN_BOX}<end_of_turn>\n"
+        "<start_of_turn>model\n"
+    )
+
+
+def _llama_instruct_zs(obs: str) -> str:
+    return (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+        f"{_ZERO_SUM}<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+        f"Observation: {obs}\n{_REASON_THEN_BOX}<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+
+
+_TEMPLATES: dict[str, PromptTemplate] = {}
+
+
+def register_template(name: str, template: TemplateFn | str, *, description: str = "", overwrite: bool = False):
+    """Register a prompt template under ``name``.
+
+    ``template`` is either a function ``observation -> prompt`` or a format string with an
+    ``{observation}`` field (literal braces doubled, as in ``str.format``).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("template name must be a non-empty string")
+    if name in _TEMPLATES and not overwrite:
+        raise ValueError(f"prompt template {name!r} is already registered; pass overwrite=True to replace it")
+    if isinstance(template, str):
+        fmt = template
+        if "{observation}" not in fmt:
+            raise ValueError(f"template string for {name!r} must contain an '{{observation}}' field")
+        fmt.format(observation="")  # fail now on unbalanced braces, not at the first game
+
+        def render(obs: str, _fmt: str = fmt) -> str:
+            return _fmt.format(observation=obs)
+
+    elif callable(template):
+        render = template
+    else:
+        raise TypeError(f"template must be a callable or a format string, got {type(template).__name__}")
+    _TEMPLATES[name] = PromptTemplate(name=name, render=render, description=description)
+    return _TEMPLATES[name]
+
+
+def get_template(name: str) -> PromptTemplate:
+    try:
+        return _TEMPLATES[name]
+    except KeyError:
+        raise ValueError(f"unknown prompt template {name!r}; known templates: {available_templates()}") from None
+
+
+def available_templates() -> list[str]:
+    return sorted(_TEMPLATES)
+
+
+def render_prompt(name: str, observation: str) -> str:
+    return get_template(name)(observation)
+
+
+for _name, _fn, _desc in [
+    ("default", _default, "plain text, no chat markers"),
+    ("qwen3-zs", _qwen3_zs, "Qwen3 chat turn, two-player zero-sum game"),
+    ("qwen3-sp", _qwen3_sp, "Qwen3 chat turn, single-player game"),
+    ("qwen3-reasoning", _qwen3_reasoning, "Qwen3 chat turn with the assistant opening a <think> block"),
+    ("gemma3-zs", _gemma3_zs, "Gemma 3 chat turn, two-player zero-sum game"),
+    ("llama-instruct-zs", _llama_instruct_zs, "Llama 3 instruct turn with a system message"),
+]:
+    register_template(_name, _fn, description=_desc)
+
+# The seed library's name for the same table.
+OBSERVATION_FORMATTING = _TEMPLATES

@@ -1,0 +1,254 @@
+"""Typed, immutable records passed between the stages: game spec -> turns -> game record.
+
+Everything a learner needs is recorded at the moment it happens (the exact prompt string, the
+token ids the model saw and sampled, the behaviour log-probs, which policy version produced
+them), so nothing downstream has to re-tokenise text or guess which checkpoint played.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+PolicyKind = Literal["checkpoint", "scripted", "api"]
+Outcome = Literal["win", "draw", "loss"]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRef:
+    """Who played a seat: enough to find the same policy again and to rate it.
+
+    ``uid`` is the registry name (``"ckpt-3"``, ``"base"``, ``"random"``, ``"fixed-gpt-4o"``);
+    ``adapter_path`` is the LoRA directory a checkpoint was served from (``None`` = base weights);
+    ``version`` is the learner step that produced the adapter (0 for the base model, ``None`` for
+    policies that are not learner checkpoints).
+    """
+
+    uid: str
+    kind: PolicyKind = "checkpoint"
+    adapter_path: str | None = None
+    version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    """One seat of a game as the scheduler decided it (declarative; the collector resolves it)."""
+
+    player_id: int
+    policy: PolicyRef
+    collect_data: bool = False
+    prompt_template: str = "default"
+    action_extraction: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class GameSpec:
+    """Everything needed to play one game reproducibly."""
+
+    game_id: int
+    env_id: str
+    seed: int
+    agents: tuple[AgentSpec, ...]
+    is_eval: bool = False
+    error_allowance: int = 0
+    eval_player_id: int | None = None  # the seat being evaluated, for eval games
+    max_turns: int | None = None  # optional safety cap on turns; hitting it is a failed game
+
+    @property
+    def num_players(self) -> int:
+        return len(self.agents)
+
+    def agent(self, player_id: int) -> AgentSpec:
+        for agent in self.agents:
+            if agent.player_id == player_id:
+                return agent
+        raise KeyError(f"game {self.game_id} has no seat {player_id}")
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One decision by one seat.
+
+    ``prompt_ids`` + ``completion_ids`` are exactly the tokens the model conditioned on and
+    sampled; ``completion_logprobs[i]`` is the log-probability of ``completion_ids[i]`` under the
+    behaviour policy's unmodified distribution (temperature 1, no top-p), as vLLM reports it by
+    default. Scripted and API policies leave the token fields empty.
+    """
+
+    turn_index: int
+    player_id: int
+    observation: str
+    prompt: str
+    completion_text: str
+    action: str
+    format_ok: bool
+    invalid: bool
+    policy: PolicyRef
+    prompt_ids: tuple[int, ...] = ()
+    completion_ids: tuple[int, ...] = ()
+    completion_logprobs: tuple[float, ...] = ()
+    finish_reason: str = "stop"
+    invalid_reason: str | None = None
+    gen_seconds: float = 0.0
+    env_seconds: float = 0.0
+
+    @property
+    def has_tokens(self) -> bool:
+        return len(self.completion_ids) > 0
+
+
+@dataclass(frozen=True, slots=True)
+class GameRecord:
+    """A finished game. ``final_rewards`` are TextArena's own rewards, untransformed."""
+
+    spec: GameSpec
+    turns: tuple[Turn, ...]
+    final_rewards: dict[int, float]
+    game_info: dict[int, dict[str, Any]]
+    wall_seconds: float = 0.0
+
+    @property
+    def game_id(self) -> int:
+        return self.spec.game_id
+
+    @property
+    def env_id(self) -> str:
+        return self.spec.env_id
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    def outcome(self, player_id: int) -> Outcome:
+        """Win/draw/loss for a seat: above, equal to, or below the best other seat's reward."""
+        mine = self.final_rewards[player_id]
+        others = [r for pid, r in self.final_rewards.items() if pid != player_id]
+        if not others:
+            return "win" if mine > 0 else ("draw" if mine == 0 else "loss")
+        best_other = max(others)
+        if mine > best_other:
+            return "win"
+        if mine == best_other:
+            return "draw"
+        return "loss"
+
+    @property
+    def outcomes(self) -> dict[int, Outcome]:
+        return {pid: self.outcome(pid) for pid in self.final_rewards}
+
+    def turns_of(self, player_id: int) -> tuple[Turn, ...]:
+        return tuple(t for t in self.turns if t.player_id == player_id)
+
+    @property
+    def seats(self) -> dict[int, PolicyRef]:
+        return {a.player_id: a.policy for a in self.spec.agents}
+
+    @property
+    def invalid_player(self) -> int | None:
+        """The seat whose invalid move ended the game, if one did."""
+        for pid, info in self.game_info.items():
+            if info.get("invalid_move"):
+                return pid
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedGame:
+    """A game that could not be finished: kept, counted and logged with its seed, never retried blindly."""
+
+    spec: GameSpec
+    stage: Literal["make", "reset", "policy", "env", "limit"]
+    error_type: str
+    message: str
+    traceback: str = ""
+    turns: tuple[Turn, ...] = field(default=())
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    def describe(self) -> str:
+        return (
+            f"game {self.spec.game_id} ({self.spec.env_id}, seed {self.spec.seed}) failed in "
+            f"{self.stage} after {len(self.turns)} turns: {self.error_type}: {self.message}"
+        )
+
+
+class GameFailedError(RuntimeError):
+    """Raised by the turn loop; carries the :class:`FailedGame` record."""
+
+    def __init__(self, failure: FailedGame):
+        super().__init__(failure.describe())
+        self.failure = failure
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerTrajectory:
+    """One seat's view of a finished game: its turns in order and its raw final reward."""
+
+    game_id: int
+    env_id: str
+    seed: int
+    player_id: int
+    turns: tuple[Turn, ...]
+    final_reward: float
+    outcome: Outcome
+    num_players: int
+    game_length: int  # turns taken by all seats together
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+
+def player_trajectories(record: GameRecord, *, collected_only: bool = True) -> list[PlayerTrajectory]:
+    """Split a game into per-seat trajectories (by default only seats marked ``collect_data``)."""
+    out = []
+    for agent in record.spec.agents:
+        if collected_only and not agent.collect_data:
+            continue
+        pid = agent.player_id
+        out.append(
+            PlayerTrajectory(
+                game_id=record.game_id,
+                env_id=record.env_id,
+                seed=record.seed,
+                player_id=pid,
+                turns=record.turns_of(pid),
+                final_reward=float(record.final_rewards[pid]),
+                outcome=record.outcome(pid),
+                num_players=record.spec.num_players,
+                game_length=record.num_turns,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One turn as the learner sees it: the sampled tokens and the shaped learning signal.
+
+    ``reward`` is what the learner multiplies the log-prob by (after the final, step and sampling
+    reward transforms); ``final_reward`` is the raw game reward, kept for logging.
+    """
+
+    env_id: str
+    game_id: int
+    player_id: int
+    turn_index: int  # position among this player's turns in the game
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    completion_logprobs: tuple[float, ...]
+    reward: float
+    final_reward: float
+    policy_version: int | None
+    format_ok: bool
+    invalid: bool
+    is_last: bool  # last turn of this player in the game
+    prompt: str = ""
+    completion: str = ""
+    step_info: dict[str, float] = field(default_factory=dict)
