@@ -11,8 +11,17 @@ def test_base_name():
     assert base_name("KuhnPoker-v0-long") == "KuhnPoker"
 
 
-@pytest.mark.parametrize("env_id", ["TicTacToe-v0-train", "KuhnPoker-v0-train", "SimpleTak-v0-train",
-                                    "ConnectFour-v0-train", "Nim-v0-train", "SimpleNegotiation-v0-train"])
+@pytest.mark.parametrize(
+    "env_id",
+    [
+        "TicTacToe-v0-train",
+        "KuhnPoker-v0-train",
+        "SimpleTak-v0-train",
+        "ConnectFour-v0-train",
+        "Nim-v0-train",
+        "SimpleNegotiation-v0-train",
+    ],
+)
 def test_offline_games_pass(env_id):
     check_env_id(env_id, 2)
 

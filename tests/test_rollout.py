@@ -78,8 +78,9 @@ def test_scripted_games_end_with_zero_sum_rewards(env_id):
         assert sorted(outcomes.values()) in (["loss", "win"], ["draw", "draw"])
 
 
-@pytest.mark.parametrize(("env_id", "winner_fn"), [("TicTacToe-v0-train", tictactoe_winner),
-                                                   ("ConnectFour-v0-train", connect_four_winner)])
+@pytest.mark.parametrize(
+    ("env_id", "winner_fn"), [("TicTacToe-v0-train", tictactoe_winner), ("ConnectFour-v0-train", connect_four_winner)]
+)
 def test_rewards_agree_with_an_independent_replay_of_the_moves(env_id, winner_fn):
     for seed in range(20):
         record = play_game_sync(spec(env_id, seed), randoms())

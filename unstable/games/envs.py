@@ -33,8 +33,17 @@ RECOMMENDED_ENV_IDS = (
     "Snake-v0-train",
 )
 
-_NEEDS_NLTK = {"Codenames", "DontSayIt", "Hangman", "LetterAuction", "WordChains", "WordLadder",
-               "WordSearch", "Wordle", "SpellingBee"}
+_NEEDS_NLTK = {
+    "Codenames",
+    "DontSayIt",
+    "Hangman",
+    "LetterAuction",
+    "WordChains",
+    "WordLadder",
+    "WordSearch",
+    "Wordle",
+    "SpellingBee",
+}
 _NEEDS_API_KEY = {"Debate", "ScenarioPlanning", "GuessWho", "TwentyQuestions"}
 _BROKEN_IN_WHEEL = {
     "ScorableGames": "its games_descriptions/ folder is missing from the textarena 0.7.4 wheel",
@@ -64,7 +73,7 @@ def _suggest(env_id: str) -> str:
     return "Ids that work here include: " + ", ".join(picks[:6]) + "."
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _syntax_problem(env_id: str) -> str | None:
     """Compile (never execute) the env's module; report syntax this Python cannot read."""
     entry = ENV_REGISTRY[env_id].entry_point
@@ -83,18 +92,22 @@ def _syntax_problem(env_id: str) -> str | None:
         compile(source, spec.origin, "exec")
     except SyntaxError as exc:
         if sys.version_info < (3, 12) and "f-string" in str(exc):
-            return (f"its module uses Python 3.12 f-string syntax ({exc.msg}, line {exc.lineno}) and this is "
-                    f"Python {sys.version_info.major}.{sys.version_info.minor}; run on Python >= 3.12 to use it")
+            return (
+                f"its module uses Python 3.12 f-string syntax ({exc.msg}, line {exc.lineno}) and this is "
+                f"Python {sys.version_info.major}.{sys.version_info.minor}; run on Python >= 3.12 to use it"
+            )
         return f"its module has a syntax error in textarena {ta.__version__} ({exc.msg}, line {exc.lineno})"
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _static_problem(env_id: str) -> str | None:
     base = base_name(env_id)
     if base in _NEEDS_NLTK:
-        return ("it downloads NLTK word lists from the network when it is created, and this machine is "
-                "offline (pre-provisioned NLTK_DATA is not supported)")
+        return (
+            "it downloads NLTK word lists from the network when it is created, and this machine is "
+            "offline (pre-provisioned NLTK_DATA is not supported)"
+        )
     if base in _NEEDS_API_KEY:
         return "it needs an OpenRouter API key and network access for its jury or game master"
     if base in _BROKEN_IN_WHEEL:
@@ -102,7 +115,7 @@ def _static_problem(env_id: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(env_id: str, num_players: int) -> str | None:
     """Make and reset the env once; returns TextArena's complaint, if any."""
     problem = _syntax_problem(env_id)
@@ -113,7 +126,7 @@ def _probe(env_id: str, num_players: int) -> str | None:
         env = ta.make(env_id)
         env.reset(num_players=num_players, seed=0)
         env.get_observation()
-    except Exception as exc:  # noqa: BLE001 - any failure here means "cannot play"; we report it
+    except Exception as exc:
         return f"TextArena could not start it with num_players={num_players}: {type(exc).__name__}: {exc}"
     finally:
         random.setstate(state)
@@ -128,8 +141,9 @@ def check_env_id(env_id: str, num_players: int | None = None) -> None:
     if not isinstance(env_id, str) or not env_id:
         raise EnvNotAvailableError(f"env_id must be a non-empty string, got {env_id!r}")
     if env_id not in ENV_REGISTRY:
-        raise EnvNotAvailableError(f"unknown env id {env_id!r} (not registered in textarena "
-                                   f"{ta.__version__}). {_suggest(env_id)}")
+        raise EnvNotAvailableError(
+            f"unknown env id {env_id!r} (not registered in textarena {ta.__version__}). {_suggest(env_id)}"
+        )
     problem = _static_problem(env_id)
     if problem is None and num_players is not None:
         problem = _probe(env_id, num_players)

@@ -109,7 +109,7 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
             env.reset(num_players=spec.num_players, seed=spec.seed)
             env.state.error_allowance = spec.error_allowance
             invalid_calls = _watch_invalid_moves(env)
-    except Exception as exc:  # noqa: BLE001 - reported as a failed game with its seed, not swallowed
+    except Exception as exc:
         raise _fail(spec, stage, exc, turns) from exc
 
     rngs = {a.player_id: _seat_rng(spec.seed, a.player_id) for a in spec.agents}
@@ -122,14 +122,14 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
             with scope:
                 player_id, raw_obs = env.get_observation()
             observation = _as_text(raw_obs)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _fail(spec, "env", exc, turns) from exc
         policy = policies[player_id]
         ctx = TurnContext(spec.env_id, player_id, observation, len(turns), env, rngs[player_id])
         t0 = time.perf_counter()
         try:
             out: PolicyOutput = await policy.act(ctx)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _fail(spec, "policy", exc, turns) from exc
         gen_seconds = out.gen_seconds or (time.perf_counter() - t0)
         n_invalid = len(invalid_calls)
@@ -137,7 +137,7 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
         try:
             with scope:
                 done, _info = env.step(action=out.action)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise _fail(spec, "env", exc, turns) from exc
         invalid = len(invalid_calls) > n_invalid
         turns.append(
@@ -164,7 +164,7 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
         with scope:
             rewards, game_info = env.close()
         final_rewards = {int(pid): float(r) for pid, r in rewards.items()}
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise _fail(spec, "env", exc, turns) from exc
     return GameRecord(
         spec=spec,

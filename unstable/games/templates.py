@@ -54,8 +54,7 @@ def _qwen3_reasoning(obs: str) -> str:
 
 def _gemma3_zs(obs: str) -> str:
     return (
-        f"<start_of_turn>user\n{_ZERO_SUM}\nObservation: {obs}\n{_REASON_THEN_BOX}<end_of_turn>\n"
-        "<start_of_turn>model\n"
+        f"<start_of_turn>user\n{_ZERO_SUM}\nObservation: {obs}\n{_REASON_THEN_BOX}<end_of_turn>\n<start_of_turn>model\n"
     )
 
 

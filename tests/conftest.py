@@ -1,0 +1,48 @@
+"""Shared fixtures: one tiny model and two LoRA adapters per test session (built, never downloaded)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+    from unstable.models.tiny import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", size="1m", seed=0))
+
+
+def make_adapter(model_dir: str, out_dir, seed: int, rank: int = 4) -> str:
+    """A random (non-zero) LoRA adapter, so it visibly changes the model's outputs."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    torch.manual_seed(seed)
+    config = LoraConfig(
+        r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False
+    )
+    get_peft_model(base, config).save_pretrained(str(out_dir))
+    return str(out_dir)
+
+
+@pytest.fixture(scope="session")
+def adapters(tiny_model_dir, tmp_path_factory) -> tuple[str, str]:
+    root = tmp_path_factory.mktemp("adapters")
+    return make_adapter(tiny_model_dir, root / "a1", 1), make_adapter(tiny_model_dir, root / "a2", 2)
+
+
+@pytest.fixture(scope="session")
+def backend(tiny_model_dir):
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    b = TransformersBackend(tiny_model_dir, max_batch_size=16, batch_wait_ms=2)
+    yield b
+    b.close()

@@ -1,0 +1,136 @@
+"""The transformers backend: batching, mixed LoRA adapters, token ids and log-probs."""
+
+import asyncio
+import os
+import shutil
+import time
+
+import pytest
+import torch
+from conftest import make_adapter
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+
+from unstable.inference.base import GenerationRequest, SamplingParams
+from unstable.inference.transformers_backend import TransformersBackend
+
+PROMPT = "<|im_start|>user\nObservation: board [4]<|im_end|>\n<|im_start|>assistant\n"
+GREEDY = SamplingParams(temperature=0, max_new_tokens=10)
+
+
+def fresh_logprobs(model_dir, adapter, prompt_ids, completion_ids):
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    if adapter:
+        model = PeftModel.from_pretrained(model, adapter)
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)])
+    with torch.no_grad():
+        logp = model(ids).logits.log_softmax(-1)[0, len(prompt_ids) - 1 : -1]
+    return logp.gather(-1, torch.tensor(completion_ids)[:, None]).squeeze(-1)
+
+
+def test_mixed_adapter_batch_matches_single_requests_and_a_fresh_forward_pass(backend, adapters, tiny_model_dir):
+    requests = [GenerationRequest(PROMPT, path, GREEDY) for path in (None, *adapters)]
+    batch = backend.generate_batch(requests)
+    assert len({r.completion_ids for r in batch}) == 3  # the adapters really change the output
+    for req, res in zip(requests, batch, strict=True):
+        alone = backend.generate_batch([req])[0]
+        assert alone.completion_ids == res.completion_ids
+        assert res.prompt_ids == tuple(backend.tokenizer(PROMPT, add_special_tokens=False)["input_ids"])
+        fresh = fresh_logprobs(tiny_model_dir, req.adapter_path, res.prompt_ids, res.completion_ids)
+        assert torch.allclose(fresh, torch.tensor(res.logprobs), atol=1e-4)
+        assert res.text == backend.tokenizer.decode(res.completion_ids, skip_special_tokens=True)
+
+
+def test_sampled_tokens_logprobs_are_the_unmodified_model_distribution(backend, adapters, tiny_model_dir):
+    sampling = SamplingParams(temperature=1.3, top_p=0.9, max_new_tokens=12)
+    res = backend.generate_batch([GenerationRequest(PROMPT, adapters[0], sampling)])[0]
+    fresh = fresh_logprobs(tiny_model_dir, adapters[0], res.prompt_ids, res.completion_ids)
+    assert torch.allclose(fresh, torch.tensor(res.logprobs), atol=1e-4)
+
+
+def test_finish_reasons_and_per_request_length(backend):
+    short = SamplingParams(temperature=0, max_new_tokens=3)
+    longer = SamplingParams(temperature=0, max_new_tokens=9)
+    a, b = backend.generate_batch([GenerationRequest(PROMPT, None, short), GenerationRequest(PROMPT, None, longer)])
+    assert len(a.completion_ids) == 3 and a.finish_reason == "length"
+    assert b.completion_ids[:3] == a.completion_ids  # same greedy path, cut at its own limit
+    assert all(tok not in backend.eos_ids for tok in a.completion_ids)
+
+
+def test_stop_finish_includes_the_eos_token(tiny_model_dir, tmp_path):
+    # Bias the output head towards <|im_end|> so the model stops at once.
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    eos = model.generation_config.eos_token_id[0]
+    with torch.no_grad():
+        model.lm_head.weight[eos] += 5 * model.model.norm.weight.sign()  # tied head: raises the logit a lot
+    model.save_pretrained(tmp_path)
+    for f in os.listdir(tiny_model_dir):
+        if f.startswith(("tokenizer", "chat_template")):
+            shutil.copy(os.path.join(tiny_model_dir, f), tmp_path)
+    b = TransformersBackend(str(tmp_path))
+    res = b.generate_batch([GenerationRequest(PROMPT, None, SamplingParams(temperature=0, max_new_tokens=20))])[0]
+    b.close()
+    assert res.finish_reason == "stop" and res.completion_ids[-1] == eos
+    assert len(res.logprobs) == len(res.completion_ids)
+
+
+def test_async_requests_from_many_games_share_batches(backend, adapters):
+    before = backend.stats()
+
+    async def many():
+        reqs = [GenerationRequest(f"{PROMPT} {i}", (None, *adapters)[i % 3], GREEDY) for i in range(16)]
+        return await asyncio.gather(*(backend.generate(r) for r in reqs))
+
+    results = asyncio.run(many())
+    after = backend.stats()
+    assert len(results) == 16 and all(r.completion_ids for r in results)
+    assert after["requests"] - before["requests"] == 16
+    assert after["batches"] - before["batches"] <= 4  # batched, not one call per request
+
+
+def test_adapter_rewritten_in_place_is_reloaded_not_served_stale(tiny_model_dir, tmp_path):
+    b = TransformersBackend(tiny_model_dir)
+    path = make_adapter(tiny_model_dir, tmp_path / "live", seed=10)
+    first = b.generate_batch([GenerationRequest(PROMPT, path, GREEDY)])[0]
+    time.sleep(0.01)
+    shutil.rmtree(path)
+    make_adapter(tiny_model_dir, tmp_path / "live", seed=11)
+    second = b.generate_batch([GenerationRequest(PROMPT, path, GREEDY)])[0]
+    expected = TransformersBackend(tiny_model_dir).generate_batch([GenerationRequest(PROMPT, path, GREEDY)])[0]
+    assert second.completion_ids == expected.completion_ids != first.completion_ids
+    assert b.stats()["adapter_loads"] == 2
+
+
+def test_adapter_cache_is_bounded(tiny_model_dir, adapters):
+    b = TransformersBackend(tiny_model_dir, max_loras=1)
+    one = b.generate_batch([GenerationRequest(PROMPT, adapters[0], GREEDY)])[0]
+    b.generate_batch([GenerationRequest(PROMPT, adapters[1], GREEDY)])
+    assert len(b.loaded_adapters()) == 1 and b.stats()["adapter_evictions"] == 1
+    again = b.generate_batch([GenerationRequest(PROMPT, adapters[0], GREEDY)])[0]
+    assert again.completion_ids == one.completion_ids  # reloaded after eviction, same weights
+    # A batch that needs more adapters than the bound still runs (nothing it uses is evicted).
+    mixed = b.generate_batch([GenerationRequest(PROMPT, a, GREEDY) for a in adapters])
+    assert len(mixed) == 2
+
+
+def test_errors_reach_the_waiting_caller(backend, tmp_path):
+    async def bad():
+        return await backend.generate(GenerationRequest(PROMPT, str(tmp_path / "missing"), GREEDY))
+
+    with pytest.raises(FileNotFoundError, match="no PEFT adapter"):
+        asyncio.run(bad())
+    with pytest.raises(ValueError, match="does not fit"):
+        backend.generate_batch([GenerationRequest("board " * 5000, None, GREEDY)])
+
+
+@pytest.mark.parametrize("kwargs", [{"temperature": -1}, {"top_p": 0}, {"max_new_tokens": 0}])
+def test_bad_sampling_params(kwargs):
+    with pytest.raises(ValueError):
+        SamplingParams(**kwargs)
+
+
+def test_bad_backend_config(tiny_model_dir):
+    with pytest.raises(ValueError, match="max_batch_size"):
+        TransformersBackend(tiny_model_dir, max_batch_size=0)
+    with pytest.raises(ValueError, match="dtype"):
+        TransformersBackend(tiny_model_dir, dtype="int8")

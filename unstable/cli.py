@@ -1,0 +1,114 @@
+"""The ``unstable`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def _cmd_tiny_model(args: argparse.Namespace) -> int:
+    from unstable.models.tiny import build_tiny_model
+
+    t0 = time.perf_counter()
+    path = build_tiny_model(args.out, size=args.size, seed=args.seed, overwrite=args.overwrite)
+    print(f"built tiny model ({args.size}, seed {args.seed}) at {path} in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
+def _print_game(record) -> None:
+    from unstable.records import FailedGame
+
+    if isinstance(record, FailedGame):
+        print(f"  game {record.spec.game_id:>3}: FAILED ({record.describe()})")
+        return
+    seat = record.spec.eval_player_id
+    moves = " ".join(f"{t.player_id}:{t.action}" for t in record.turns)
+    verdict = record.outcome(seat) if seat is not None else "-"
+    note = " (invalid move)" if record.invalid_player is not None else ""
+    print(f"  game {record.game_id:>3} seed {record.seed:>4} model=P{seat}: {verdict:<4}{note}  {moves}")
+
+
+def _cmd_play(args: argparse.Namespace) -> int:
+    from unstable.inference.base import SamplingParams
+    from unstable.models.resolve import resolve_model_name
+    from unstable.play import play_vs_opponent
+
+    t0 = time.perf_counter()
+    print(f"resolving model {args.model!r} ...", flush=True)
+    model = resolve_model_name(args.model)
+    print(f"playing {args.games} games of {args.env}: {model} vs {args.opponent}", flush=True)
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
+    _, summary = play_vs_opponent(
+        model,
+        args.env,
+        games=args.games,
+        opponent=args.opponent,
+        adapter_path=args.adapter,
+        prompt_template=args.template,
+        sampling=sampling,
+        max_concurrent=args.concurrency,
+        seed=args.seed,
+        on_done=_print_game,
+    )
+    print(
+        f"\n{summary.games} games in {time.perf_counter() - t0:.1f}s: {summary.wins} wins, {summary.draws} draws, "
+        f"{summary.losses} losses ({summary.invalid_moves} by invalid move), {summary.failed} failed; "
+        f"win rate {summary.win_rate:.2f}, well-formed answers {summary.format_ok_rate:.0%}"
+    )
+    return 0
+
+
+def _cmd_quickstart(args: argparse.Namespace) -> int:
+    print("unstable quickstart: the tiny model plays TicTacToe against the random-legal-move baseline.")
+    print("(It is untrained: random weights lose almost every game by making illegal moves.)\n")
+    args.env, args.opponent, args.adapter = "TicTacToe-v0-train", "random", None
+    args.template, args.temperature, args.top_p, args.max_new_tokens = "qwen3-zs", 1.0, 1.0, 32
+    args.concurrency = 16
+    return _cmd_play(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="unstable", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("tiny-model", help="build a tiny Qwen3-architecture model with a locally trained tokenizer")
+    p.add_argument("--out", required=True, help="directory to write the HF model into")
+    p.add_argument("--size", default="1m", help="model size (1m, 10m, 50m)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out directory")
+    p.set_defaults(fn=_cmd_tiny_model)
+
+    p = sub.add_parser("play", help="play a model against a scripted opponent and print the outcomes")
+    p.add_argument("--model", default="tiny", help="HF id, local path, or tiny / tiny:<size>")
+    p.add_argument("--adapter", default=None, help="a PEFT LoRA adapter directory to apply")
+    p.add_argument("--env", default="TicTacToe-v0-train")
+    p.add_argument("--opponent", default="random")
+    p.add_argument("--games", type=int, default=20)
+    p.add_argument("--template", default="qwen3-zs")
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=_cmd_play)
+
+    p = sub.add_parser("quickstart", help="the default CPU job")
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--games", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=_cmd_quickstart)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"unstable {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

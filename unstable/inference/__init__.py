@@ -1,0 +1,1 @@
+"""Inference backends: batched generation with per-request LoRA adapters and token log-probs."""

@@ -1,0 +1,72 @@
+"""The inference-backend protocol shared by the transformers and vLLM backends."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Per-request sampling settings. ``temperature == 0`` means greedy decoding.
+
+    Defaults follow the seed's vLLM config (temperature 0.6, top_p 0.95); ``max_new_tokens``
+    is the seed's ``max_generation_len`` (4096), which tiny CPU runs lower a lot.
+    """
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 4096
+
+    def __post_init__(self) -> None:
+        if not (
+            isinstance(self.temperature, int | float) and math.isfinite(self.temperature) and self.temperature >= 0
+        ):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not (isinstance(self.top_p, int | float) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One prompt to complete, with the LoRA adapter to use (``None`` = base weights)."""
+
+    prompt: str
+    adapter_path: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationResult:
+    """What came back: the exact token ids and their log-probs under the unmodified model.
+
+    ``logprobs[i]`` is log p(completion_ids[i] | prefix) at temperature 1 without top-p (vLLM's
+    default "raw" log-probs), i.e. what a fresh forward pass of the same weights gives.
+    ``finish_reason`` is ``"stop"`` (an end-of-sequence token was sampled and is included) or
+    ``"length"`` (``max_new_tokens`` reached).
+    """
+
+    text: str
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    adapter_path: str | None = None
+    queue_seconds: float = 0.0
+    gen_seconds: float = 0.0
+
+
+@runtime_checkable
+class InferenceBackend(Protocol):
+    """Serves many concurrent requests, batching them; LoRA adapters are chosen per request."""
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult: ...
+
+    def stats(self) -> dict[str, Any]: ...

@@ -1,0 +1,48 @@
+"""A seat played by a language model through an inference backend."""
+
+from __future__ import annotations
+
+from unstable.games.extraction import get_action_extraction
+from unstable.games.templates import get_template
+from unstable.inference.base import GenerationRequest, InferenceBackend, SamplingParams
+from unstable.policies.base import PolicyOutput, TurnContext
+from unstable.records import PolicyRef
+
+
+class LLMPolicy:
+    """Render the observation with a prompt template, generate, extract the move.
+
+    The backend is shared by every seat and game in the process, so requests from all of them
+    are batched together; ``ref.adapter_path`` picks the LoRA adapter (``None`` = base weights).
+    """
+
+    def __init__(
+        self,
+        backend: InferenceBackend,
+        ref: PolicyRef,
+        *,
+        prompt_template: str = "default",
+        action_extraction: str = "default",
+        sampling: SamplingParams | None = None,
+    ):
+        self.backend = backend
+        self.ref = ref
+        self.template = get_template(prompt_template)
+        self.extract = get_action_extraction(action_extraction)
+        self.sampling = sampling or SamplingParams()
+
+    async def act(self, ctx: TurnContext) -> PolicyOutput:
+        prompt = self.template(ctx.observation)
+        result = await self.backend.generate(GenerationRequest(prompt, self.ref.adapter_path, self.sampling))
+        found = self.extract(result.text)
+        return PolicyOutput(
+            action=found.action,
+            format_ok=found.format_ok,
+            completion_text=result.text,
+            prompt=prompt,
+            prompt_ids=result.prompt_ids,
+            completion_ids=result.completion_ids,
+            completion_logprobs=result.logprobs,
+            finish_reason=result.finish_reason,
+            gen_seconds=result.gen_seconds + result.queue_seconds,
+        )
