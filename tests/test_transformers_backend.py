@@ -1,7 +1,7 @@
 """The transformers backend: batching, mixed LoRA adapters, token ids and log-probs."""
 
 import asyncio
-import os
+import json
 import shutil
 import time
 
@@ -57,20 +57,20 @@ def test_finish_reasons_and_per_request_length(backend):
     assert all(tok not in backend.eos_ids for tok in a.completion_ids)
 
 
-def test_stop_finish_includes_the_eos_token(tiny_model_dir, tmp_path):
-    # Bias the output head towards <|im_end|> so the model stops at once.
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    eos = model.generation_config.eos_token_id[0]
-    with torch.no_grad():
-        model.lm_head.weight[eos] += 5 * model.model.norm.weight.sign()  # tied head: raises the logit a lot
-    model.save_pretrained(tmp_path)
-    for f in os.listdir(tiny_model_dir):
-        if f.startswith(("tokenizer", "chat_template")):
-            shutil.copy(os.path.join(tiny_model_dir, f), tmp_path)
-    b = TransformersBackend(str(tmp_path))
+def test_stop_finish_includes_the_eos_token(backend, tiny_model_dir, tmp_path):
+    # Declare the token the model greedily emits third as its end-of-sequence token (in the
+    # model's own generation_config.json), so generation must stop right after it.
+    third = backend.generate_batch([GenerationRequest(PROMPT, None, GREEDY)])[0].completion_ids[2]
+    shutil.copytree(tiny_model_dir, tmp_path / "m")
+    config_path = tmp_path / "m" / "generation_config.json"
+    config = json.loads(config_path.read_text())
+    config["eos_token_id"] = [third]
+    config_path.write_text(json.dumps(config))
+    b = TransformersBackend(str(tmp_path / "m"))
     res = b.generate_batch([GenerationRequest(PROMPT, None, SamplingParams(temperature=0, max_new_tokens=20))])[0]
     b.close()
-    assert res.finish_reason == "stop" and res.completion_ids[-1] == eos
+    assert res.finish_reason == "stop" and res.completion_ids[-1] == third
+    assert third not in res.completion_ids[:-1] and len(res.completion_ids) <= 3
     assert len(res.logprobs) == len(res.completion_ids)
 
 
