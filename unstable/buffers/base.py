@@ -1,0 +1,240 @@
+"""What both replay buffers share: trajectory -> Steps, counters, staleness, back-pressure, metrics.
+
+Buffers are plain Python objects (the orchestration layer wraps them in Ray actors); every method
+takes and returns simple picklable values.
+
+Back-pressure rule: ``continue_collection()`` is True until ``stop()`` is called, and False after.
+A full buffer does not pause collection: like UnstableBaselines 0.2, the buffer keeps taking new
+Steps and evicts random old ones, so the learner always draws from recent play (pair this with
+``max_staleness`` to bound how old a sample may be).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from unstable.records import GameRecord, PlayerTrajectory, Step, player_trajectories
+
+FinalFn = Callable[[float, int, str | None], float]
+StepFn = Callable[[PlayerTrajectory, int, float], float]
+SamplingFn = Callable[[list[Step]], list[Step]]
+T = TypeVar("T")
+
+
+class MetricsSink(Protocol):
+    """Anything with ``log(dict)``: the tracker the buffer reports to."""
+
+    def log(self, metrics: dict[str, Any]) -> Any: ...
+
+
+def _finite(value: float, what: str) -> float:
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{what} returned a non-finite reward {value!r}")
+    return value
+
+
+def trajectory_to_steps(
+    player_traj: PlayerTrajectory,
+    final_transform: FinalFn | None = None,
+    step_transform: StepFn | None = None,
+    *,
+    env_id: str | None = None,
+    policy_version: int | None = None,
+) -> list[Step]:
+    """Flatten one player's trajectory into Steps, one per turn that has sampled tokens.
+
+    The final transform runs once on ``player_traj.final_reward``; each turn then starts from its
+    output and runs the step transform. Turns without tokens (scripted or API policies) cannot be
+    trained on and are skipped; if no turn has tokens, no transform runs (so an RAE baseline only
+    sees games that produce training data). ``policy_version`` overrides ``turn.policy.version``.
+    """
+    if env_id is not None and env_id != player_traj.env_id:
+        raise ValueError(f"env_id {env_id!r} does not match the trajectory's env_id {player_traj.env_id!r}")
+    env = player_traj.env_id
+    trainable = [i for i, turn in enumerate(player_traj.turns) if turn.has_tokens]
+    if not trainable:
+        return []
+    raw = float(player_traj.final_reward)
+    final = raw
+    if final_transform is not None:
+        final = _finite(final_transform(raw, player_traj.player_id, env), "final reward transform")
+    last = len(player_traj.turns) - 1
+    steps = []
+    for i in trainable:
+        turn = player_traj.turns[i]
+        reward = final
+        if step_transform is not None:
+            reward = _finite(step_transform(player_traj, i, final), "step reward transform")
+        steps.append(
+            Step(
+                env_id=env,
+                game_id=player_traj.game_id,
+                player_id=player_traj.player_id,
+                turn_index=i,
+                prompt_ids=turn.prompt_ids,
+                completion_ids=turn.completion_ids,
+                completion_logprobs=turn.completion_logprobs,
+                reward=reward,
+                final_reward=raw,
+                policy_version=policy_version if policy_version is not None else turn.policy.version,
+                format_ok=turn.format_ok,
+                invalid=turn.invalid,
+                is_last=i == last,
+                prompt=turn.prompt,
+                completion=turn.completion_text,
+                step_info={"raw_reward": raw, "final_after_transform": final, "step_reward": reward},
+            )
+        )
+    return steps
+
+
+def swap_pop(items: list[T], index: int) -> T:
+    """Remove and return ``items[index]`` in O(1) by moving the last item into its place."""
+    last = items.pop()
+    if index == len(items):
+        return last
+    item = items[index]
+    items[index] = last
+    return item
+
+
+def _check_optional_int(value: Any, name: str, minimum: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be None or an int >= {minimum}, got {value!r}")
+
+
+class BufferBase:
+    """Counters, transforms, staleness and back-pressure; subclasses store Steps or episodes."""
+
+    def __init__(
+        self,
+        max_buffer_size: int,
+        tracker: MetricsSink | None = None,
+        final_reward_transformation: FinalFn | None = None,
+        step_reward_transformation: StepFn | None = None,
+        sampling_reward_transformation: SamplingFn | None = None,
+        max_staleness: int | None = None,
+        seed: int | None = None,
+    ):
+        if isinstance(max_buffer_size, bool) or not isinstance(max_buffer_size, int) or max_buffer_size < 1:
+            raise ValueError(f"max_buffer_size must be an int >= 1, got {max_buffer_size!r}")
+        _check_optional_int(max_staleness, "max_staleness", 0)
+        _check_optional_int(seed, "seed", -(2**63))
+        if tracker is not None and not callable(getattr(tracker, "log", None)):
+            raise ValueError(f"tracker must have a log(dict) method, got {tracker!r}")
+        for name, fn in [
+            ("final_reward_transformation", final_reward_transformation),
+            ("step_reward_transformation", step_reward_transformation),
+            ("sampling_reward_transformation", sampling_reward_transformation),
+        ]:
+            if fn is not None and not callable(fn):
+                raise ValueError(f"{name} must be callable or None, got {fn!r}")
+        self.max_buffer_size = max_buffer_size
+        self.tracker = tracker
+        self.final_reward_transformation = final_reward_transformation
+        self.step_reward_transformation = step_reward_transformation
+        self.sampling_reward_transformation = sampling_reward_transformation
+        self.max_staleness = max_staleness
+        self.learner_version: int | None = None
+        self._rng = random.Random(seed)
+        self._collecting = True
+        self._counts = {"added": 0, "evicted": 0, "dropped_stale": 0, "handed_out": 0, "cleared": 0}
+        self._init_storage()
+
+    # ---- subclass interface -------------------------------------------------------------------
+    def _init_storage(self) -> None:
+        raise NotImplementedError
+
+    def size(self) -> int:
+        """Number of Steps held."""
+        raise NotImplementedError
+
+    def _purge_stale(self) -> None:
+        raise NotImplementedError
+
+    # ---- shared behaviour ---------------------------------------------------------------------
+    def _build_steps(
+        self, player_traj: PlayerTrajectory, env_id: str | None, policy_version: int | None
+    ) -> list[Step]:
+        steps = trajectory_to_steps(
+            player_traj,
+            self.final_reward_transformation,
+            self.step_reward_transformation,
+            env_id=env_id,
+            policy_version=policy_version,
+        )
+        self._counts["added"] += len(steps)
+        return steps
+
+    def add_player_trajectory(
+        self, player_traj: PlayerTrajectory, env_id: str | None = None, policy_version: int | None = None
+    ) -> int:
+        """Transform and store one player's trajectory; returns the number of Steps it produced."""
+        raise NotImplementedError
+
+    def add_game(self, record: GameRecord, policy_version: int | None = None) -> int:
+        """Add every seat of ``record`` marked ``collect_data``; returns the number of Steps produced."""
+        return sum(
+            self.add_player_trajectory(traj, policy_version=policy_version)
+            for traj in player_trajectories(record)
+        )
+
+    def is_stale(self, step: Step) -> bool:
+        """True when ``step.policy_version < learner_version - max_staleness``.
+
+        Steps with no policy version (not produced by a learner checkpoint) are never stale.
+        """
+        if self.max_staleness is None or self.learner_version is None or step.policy_version is None:
+            return False
+        return step.policy_version < self.learner_version - self.max_staleness
+
+    def set_learner_version(self, version: int) -> None:
+        """Called by the learner after each update; drops Steps that became too old."""
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError(f"learner version must be an int >= 0, got {version!r}")
+        if self.learner_version is not None and version < self.learner_version:
+            raise ValueError(f"learner version went backwards: {self.learner_version} -> {version}")
+        self.learner_version = version
+        self._purge_stale()
+
+    def continue_collection(self) -> bool:
+        """Back-pressure for the collector: True until :meth:`stop` is called (a full buffer evicts)."""
+        return self._collecting
+
+    def stop(self) -> None:
+        """Tell the collector to stop launching games."""
+        self._collecting = False
+
+    def stats(self) -> dict[str, int]:
+        """Size and lifetime counters, in Steps.
+
+        ``added = size + evicted + dropped_stale + handed_out + cleared`` always holds.
+        """
+        return {"size": self.size(), **self._counts}
+
+    def _sample_transform(self, steps: list[Step]) -> list[Step]:
+        if self.sampling_reward_transformation is None:
+            return steps
+        out = list(self.sampling_reward_transformation(steps))
+        if len(out) != len(steps):
+            raise ValueError(
+                f"sampling reward transform returned {len(out)} Steps for {len(steps)}; "
+                "sampling transforms must return one Step per input Step"
+            )
+        return out
+
+    def _log(self) -> None:
+        if self.tracker is not None:
+            self.tracker.log({f"buffer/{key}": value for key, value in self.stats().items()})
+
+
+def check_batch_size(batch_size: Any) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    return batch_size

@@ -1,0 +1,97 @@
+"""EpisodeBuffer: whole per-player episodes, for learners that need complete trajectories (GAE)."""
+
+from __future__ import annotations
+
+from unstable.buffers.base import BufferBase, check_batch_size, swap_pop
+from unstable.records import PlayerTrajectory, Step
+
+
+class EpisodeBuffer(BufferBase):
+    """Stores one list of Steps per player per game; capacity and counters are in Steps.
+
+    Once more than ``max_buffer_size`` Steps are held, random whole episodes are evicted (O(1)
+    each). An episode is dropped as stale if any of its Steps is stale, since GAE needs all of it.
+    """
+
+    def _init_storage(self) -> None:
+        self._episodes: list[list[Step]] = []
+        self._num_steps = 0
+        self._evicted_episodes = 0
+
+    def size(self) -> int:
+        return self._num_steps
+
+    def num_episodes(self) -> int:
+        """Number of episodes held."""
+        return len(self._episodes)
+
+    def add_player_trajectory(
+        self, player_traj: PlayerTrajectory, env_id: str | None = None, policy_version: int | None = None
+    ) -> int:
+        steps = self._build_steps(player_traj, env_id, policy_version)
+        if not steps:
+            return 0
+        if any(self.is_stale(s) for s in steps):
+            self._counts["dropped_stale"] += len(steps)
+            return len(steps)
+        self._episodes.append(steps)
+        self._num_steps += len(steps)
+        while self._num_steps > self.max_buffer_size:
+            episode = self._pop_random_episode()
+            self._counts["evicted"] += len(episode)
+            self._evicted_episodes += 1
+        return len(steps)
+
+    def _pop_random_episode(self) -> list[Step]:
+        episode = swap_pop(self._episodes, self._rng.randrange(len(self._episodes)))
+        self._num_steps -= len(episode)
+        return episode
+
+    def _purge_stale(self) -> None:
+        fresh = [ep for ep in self._episodes if not any(self.is_stale(s) for s in ep)]
+        kept = sum(len(ep) for ep in fresh)
+        self._counts["dropped_stale"] += self._num_steps - kept
+        self._episodes = fresh
+        self._num_steps = kept
+
+    def get_batch(self, batch_size: int) -> list[list[Step]]:
+        """Remove random whole episodes until they hold at least ``batch_size`` Steps and return them.
+
+        The sampling reward transform runs once on all returned Steps together (so normalisation
+        sees the whole batch); the result is regrouped into the same episodes, in turn order.
+        """
+        check_batch_size(batch_size)
+        self._purge_stale()
+        if self._num_steps < batch_size:
+            raise ValueError(
+                f"EpisodeBuffer holds {self._num_steps} Steps, fewer than the batch_size {batch_size} "
+                "asked for; wait until size() >= batch_size"
+            )
+        episodes: list[list[Step]] = []
+        taken = 0
+        while taken < batch_size:
+            episode = self._pop_random_episode()
+            episodes.append(episode)
+            taken += len(episode)
+        self._counts["handed_out"] += taken
+        flat = self._sample_transform([s for ep in episodes for s in ep])
+        out = []
+        start = 0
+        for episode in episodes:
+            out.append(flat[start : start + len(episode)])
+            start += len(episode)
+        self._log()
+        return out
+
+    def stats(self) -> dict[str, int]:
+        return {
+            **super().stats(),
+            "episodes": len(self._episodes),
+            "evicted_episodes": self._evicted_episodes,
+        }
+
+    def clear(self) -> None:
+        """Drop every stored episode (counted as ``cleared`` Steps); counters and transforms are kept."""
+        self._counts["cleared"] += self._num_steps
+        self._episodes = []
+        self._num_steps = 0
