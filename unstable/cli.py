@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f"unstable {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
