@@ -32,24 +32,22 @@ ExtractionFn = Callable[[str], Extraction]
 def last_boxed_content(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` with balanced braces, or ``None`` if there is none.
 
-    An opener whose braces never close is skipped in favour of an earlier complete box.
+    One pass with a brace stack (linear even for adversarial text); an opener whose braces never
+    close is skipped in favour of an earlier complete box.
     """
-    starts = sorted(
-        (i for opener in _BOX_OPENERS for i in _find_all(text, opener)),
-        reverse=True,
-    )
-    for start in starts:
-        open_brace = text.index("{", start)
-        depth = 0
-        for j in range(open_brace, len(text)):
-            ch = text[j]
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[open_brace + 1 : j]
-    return None
+    box_braces = {i + len(opener) - 1 for opener in _BOX_OPENERS for i in _find_all(text, opener)}
+    if not box_braces:
+        return None
+    open_braces: list[int] = []
+    best: tuple[int, int] | None = None  # (index of the box's "{", index of its "}")
+    for j, ch in enumerate(text):
+        if ch == "{":
+            open_braces.append(j)
+        elif ch == "}" and open_braces:
+            start = open_braces.pop()
+            if start in box_braces and (best is None or start > best[0]):
+                best = (start, j)
+    return None if best is None else text[best[0] + 1 : best[1]]
 
 
 def _find_all(text: str, needle: str):
