@@ -337,3 +337,12 @@ def test_episode_buffer_drops_stale_episodes():
     assert (buffer.size(), buffer.num_episodes(), buffer.stats()["dropped_stale"]) == (4, 2, 4)
     buffer.clear()
     assert buffer.stats()["cleared"] == 4 and buffer.num_episodes() == 0
+
+
+def test_is_full_signals_back_pressure():
+    buf = StepBuffer(max_buffer_size=4)
+    assert not buf.is_full()
+    buf.add_game(make_game())  # 2 collected seats x 2 turns
+    assert buf.is_full() and buf.continue_collection()
+    buf.get_batch(1)
+    assert not buf.is_full()

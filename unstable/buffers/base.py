@@ -3,10 +3,11 @@
 Buffers are plain Python objects (the orchestration layer wraps them in Ray actors); every method
 takes and returns simple picklable values.
 
-Back-pressure rule: ``continue_collection()`` is True until ``stop()`` is called, and False after.
-A full buffer does not pause collection: like UnstableBaselines 0.2, the buffer keeps taking new
-Steps and evicts random old ones, so the learner always draws from recent play (pair this with
-``max_staleness`` to bound how old a sample may be).
+Back-pressure: ``continue_collection()`` is True until ``stop()`` is called, and False after.
+``is_full()`` says the buffer holds ``max_buffer_size`` Steps; the collector starts no new train
+game while it does, so collection never runs far ahead of the learner. Steps that still arrive
+(from games already in flight) are taken and random old ones evicted, as in UnstableBaselines
+0.2; ``max_staleness`` bounds how old a sample may be.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from unstable.records import GameRecord, PlayerTrajectory, Step, player_trajectories
+from unstable.utils.remote import RemoteCapable, fire, is_actor
 
 FinalFn = Callable[[float, int, str | None], float]
 StepFn = Callable[[PlayerTrajectory, int, float], float]
@@ -109,7 +111,7 @@ def _check_optional_int(value: Any, name: str, minimum: int) -> None:
         raise ValueError(f"{name} must be None or an int >= {minimum}, got {value!r}")
 
 
-class BufferBase:
+class BufferBase(metaclass=RemoteCapable):
     """Counters, transforms, staleness and back-pressure; subclasses store Steps or episodes."""
 
     def __init__(
@@ -126,7 +128,7 @@ class BufferBase:
             raise ValueError(f"max_buffer_size must be an int >= 1, got {max_buffer_size!r}")
         _check_optional_int(max_staleness, "max_staleness", 0)
         _check_optional_int(seed, "seed", -(2**63))
-        if tracker is not None and not callable(getattr(tracker, "log", None)):
+        if tracker is not None and not is_actor(tracker) and not callable(getattr(tracker, "log", None)):
             raise ValueError(f"tracker must have a log(dict) method, got {tracker!r}")
         for name, fn in [
             ("final_reward_transformation", final_reward_transformation),
@@ -207,6 +209,10 @@ class BufferBase:
         """Back-pressure for the collector: True until :meth:`stop` is called (a full buffer evicts)."""
         return self._collecting
 
+    def is_full(self) -> bool:
+        """True while the buffer holds ``max_buffer_size`` Steps or more (the collector pauses)."""
+        return self.size() >= self.max_buffer_size
+
     def stop(self) -> None:
         """Tell the collector to stop launching games."""
         self._collecting = False
@@ -231,7 +237,7 @@ class BufferBase:
 
     def _log(self) -> None:
         if self.tracker is not None:
-            self.tracker.log({f"buffer/{key}": value for key, value in self.stats().items()})
+            fire(self.tracker, "log", {f"buffer/{key}": value for key, value in self.stats().items()})
 
 
 def check_batch_size(batch_size: Any) -> int:
