@@ -1,0 +1,265 @@
+"""The Tracker: namespaced keys, moving means, JSONL (crash-tolerant), game metrics, W&B offline."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+
+from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef, Turn
+from unstable.tracking import Tracker, game_samples, read_metrics
+
+ENV = "TicTacToe-v0"
+
+
+def make_tracker(tmp_path, **kwargs) -> Tracker:
+    kwargs.setdefault("use_wandb", False)
+    return Tracker("test-run", run_dir=str(tmp_path / "run"), **kwargs)
+
+
+def turn(i, pid, uid, *, fmt=True, invalid=False, text="abcd", n_tokens=0) -> Turn:
+    return Turn(
+        turn_index=i, player_id=pid, observation="obs", prompt="p", completion_text=text, action="[0]",
+        format_ok=fmt, invalid=invalid, policy=PolicyRef(uid),
+        completion_ids=tuple(range(n_tokens)), completion_logprobs=(-0.1,) * n_tokens,
+    )  # fmt: skip
+
+
+def game(rewards, turns, *, collect=(0,), uids=("ckpt-1", "random"), is_eval=False, eval_pid=None, info=None):
+    agents = tuple(
+        AgentSpec(player_id=pid, policy=PolicyRef(uid), collect_data=pid in collect) for pid, uid in enumerate(uids)
+    )
+    spec = GameSpec(game_id=7, env_id=ENV, seed=123, agents=agents, is_eval=is_eval, eval_player_id=eval_pid)
+    return GameRecord(spec=spec, turns=tuple(turns), final_rewards=rewards, game_info=info or {})
+
+
+def test_keys_must_be_namespaced(tmp_path):
+    tracker = make_tracker(tmp_path)
+    for bad in ("loss", "collect/", "Collect/x", "charts/x"):
+        with pytest.raises(ValueError, match=r"collect/, train/, eval/.*system/") as err:
+            tracker.log({"train/ok": 1.0, bad: 1.0})
+        assert repr(bad) in str(err.value)
+    with pytest.raises(TypeError, match="train/x"):
+        tracker.log({"train/x": "high"})
+    assert read_metrics(tracker.get_run_dir()) == []  # a rejected call writes nothing
+    tracker.log({"learner/loss": 1.0, "system/cpu": 2.0})
+    assert tracker.latest() == {"learner/loss": 1.0, "system/cpu": 2.0}
+
+
+def test_moving_means_over_a_small_window_skip_non_finite(tmp_path):
+    tracker = make_tracker(tmp_path, window=3)
+    for value in (1.0, 2.0, 3.0, 4.0, math.nan, math.inf):
+        tracker.log({"train/x": value})
+    tracker.log({"train/y": 10})
+    assert tracker.means() == {"train/x": 3.0, "train/y": 10.0}  # mean of the last three finite: 2, 3, 4
+    assert tracker.means("train/y") == {"train/y": 10.0}
+    assert tracker.latest("train/x") == {"train/x": 4.0}
+    assert tracker.counts()["system/nonfinite/train/x"] == 2
+    rows = read_metrics(tracker.get_run_dir())
+    assert [r["train/x"] for r in rows[:6]] == [1.0, 2.0, 3.0, 4.0, None, None]
+
+
+def test_jsonl_lines_and_learner_step(tmp_path):
+    tracker = make_tracker(tmp_path)
+    tracker.log({"collect/x": 1.0})
+    tracker.log({"train/loss": 0.5}, step=3)
+    tracker.log({"train/version": 4.0, "train/lr": 1e-5})  # the learner's metrics move the step too
+    tracker.set_learner_step(9)
+    tracker.log({"buffer/size": 12})
+    rows = read_metrics(tracker.get_run_dir())
+    assert [r["learner_step"] for r in rows] == [0, 3, 4, 9]
+    assert rows[1]["train/loss"] == 0.5
+    assert all(r["wall_s"] >= 0 and r["time"] > 1e9 for r in rows)
+    assert tracker.get_learner_step() == 9
+
+
+def test_metrics_survive_a_crash_mid_line(tmp_path):
+    tracker = make_tracker(tmp_path)
+    for i in range(3):
+        tracker.log({"train/i": i})
+    # no close(): the process "dies" while writing the fourth line
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"time": 1.0, "train/i"')
+    assert [r["train/i"] for r in read_metrics(tmp_path / "run")] == [0, 1, 2]
+    resumed = make_tracker(tmp_path)  # same run dir: the broken tail is cut before appending
+    resumed.log({"train/i": 3})
+    assert [r["train/i"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
+def test_a_corrupt_line_before_the_end_raises(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"a": 1}\n{"a": \n{"a": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:2"):
+        read_metrics(path)
+
+
+def test_train_game_metrics(tmp_path):
+    tracker = make_tracker(tmp_path)
+    turns = [
+        turn(0, 0, "ckpt-1", fmt=True, text="ab", n_tokens=4),
+        turn(1, 1, "random"),
+        turn(2, 0, "ckpt-1", fmt=False, invalid=True, text="abcdef", n_tokens=2),
+    ]
+    tracker.log_game(game({0: 1.0, 1: -1.0}, turns))  # seat 0 collects and wins
+    p = f"collect/{ENV}"
+    assert tracker.means(p) == {
+        f"{p}/win_rate": 1.0, f"{p}/draw_rate": 0.0, f"{p}/loss_rate": 0.0, f"{p}/reward": 1.0,
+        f"{p}/format_ok_rate": 0.5, f"{p}/invalid_move_rate": 0.5, f"{p}/game_length": 3.0,
+        f"{p}/response_chars": 4.0, f"{p}/completion_tokens": 3.0, f"{p}/ended_by_invalid_rate": 0.0,
+        f"{p}/reward_p0": 1.0, f"{p}/reward_p1": -1.0,
+    }  # fmt: skip
+    # mirror self-play, both seats collect; seat 1's invalid move ends the game, seat 0 wins
+    mirror = game(
+        {0: 0.0, 1: -1.0},
+        [turn(0, 0, "ckpt-1"), turn(1, 1, "ckpt-1", fmt=False, invalid=True)],
+        collect=(0, 1),
+        uids=("ckpt-1", "ckpt-1"),
+        info={1: {"invalid_move": True}},
+    )
+    tracker.log_game(mirror)
+    means = tracker.means(p)
+    # seat samples: game 1 seat 0 (win), game 2 seat 0 (win), game 2 seat 1 (loss)
+    assert means[f"{p}/win_rate"] == pytest.approx(2 / 3)
+    assert means[f"{p}/loss_rate"] == pytest.approx(1 / 3)
+    assert means[f"{p}/draw_rate"] == 0.0
+    assert means[f"{p}/format_ok_rate"] == pytest.approx((0.5 + 1.0 + 0.0) / 3)
+    assert means[f"{p}/invalid_move_rate"] == pytest.approx((0.5 + 0.0 + 1.0) / 3)
+    assert means[f"{p}/ended_by_invalid_rate"] == 0.5
+    assert means[f"{p}/game_length"] == 2.5
+    assert tracker.counts() == {"collect/games": 2, f"{p}/games": 2}
+    assert read_metrics(tracker.get_run_dir())[-1][f"{p}/win_rate"] == 0.5  # per-game mean over its seats
+
+
+def test_eval_game_metrics(tmp_path):
+    tracker = make_tracker(tmp_path)
+    turns = [turn(0, 0, "random"), turn(1, 1, "ckpt-2", fmt=False), turn(2, 0, "random"), turn(3, 1, "ckpt-2")]
+    tracker.log_game(game({0: 0.0, 1: 0.0}, turns, collect=(), uids=("random", "ckpt-2"), is_eval=True, eval_pid=1))
+    tracker.log_game(game({0: 1.0, 1: -1.0}, turns, collect=(), uids=("random", "ckpt-2"), is_eval=True, eval_pid=1))
+    p = f"eval/{ENV}/random"
+    assert tracker.means("eval/") == {
+        f"{p}/win_rate": 0.0, f"{p}/draw_rate": 0.5, f"{p}/loss_rate": 0.5, f"{p}/reward": -0.5,
+        f"{p}/game_length": 4.0, f"{p}/format_ok_rate": 0.5, f"{p}/invalid_move_rate": 0.0,
+    }  # fmt: skip
+    assert tracker.means("collect/") == {}
+    assert tracker.get_interface_info()["games_per_env"] == {"collect": {}, "eval": {ENV: 2}}
+    with pytest.raises(ValueError, match="eval_player_id"):
+        game_samples(game({0: 1.0, 1: -1.0}, turns, is_eval=True))
+
+
+def test_failed_game_is_counted_and_logged_with_its_seed(tmp_path):
+    tracker = make_tracker(tmp_path)
+    spec = game({0: 0.0, 1: 0.0}, []).spec
+    tracker.log_game(FailedGame(spec=spec, stage="env", error_type="KeyError", message="boom", traceback="tb"))
+    assert tracker.counts() == {"collect/failed_games": 1}
+    lines = (tmp_path / "run" / "logs" / "failed_games.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    failure = json.loads(lines[0])
+    assert (failure["seed"], failure["env_id"], failure["stage"]) == (123, ENV, "env")
+    assert (failure["error_type"], failure["message"], failure["kind"]) == ("KeyError", "boom", "collect")
+    assert read_metrics(tracker.get_run_dir())[-1]["collect/failed_games"] == 1
+    assert tracker.get_interface_info()["failed_games"] == {"collect": 1, "eval": 0}
+
+
+def test_interface_info_is_json(tmp_path):
+    tracker = make_tracker(tmp_path)
+    tracker.log({"train/loss": 1.0, "train/bad": math.nan}, step=2)
+    tracker.log_game(game({0: 1.0, 1: -1.0}, [turn(0, 0, "ckpt-1")]))
+    tracker.log_inference("actor-0", {"queued": 3, "tok_s": math.nan})
+    tracker.log_buffer({"size": 10, "buffer/staleness": 1.5})
+    ratings = {"base": {"mu": 25.0, "sigma": 8.3}, "ckpt-1": {"mu": 26.0, "sigma": 7.0}}
+    tracker.log_registry({"ratings": ratings, "match_counts": {"base": {"ckpt-1": 4}}})
+    info = json.loads(json.dumps(tracker.get_interface_info(), allow_nan=False))
+    assert info["learner_step"] == 2
+    assert info["means"]["train"] == {"train/loss": 1.0}
+    assert info["means"]["registry"] == {
+        "registry/base/mu": 25.0, "registry/base/sigma": 8.3, "registry/ckpt-1/mu": 26.0, "registry/ckpt-1/sigma": 7.0
+    }  # fmt: skip
+    assert info["registry"]["match_counts"] == {"base": {"ckpt-1": 4}}
+    assert info["inference"] == {"actor-0": {"queued": 3.0, "tok_s": None}}
+    assert info["buffer"] == {"buffer/size": 10.0, "buffer/staleness": 1.5}
+    assert info["games_per_env"]["collect"] == {ENV: 1}
+    assert info["run_dir"] == str(tmp_path / "run")
+    assert info["wandb"] is None
+    with pytest.raises(TypeError, match="JSON-able"):
+        tracker.log_registry({"match_counts": {("a", "b"): 1}})
+
+
+def test_run_dir_layout_and_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = {"model_name": "tiny", "lr": 1e-5, "transform": object()}
+    tracker = Tracker("my-run", config=config)
+    root = tmp_path / "runs" / "my-run"
+    assert tracker.get_run_dir() == str(root)
+    for getter, sub in [("get_log_dir", "logs"), ("get_checkpoints_dir", "checkpoints"),
+                        ("get_games_dir", "games"), ("get_registry_dir", "registry")]:  # fmt: skip
+        assert getattr(tracker, getter)() == str(root / sub)
+        assert (root / sub).is_dir()
+    written = json.loads((root / "config.json").read_text())
+    assert written["model_name"] == "tiny" and written["lr"] == 1e-5
+    assert written["transform"].startswith("<object object")
+    assert [p.name for p in root.iterdir() if p.name.endswith(".tmp")] == []
+    with pytest.raises(ValueError, match="run_dir"):
+        Tracker("a/b")
+
+
+def test_close_is_idempotent_and_late_calls_are_dropped(tmp_path):
+    tracker = make_tracker(tmp_path)
+    tracker.log({"train/x": 1.0})
+    tracker.close()
+    tracker.close()
+    tracker.log({"train/x": 2.0})  # a game still in flight when the run stops: warned and dropped
+    assert len(read_metrics(tracker.get_run_dir())) == 1
+
+
+def test_use_wandb_true_without_wandb_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # makes `import wandb` raise ImportError
+    with pytest.raises(ImportError, match=r"pip install unstable-baselines\[wandb\]"):
+        make_tracker(tmp_path, wandb_project="p", use_wandb=True)
+    tracker = make_tracker(tmp_path, wandb_project="p", use_wandb=None)  # auto: quietly off
+    assert tracker.get_interface_info()["wandb"] is None
+
+
+def test_wandb_offline_honours_the_project(tmp_path, monkeypatch):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    tracker = Tracker(
+        "offline-run", wandb_project="my-unstable-project", run_dir=str(tmp_path / "run"),
+        use_wandb=None, flush_every_s=0.0, config={"lr": 1e-5},
+    )  # fmt: skip
+    run = tracker._wandb.run
+    assert run.project == "my-unstable-project"
+    assert run.name == "offline-run"
+    assert run.config["lr"] == 1e-5
+    tracker.log({"train/loss": 0.25}, step=1)
+    tracker.log_game(game({0: 1.0, 1: -1.0}, [turn(0, 0, "ckpt-1")]))
+    info = tracker.get_interface_info()["wandb"]
+    assert (info["project"], info["mode"]) == ("my-unstable-project", "offline")
+    tracker.close()
+    tracker.close()
+    assert wandb.run is None
+    run_files = list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(run_files) == 1
+    data = run_files[0].read_bytes()
+    assert b"my-unstable-project" in data
+    assert b"train/loss" in data and b"collect/TicTacToe-v0/win_rate" in data
+
+
+@pytest.mark.slow
+def test_tracker_as_a_named_ray_actor(tmp_path):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        tracker = Tracker.options(name="Tracker", num_cpus=0).remote(run_name="r", run_dir=str(tmp_path / "run"))
+        assert ray.get(tracker.get_log_dir.remote()) == str(tmp_path / "run" / "logs")
+        ray.get(tracker.log.remote({"train/loss": 2.0}, step=5))
+        same = ray.get_actor("Tracker")
+        assert ray.get(same.means.remote()) == {"train/loss": 2.0}
+        ray.get(tracker.close.remote())
+    finally:
+        ray.shutdown()
+    assert not hasattr(Tracker("local", run_dir=str(tmp_path / "local"), use_wandb=False), "remote")

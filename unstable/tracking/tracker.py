@@ -1,0 +1,299 @@
+"""The one metrics recorder of a run: namespaced keys, moving means, writers for JSONL, W&B and the dashboard.
+
+Every component reports here (``tracker.log({...})``, ``log_game``, ``log_inference``,
+``log_registry``, ``log_buffer``), locally or as the Ray actor ``"Tracker"``. Each call is written
+at once as one line of ``<run_dir>/metrics.jsonl``, so a crash loses nothing already logged; the
+values also feed a moving window per key (``window`` values, 512 as in UnstableBaselines 0.2)
+whose means go to W&B at most every ``flush_every_s`` seconds and to the dashboard through
+:meth:`Tracker.get_interface_info`. Non-finite values are written as ``null``, counted under
+``system/nonfinite/<key>``, and never averaged.
+
+Counters (``counts()``): ``collect/games``, ``collect/<env>/games``, ``collect/failed_games`` and
+the same under ``eval/``; they go to W&B as they are, not averaged.
+
+Not thread-safe: use one thread (or the Ray actor, which runs one call at a time).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections import Counter, defaultdict, deque
+from typing import Any
+
+from unstable.records import FailedGame, GameRecord
+from unstable.tracking.game_metrics import failure_line, game_samples
+from unstable.tracking.run_dir import JsonlWriter, RunDir, atomic_write_json
+from unstable.tracking.wandb_writer import WandbWriter, import_wandb
+from unstable.utils.remote import RemoteCapable
+
+logger = logging.getLogger(__name__)
+
+NAMESPACES = ("collect/", "train/", "eval/", "registry/", "inference/", "buffer/", "learner/", "system/")
+STEP_KEYS = ("train/step", "train/version")  # a log() carrying one of these moves the learner step
+
+
+def check_key(key: str) -> None:
+    """Raise ValueError unless ``key`` is ``<namespace>/<name>`` with an allowed namespace."""
+    if not isinstance(key, str) or not any(key.startswith(p) and len(key) > len(p) for p in NAMESPACES):
+        raise ValueError(f"metric key {key!r} must start with one of {', '.join(NAMESPACES)} followed by a name")
+
+
+def _as_float(key: str, value: Any) -> float:
+    check_key(key)
+    try:
+        return float(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"metric {key!r} must be a number, got {value!r}") from e
+
+
+def _finite_or_none(value: Any) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _mean(values: Any) -> float:
+    return sum(values) / len(values)
+
+
+class Tracker(metaclass=RemoteCapable):
+    """Records a run's metrics; see the module docstring.
+
+    :param run_name: the run's name (W&B run name; default folder ``./runs/<run_name>``).
+    :param wandb_project: W&B project; honoured as given.
+    :param run_dir: the run folder, overriding the default; created with its sub-folders.
+    :param use_wandb: ``None`` = on if ``wandb`` imports and ``wandb_project`` is set; ``True``
+        requires wandb (ImportError with the install command otherwise); ``False`` = off.
+    :param window: moving-window length per key.
+    :param flush_every_s: least seconds between two W&B logs (``close()`` always flushes).
+    :param config: the run's configuration, written to ``config.json`` and to W&B.
+    """
+
+    def __init__(
+        self,
+        run_name: str,
+        wandb_project: str | None = None,
+        run_dir: str | None = None,
+        use_wandb: bool | None = None,
+        window: int = 512,
+        flush_every_s: float = 64.0,
+        config: dict[str, Any] | None = None,
+    ):
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        if flush_every_s < 0:
+            raise ValueError(f"flush_every_s must be >= 0, got {flush_every_s}")
+        self.run_name = run_name
+        self.window = window
+        self.flush_every_s = flush_every_s
+        self._dir = RunDir.create(run_name, run_dir)
+        self._start = time.time()
+        self._learner_step = 0
+        self._windows: dict[str, deque[float]] = {}
+        self._latest: dict[str, float] = {}
+        self._counters: Counter[str] = Counter()
+        self._games_per_env: dict[str, Counter[str]] = {"collect": Counter(), "eval": Counter()}
+        self._dirty: set[str] = set()
+        self._registry: dict[str, Any] | None = None
+        self._inference: dict[str, dict[str, float | None]] = {}
+        self._buffer: dict[str, float | None] = {}
+        self._closed = False
+        if config is not None:
+            atomic_write_json(self._dir.config_path, config)
+        self._metrics = JsonlWriter(self._dir.metrics_path)
+        self._failed: JsonlWriter | None = None
+        self._wandb = self._start_wandb(wandb_project, use_wandb, config)
+        self._last_flush = time.monotonic()
+
+    def _start_wandb(self, project: str | None, use_wandb: bool | None, config: dict | None) -> WandbWriter | None:
+        if use_wandb is False or (use_wandb is None and not project):
+            return None
+        wandb = import_wandb(required=bool(use_wandb))
+        if wandb is None:
+            logger.info("wandb is not installed; logging to %s only", self._dir.metrics_path)
+            return None
+        return WandbWriter(wandb, project=project, run_name=self.run_name, run_dir=str(self._dir.root), config=config)
+
+    # -- folders ---------------------------------------------------------------------------------
+    def get_run_dir(self) -> str:
+        return str(self._dir.root)
+
+    def get_log_dir(self) -> str:
+        return str(self._dir.logs)
+
+    def get_checkpoints_dir(self) -> str:
+        return str(self._dir.checkpoints)
+
+    def get_games_dir(self) -> str:
+        return str(self._dir.games)
+
+    def get_registry_dir(self) -> str:
+        return str(self._dir.registry)
+
+    # -- recording -------------------------------------------------------------------------------
+    def set_learner_step(self, step: int) -> None:
+        self._learner_step = int(step)
+
+    def get_learner_step(self) -> int:
+        return self._learner_step
+
+    def log(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Record namespaced scalars; ``step`` (or a ``train/step``/``train/version`` value) sets the learner step."""
+        if self._dropped_after_close("log"):
+            return
+        values = {key: _as_float(key, value) for key, value in metrics.items()}
+        if step is None:
+            step = next((int(values[k]) for k in STEP_KEYS if k in values and math.isfinite(values[k])), None)
+        if step is not None:
+            self.set_learner_step(step)
+        self._write({key: self._record(key, value) for key, value in values.items()})
+
+    def log_game(self, result: GameRecord | FailedGame) -> None:
+        """Score a finished game (see :mod:`unstable.tracking.game_metrics`) or count a failed one."""
+        if self._dropped_after_close("log_game"):
+            return
+        stage = "eval" if result.spec.is_eval else "collect"
+        if isinstance(result, FailedGame):
+            self._log_failed(result, stage)
+            return
+        line: dict[str, float | None] = {}
+        for key, samples in game_samples(result).items():
+            for value in samples:
+                self._record(key, value)
+            line[key] = _mean(samples)
+        self._games_per_env[stage][result.env_id] += 1
+        for key in (f"{stage}/games", f"{stage}/{result.env_id}/games"):
+            line[key] = self._count(key)
+        self._write(line)
+
+    def _log_failed(self, failure: FailedGame, stage: str) -> None:
+        logger.warning("%s", failure.describe())
+        if self._failed is None:
+            self._failed = JsonlWriter(self._dir.failed_games_path)
+        self._failed.write(failure_line(failure, stage, self._learner_step))
+        self._write({f"{stage}/failed_games": self._count(f"{stage}/failed_games")})
+
+    def log_inference(self, actor_name: str, stats: dict[str, float]) -> None:
+        """Inference-actor stats (queue sizes, tokens/s) as ``inference/<actor>/<key>``."""
+        if self._dropped_after_close("log_inference"):
+            return
+        metrics = {f"inference/{actor_name}/{key}": value for key, value in stats.items()}
+        self.log(metrics)
+        self._inference[actor_name] = {key: _finite_or_none(value) for key, value in stats.items()}
+
+    def log_registry(self, info: dict[str, Any]) -> None:
+        """Keep the registry's latest snapshot for the dashboard; log ``registry/<uid>/mu`` and ``/sigma``.
+
+        ``info`` must be JSON-able, e.g. ``{"ratings": {uid: {"mu": .., "sigma": ..}}, "match_counts": {..}}``.
+        """
+        if self._dropped_after_close("log_registry"):
+            return
+        try:
+            snapshot = json.loads(json.dumps(info, allow_nan=False))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"log_registry needs a JSON-able snapshot (string keys, finite numbers): {e}") from e
+        self._registry = snapshot
+        metrics = {}
+        for uid, rating in snapshot.get("ratings", {}).items():
+            for field in ("mu", "sigma"):
+                if field in rating:
+                    metrics[f"registry/{uid}/{field}"] = rating[field]
+        if metrics:
+            self.log(metrics)
+
+    def log_buffer(self, stats: dict[str, float]) -> None:
+        """Buffer stats as ``buffer/<key>`` (keys may already carry the ``buffer/`` prefix)."""
+        if self._dropped_after_close("log_buffer"):
+            return
+        metrics = {f"buffer/{key.removeprefix('buffer/')}": value for key, value in stats.items()}
+        self.log(metrics)
+        self._buffer = {key: _finite_or_none(value) for key, value in metrics.items()}
+
+    def _record(self, key: str, value: float) -> float | None:
+        """Append a finite value to the key's window; count a non-finite one. Returns what JSONL gets."""
+        if not math.isfinite(value):
+            self._count(f"system/nonfinite/{key}")
+            return None
+        if key not in self._windows:
+            self._windows[key] = deque(maxlen=self.window)
+        self._windows[key].append(value)
+        self._latest[key] = value
+        self._dirty.add(key)
+        return value
+
+    def _count(self, key: str) -> int:
+        self._counters[key] += 1
+        self._dirty.add(key)
+        return self._counters[key]
+
+    def _write(self, metrics: dict[str, Any]) -> None:
+        now = time.time()
+        self._metrics.write({"time": now, "wall_s": now - self._start, "learner_step": self._learner_step, **metrics})
+        if self._wandb is not None and time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def _dropped_after_close(self, method: str) -> bool:
+        if self._closed:
+            logger.warning("Tracker.%s called after close(); dropped (a game or report still in flight?)", method)
+        return self._closed
+
+    # -- reading ---------------------------------------------------------------------------------
+    def means(self, prefix: str = "") -> dict[str, float]:
+        """Moving means of every key starting with ``prefix``."""
+        return {key: _mean(w) for key, w in sorted(self._windows.items()) if key.startswith(prefix) and w}
+
+    def latest(self, prefix: str = "") -> dict[str, float]:
+        """The last finite value of every key starting with ``prefix``."""
+        return {key: v for key, v in sorted(self._latest.items()) if key.startswith(prefix)}
+
+    def counts(self) -> dict[str, int]:
+        """Running counters: games and failed games per stage and env, non-finite values per key."""
+        return dict(sorted(self._counters.items()))
+
+    def get_interface_info(self) -> dict[str, Any]:
+        """Everything the dashboard shows, as plain JSON-able data."""
+        grouped: dict[str, dict[str, float]] = defaultdict(dict)
+        for key, value in self.means().items():
+            grouped[key.split("/", 1)[0]][key] = value
+        return {
+            "run_name": self.run_name,
+            "run_dir": self.get_run_dir(),
+            "learner_step": self._learner_step,
+            "wall_s": time.time() - self._start,
+            "means": dict(grouped),
+            "counts": self.counts(),
+            "games_per_env": {stage: dict(c) for stage, c in self._games_per_env.items()},
+            "failed_games": {stage: self._counters[f"{stage}/failed_games"] for stage in ("collect", "eval")},
+            "registry": self._registry,
+            "inference": {actor: dict(stats) for actor, stats in self._inference.items()},
+            "buffer": dict(self._buffer),
+            "wandb": self._wandb.info() if self._wandb is not None else None,
+        }
+
+    # -- W&B and shutdown ------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Send the means (and counters) of the keys changed since the last flush to W&B now."""
+        self._last_flush = time.monotonic()
+        if self._wandb is None or self._wandb.closed or not self._dirty:
+            return
+        values = {}
+        for key in sorted(self._dirty):
+            values[key] = float(self._counters[key]) if key in self._counters else _mean(self._windows[key])
+        self._dirty.clear()
+        self._wandb.log(values, self._learner_step)
+
+    def close(self) -> None:
+        """Flush W&B, finish its run and close the files; calling it again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._wandb is not None:
+                self.flush()
+                self._wandb.finish()
+        finally:
+            self._metrics.close()
+            if self._failed is not None:
+                self._failed.close()
