@@ -1,0 +1,130 @@
+"""Known-answer tests for the pure maths in ``unstable.algorithms`` (tiny hand-written tensors)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from unstable.algorithms import (
+    compute_gae,
+    group_normalize,
+    masked_mean,
+    masked_sum,
+    normalize,
+    reinforce_loss,
+    token_logprobs,
+    value_loss,
+)
+
+
+def test_token_logprobs_shifts_and_normalises():
+    # position 0 predicts token 1 with uniform logits; position 1 predicts token 2 with odds 3:1
+    logits = torch.tensor([[[0.0, 0.0], [math.log(3.0), 0.0], [5.0, -5.0]]])
+    ids = torch.tensor([[0, 1, 0]])
+    out = token_logprobs(logits, ids)
+    assert out.shape == (1, 2)
+    torch.testing.assert_close(out, torch.tensor([[math.log(0.5), math.log(0.75)]]))
+
+
+def test_token_logprobs_matches_log_softmax_gather():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 7)
+    ids = torch.randint(0, 7, (3, 5))
+    expected = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    torch.testing.assert_close(token_logprobs(logits, ids), expected)
+
+
+def test_token_logprobs_upcasts_half_precision():
+    logits = torch.zeros(1, 2, 4, dtype=torch.bfloat16)
+    assert token_logprobs(logits, torch.tensor([[0, 3]])).dtype == torch.float32
+
+
+def test_masked_sum_and_mean():
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[True, False, True], [False, False, False]])
+    torch.testing.assert_close(masked_sum(values, mask), torch.tensor([4.0, 0.0]))
+    torch.testing.assert_close(masked_mean(values, mask, dim=-1), torch.tensor([2.0, 0.0]))
+    torch.testing.assert_close(masked_mean(values, mask), torch.tensor(2.0))
+    assert masked_mean(values, torch.zeros_like(mask)).item() == 0.0
+
+
+def test_reinforce_loss_uses_constant_dr_grpo_normaliser():
+    token_logp = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -9.0]], requires_grad=True)
+    mask = torch.tensor([[0, 1, 1], [1, 1, 0]])
+    advantages = torch.tensor([2.0, -1.0])
+    loss, stats = reinforce_loss(token_logp, mask, advantages, max_generation_len=10)
+    # seq_logp = [-5/10, -1/10]; loss = -mean(2 * -0.5, -1 * -0.1) = 0.45
+    torch.testing.assert_close(stats["seq_logp"], torch.tensor([-0.5, -0.1]))
+    torch.testing.assert_close(stats["tokens"], torch.tensor([2, 2]))
+    torch.testing.assert_close(loss, torch.tensor(0.45))
+    loss.backward()
+    # d loss / d logp = -A * mask / (L * B): the same weight per token whatever the length
+    expected = -advantages[:, None] * mask / (10 * 2)
+    torch.testing.assert_close(token_logp.grad, expected)
+
+
+def test_reinforce_loss_rejects_bad_normaliser():
+    with pytest.raises(ValueError, match="max_generation_len"):
+        reinforce_loss(torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1), 0)
+
+
+def test_compute_gae_known_answer():
+    rewards = torch.tensor([0.0, 0.0, 1.0])
+    values = torch.tensor([0.5, 0.2, 0.4])
+    adv, ret = compute_gae(rewards, values, gamma=0.9, lam=0.8)
+    # delta = [0.9*0.2-0.5, 0.9*0.4-0.2, 1-0.4] = [-0.32, 0.16, 0.6]; A_t = delta_t + 0.72 * A_{t+1}
+    torch.testing.assert_close(adv, torch.tensor([0.10624, 0.592, 0.6]))
+    torch.testing.assert_close(ret, torch.tensor([0.60624, 0.792, 1.0]))
+
+
+def test_compute_gae_with_gamma_lambda_one_is_reward_to_go_minus_value():
+    rewards = torch.tensor([0.5, -1.0, 2.0])
+    values = torch.tensor([0.1, 0.2, 0.3])
+    adv, ret = compute_gae(rewards, values, gamma=1.0, lam=1.0)
+    torch.testing.assert_close(ret, torch.tensor([1.5, 1.0, 2.0]))
+    torch.testing.assert_close(adv, ret - values)
+
+
+def test_compute_gae_lambda_zero_is_td_error_with_bootstrap():
+    rewards = torch.tensor([1.0, 2.0])
+    values = torch.tensor([0.5, 1.5])
+    adv, _ = compute_gae(rewards, values, gamma=0.5, lam=0.0, last_value=4.0)
+    torch.testing.assert_close(adv, torch.tensor([1.0 + 0.5 * 1.5 - 0.5, 2.0 + 0.5 * 4.0 - 1.5]))
+
+
+@pytest.mark.parametrize("gamma,lam,last_value", [(0.99, 0.95, 0.0), (0.9, 0.5, 1.7), (1.0, 1.0, -0.3)])
+def test_compute_gae_matches_naive_sum_of_discounted_td_errors(gamma, lam, last_value):
+    torch.manual_seed(1)
+    rewards, values = torch.randn(7), torch.randn(7)
+    next_values = torch.cat([values[1:], torch.tensor([last_value])])
+    deltas = rewards + gamma * next_values - values
+    naive = torch.tensor([sum((gamma * lam) ** k * deltas[t + k] for k in range(7 - t)) for t in range(7)])
+    adv, ret = compute_gae(rewards, values, gamma, lam, last_value=last_value)
+    torch.testing.assert_close(adv, naive)
+    torch.testing.assert_close(ret, naive + values)
+
+
+def test_compute_gae_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="1-D"):
+        compute_gae(torch.zeros(3), torch.zeros(2), 1.0, 1.0)
+
+
+def test_value_loss_is_half_mse():
+    torch.testing.assert_close(value_loss(torch.tensor([1.0, 2.0]), torch.tensor([0.0, 4.0])), torch.tensor(1.25))
+
+
+def test_normalize_known_answer_and_equal_values():
+    torch.testing.assert_close(normalize(torch.tensor([1.0, 2.0, 3.0])), torch.tensor([-1.0, 0.0, 1.0]) * 1.5**0.5)
+    same = normalize(torch.tensor([2.0, 2.0, 2.0]))
+    assert torch.isfinite(same).all() and (same == 0).all()
+    assert normalize(torch.tensor([5.0])).item() == 0.0
+
+
+def test_group_normalize_per_group():
+    x = torch.tensor([1.0, 10.0, 3.0, 10.0])
+    out = group_normalize(x, ["a", "b", "a", "b"])
+    torch.testing.assert_close(out, torch.tensor([-1.0, 0.0, 1.0, 0.0]))
+    with pytest.raises(ValueError, match="one group label"):
+        group_normalize(x, ["a"])

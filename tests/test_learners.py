@@ -1,0 +1,352 @@
+"""Learners on a tiny random Qwen3 (CPU, fp32): what changes, what is saved, and edge cases."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import transformers
+
+from unstable.algorithms import masked_sum, token_logprobs
+from unstable.learners import A2CLearner, REINFORCELearner
+from unstable.learners.a2c import episode_indices
+from unstable.learners.batching import collate
+from unstable.learners.checkpoints import atomic_save, list_checkpoints, versions_to_keep
+from unstable.records import Step
+
+VOCAB = 96
+FAST = {"gradient_checkpointing": False, "activation_checkpointing": False, "seed": 0, "lora_cfg": {"lora_rank": 4}}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    config = transformers.Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny") / "qwen3"
+    transformers.Qwen3ForCausalLM(config).save_pretrained(path)
+    return str(path)
+
+
+def make_step(game=0, turn=0, reward=1.0, prompt=(3, 4, 5), completion=(6, 7), last=True, player=0, env="E"):
+    return Step(
+        env_id=env,
+        game_id=game,
+        player_id=player,
+        turn_index=turn,
+        prompt_ids=tuple(prompt),
+        completion_ids=tuple(completion),
+        completion_logprobs=(-1.0,) * len(completion),
+        reward=reward,
+        final_reward=reward,
+        policy_version=0,
+        format_ok=True,
+        invalid=False,
+        is_last=last,
+    )
+
+
+def episodes(num_games=4, turns=2, seed=0, reward=None) -> list[Step]:
+    """Whole two-turn episodes with random prompts/completions of varied lengths."""
+    rng = random.Random(seed)
+    out = []
+    for g in range(num_games):
+        for t in range(turns):
+            ids = [rng.randrange(VOCAB) for _ in range(rng.randint(4, 12))]
+            out.append(
+                make_step(
+                    g,
+                    t,
+                    rng.choice([-1.0, 1.0]) if reward is None else reward,
+                    ids,
+                    [rng.randrange(VOCAB) for _ in range(rng.randint(1, 6))],
+                    last=t == turns - 1,
+                )
+            )
+    return out
+
+
+def learner(cls, model_dir, tmp_path, **kwargs):
+    opts = {**FAST, "batch_size": 8, "mini_batch_size": 8, "learning_rate": 1e-3, **kwargs}
+    return cls(model_dir, output_dir=str(tmp_path / f"out-{len(list(tmp_path.iterdir()))}"), **opts)
+
+
+def completion_logp(lrn, steps) -> torch.Tensor:
+    """Fresh forward pass: summed log-prob of each step's sampled completion."""
+    lrn.model.eval()
+    batch = collate(steps, None, 0)
+    with torch.no_grad():
+        logits = lrn.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    lrn.model.train()
+    return masked_sum(token_logprobs(logits, batch.input_ids), batch.completion_mask[:, 1:])
+
+
+def test_collate_uses_sampled_ids_pads_right_and_truncates_the_end():
+    steps = [make_step(prompt=(1, 2, 3), completion=(4, 5)), make_step(prompt=(6,), completion=(7, 8, 9))]
+    full = collate(steps, None, pad_id=0)
+    assert full.input_ids.tolist() == [[1, 2, 3, 4, 5], [6, 7, 8, 9, 0]]
+    assert full.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    assert full.completion_mask.int().tolist() == [[0, 0, 0, 1, 1], [0, 1, 1, 1, 0]]
+    cut = collate(steps, 3, pad_id=0)
+    assert cut.input_ids.tolist() == [[1, 2, 3], [6, 7, 8]] and cut.num_truncated == 2
+    assert cut.completion_mask.int().tolist() == [[0, 0, 0], [0, 1, 1]]
+
+
+def test_first_update_moves_lora_b_then_lora_a_never_base(model_dir, tmp_path):
+    lrn = learner(REINFORCELearner, model_dir, tmp_path)
+    assert lrn.device.type == "cpu" and lrn.dtype == torch.float32
+    before = {n: p.detach().clone() for n, p in lrn.model.named_parameters()}
+    lrn.update(episodes())
+    after1 = {n: p.detach().clone() for n, p in lrn.model.named_parameters()}
+    lrn.update(episodes(seed=1))
+    names = list(before)
+    lora_a = [n for n in names if ".lora_A." in n]
+    lora_b = [n for n in names if ".lora_B." in n]
+    assert len(lora_a) == len(lora_b) == 2 * 7  # 2 layers x q,k,v,o,gate,up,down
+    # lora_B starts at zero, so dL/dA = 0 on the first step: only B moves (weight decay is 0)
+    assert all(not torch.equal(before[n], after1[n]) for n in lora_b)
+    assert all(torch.equal(before[n], after1[n]) for n in lora_a)
+    assert all(not torch.equal(after1[n], p) for n, p in lrn.model.named_parameters() if n in lora_a)
+    assert all(torch.equal(before[n], p) for n, p in lrn.model.named_parameters() if "lora_" not in n)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_advantage_sign_moves_sampled_logprob(model_dir, tmp_path, sign):
+    lrn = learner(REINFORCELearner, model_dir, tmp_path)
+    steps = [dataclasses.replace(s, reward=sign) for s in episodes()]
+    start = completion_logp(lrn, steps)
+    for _ in range(2):
+        lrn.update(steps)
+    delta = completion_logp(lrn, steps) - start
+    assert (sign * delta > 0).all(), delta
+
+
+def test_update_result_metrics_and_checkpoint(model_dir, tmp_path):
+    lrn = learner(REINFORCELearner, model_dir, tmp_path, max_train_len=10)
+    result = lrn.update(episodes())
+    assert result.version == 1 and not result.skipped
+    assert result.adapter_path == str(tmp_path / "out-0" / "ckpt-1")
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(os.listdir(result.adapter_path))
+    for key in ("loss", "grad_norm", "tokens", "seq_logp_mean", "lr", "pct_truncated", "version"):
+        assert f"train/{key}" in result.metrics
+    assert 0 < result.metrics["train/pct_truncated"] < 100
+    assert result.metrics["train/grad_norm"] > 0 and result.metrics["train/skipped_nonfinite"] == 0
+
+
+def test_saved_adapter_reloads_in_fresh_process(model_dir, tmp_path):
+    lrn = learner(REINFORCELearner, model_dir, tmp_path, learning_rate=1e-2)
+    path = lrn.update(episodes()).adapter_path
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
+    lrn.model.eval()
+    with torch.no_grad():
+        expected = lrn.model(input_ids=ids).logits
+        with lrn.model.disable_adapter():
+            base = lrn.model(input_ids=ids).logits
+    assert not torch.allclose(expected, base)  # the adapter really changes the model
+    script = textwrap.dedent("""
+        import sys, torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(sys.argv[1]), sys.argv[2]).eval()
+        with torch.no_grad():
+            torch.save(model(input_ids=torch.tensor([[1, 5, 9, 13, 17, 21]])).logits, sys.argv[3])
+    """)
+    out = tmp_path / "logits.pt"
+    subprocess.run([sys.executable, "-c", script, model_dir, path, str(out)], check=True, timeout=120)
+    torch.testing.assert_close(torch.load(out), expected)
+
+
+@pytest.mark.parametrize("cls", [REINFORCELearner, A2CLearner])
+def test_gradient_accumulation_equals_full_batch(model_dir, tmp_path, cls):
+    lrn = learner(cls, model_dir, tmp_path)
+    steps = episodes(seed=3)
+    lrn.update(steps)  # make lora_B non-zero so every LoRA weight has a gradient
+    grads = {}
+    for mini in (1, 2, 8):
+        lrn.config = dataclasses.replace(lrn.config, mini_batch_size=mini)
+        lrn._zero_grad()
+        lrn._accumulate(steps)
+        params = lrn.policy_params + getattr(lrn, "critic_params", [])
+        grads[mini] = [p.grad.clone() for p in params]
+    for mini in (1, 2):
+        for g_full, g_acc in zip(grads[8], grads[mini], strict=True):
+            scale = g_full.abs().max().item()
+            assert scale > 0
+            torch.testing.assert_close(g_acc, g_full, rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("cls", [REINFORCELearner, A2CLearner])
+def test_checkpointing_does_not_change_gradients(model_dir, tmp_path, cls):
+    """Per-layer and log-prob-head recomputation give the same gradients (adapter switching included)."""
+    grads = []
+    for ckpt in (False, True):
+        lrn = learner(cls, model_dir, tmp_path, gradient_checkpointing=ckpt, activation_checkpointing=ckpt)
+        assert lrn.model.get_base_model().is_gradient_checkpointing == ckpt
+        lrn.model.train()  # as update() does; HF only checkpoints in training mode
+        torch.manual_seed(7)
+        with torch.no_grad():
+            for name, param in lrn.model.named_parameters():
+                if ".lora_B." in name:
+                    param.normal_(std=0.1)
+        lrn._accumulate(episodes(seed=5))
+        grads.append([p.grad.clone() for p in lrn.policy_params + getattr(lrn, "critic_params", [])])
+    for g_plain, g_ckpt in zip(*grads, strict=True):
+        torch.testing.assert_close(g_ckpt, g_plain, rtol=1e-4, atol=1e-5 * g_plain.abs().max().item() + 1e-12)
+
+
+@pytest.mark.parametrize("cls", [REINFORCELearner, A2CLearner])
+def test_equal_rewards_give_finite_update(model_dir, tmp_path, cls):
+    result = learner(cls, model_dir, tmp_path).update(episodes(reward=1.0))
+    assert not result.skipped and all(torch.isfinite(torch.tensor(v)) for v in result.metrics.values())
+
+
+@pytest.mark.parametrize("cls", [REINFORCELearner, A2CLearner])
+def test_nan_reward_is_skipped_and_counted(model_dir, tmp_path, cls):
+    lrn = learner(cls, model_dir, tmp_path)
+    steps = episodes()
+    steps[3] = dataclasses.replace(steps[3], reward=float("nan"))
+    before = [p.detach().clone() for p in lrn.policy_params]
+    result = lrn.update(steps)
+    assert result.skipped and result.version == 0 and result.adapter_path is None
+    assert result.metrics["train/skipped_nonfinite"] == 1 and result.metrics["train/skipped_total"] == 1
+    assert list_checkpoints(lrn.config.output_dir) == {}
+    assert all(torch.equal(b, p) and p.grad is None for b, p in zip(before, lrn.policy_params, strict=True))
+    assert lrn.update(episodes()).version == 1
+
+
+def test_retention_keeps_last_n_and_every_kth_without_temp_dirs(model_dir, tmp_path):
+    assert versions_to_keep(range(1, 8), 2, 3) == {3, 6, 7}
+    assert versions_to_keep(range(1, 8), None, 3) == set(range(1, 8))
+    assert versions_to_keep([1, 2], 3, None) == {1, 2}
+    lrn = learner(REINFORCELearner, model_dir, tmp_path, keep_last=2, keep_every=3)
+    steps = episodes(num_games=1)
+    for _ in range(7):
+        lrn.update(steps)
+    assert sorted(os.listdir(lrn.config.output_dir)) == ["ckpt-3", "ckpt-6", "ckpt-7"]
+
+
+def test_atomic_save_cleans_up_on_failure_and_refuses_overwrite(tmp_path):
+    def broken(directory):
+        (directory / "half.bin").write_bytes(b"x")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_save(tmp_path / "ckpt-1", broken)
+    assert os.listdir(tmp_path) == []
+    atomic_save(tmp_path / "ckpt-1", lambda d: (d / "ok").write_text("1"))
+    with pytest.raises(FileExistsError):
+        atomic_save(tmp_path / "ckpt-1", lambda d: None)
+    assert os.listdir(tmp_path) == ["ckpt-1"]
+
+
+def test_a2c_value_reads_last_prompt_token(model_dir, tmp_path):
+    lrn = learner(A2CLearner, model_dir, tmp_path)
+    a, b = make_step(prompt=(5, 1, 2, 3)), make_step(prompt=(5, 9, 8, 7), completion=(1, 2, 3, 4))
+    with torch.no_grad(), lrn._adapter("critic"):
+        values = lrn.values([a, b, make_step(prompt=(5, 1, 2, 3), completion=(9,))])
+    assert values[0] != values[1]  # same first token, different observation
+    assert values[0] == values[2]  # the completion does not enter V(s)
+
+
+def test_a2c_gae_per_episode(model_dir, tmp_path):
+    lrn = learner(A2CLearner, model_dir, tmp_path)
+    steps = episodes(num_games=3, turns=3)
+    random.Random(0).shuffle(steps)
+    adv, ret, values = lrn.advantages(steps)
+    for i, step in enumerate(steps):  # gamma = lambda = 1: reward-to-go within the episode minus V
+        to_go = sum(s.reward for s in steps if s.game_id == step.game_id and s.turn_index >= step.turn_index)
+        assert ret[i].item() == pytest.approx(to_go, abs=1e-6)
+        assert adv[i].item() == pytest.approx(to_go - values[i].item(), abs=1e-6)
+
+
+def test_a2c_needs_whole_episodes():
+    with pytest.raises(ValueError, match="whole player episodes"):
+        episode_indices([make_step(turn=0, last=False), make_step(turn=2, last=True)])
+    with pytest.raises(ValueError, match="whole player episodes"):
+        episode_indices([make_step(turn=0, last=False)])
+    assert episode_indices([make_step(turn=1, last=True), make_step(player=1), make_step(turn=0, last=False)]) == [
+        [2, 0],
+        [1],
+    ]
+
+
+def test_a2c_checkpoint_restores_policy_and_critic(model_dir, tmp_path):
+    lrn = learner(A2CLearner, model_dir, tmp_path)
+    path = lrn.update(episodes()).adapter_path
+    assert {"adapter_config.json", "adapter_model.safetensors", "value_head.safetensors"} <= set(
+        os.listdir(os.path.join(path, "critic"))
+    )
+    resumed = learner(A2CLearner, model_dir, tmp_path, initial_lora_path=path, initial_version=1)
+    probe = episodes(num_games=2)
+    torch.testing.assert_close(completion_logp(resumed, probe), completion_logp(lrn, probe))
+    torch.testing.assert_close(resumed._old_values(probe), lrn._old_values(probe))
+    assert resumed.version == 1 and resumed.update(probe).adapter_path.endswith("ckpt-2")
+
+
+def test_config_validation(model_dir, tmp_path):
+    with pytest.raises(ValueError, match="multiple of mini_batch_size"):
+        REINFORCELearner(model_dir, batch_size=10, mini_batch_size=4)
+    with pytest.raises(ValueError, match="unknown lora_cfg keys"):
+        REINFORCELearner(model_dir, lora_cfg={"rank": 4})
+    with pytest.raises(ValueError, match="use_trainer_cache"):
+        REINFORCELearner(model_dir, use_trainer_cache=True)
+    with pytest.raises(ValueError, match="gamma"):
+        learner(A2CLearner, model_dir, tmp_path).initialize_algorithm(gamma=1.5)
+    (tmp_path / "used" / "ckpt-4").mkdir(parents=True)
+    with pytest.raises(ValueError, match="already holds ckpt-4"):
+        REINFORCELearner(model_dir, output_dir=str(tmp_path / "used"), **FAST)
+
+
+class FakeBuffer:
+    def __init__(self, batches):
+        self.batches, self.polls, self.versions = list(batches), 0, []
+
+    def size(self):
+        self.polls += 1
+        return 0 if self.polls == 1 else 10**6  # empty on the first poll: the learner must wait
+
+    def get_batch(self, n):
+        return self.batches.pop(0)
+
+    def set_learner_version(self, v):
+        self.versions.append(v)
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def log(self, metrics):
+        self.calls.append(metrics)
+
+    def add_checkpoint(self, **kwargs):
+        self.calls.append(kwargs)
+
+
+def test_train_loop_with_episode_batches_and_hooks(model_dir, tmp_path):
+    eps = episodes()
+    nested = [eps[i : i + 2] for i in range(0, len(eps), 2)]  # an episode buffer's list[list[Step]]
+    bad = [dataclasses.replace(s, reward=float("nan")) for s in eps]
+    buffer, tracker, registry = FakeBuffer([nested, bad, nested]), Recorder(), Recorder()
+    lrn = learner(
+        A2CLearner, model_dir, tmp_path, poll_interval_s=0.01, buffer=buffer, tracker=tracker, model_registry=registry
+    )
+    results = lrn.train(2)
+    assert [r.version for r in results] == [1, 2] and buffer.versions == [0, 1, 2]
+    assert [c["uid"] for c in registry.calls] == ["ckpt-1", "ckpt-2"]
+    assert [c["train/skipped_nonfinite"] for c in tracker.calls] == [0, 1, 0]
+    assert buffer.polls >= 2

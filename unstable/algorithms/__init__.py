@@ -1,0 +1,19 @@
+"""Pure maths of the learners: log-probs, policy-gradient and value losses, GAE.
+
+Every function here is a stateless torch function with a known-answer test in
+``tests/test_algorithms.py``; the learners in :mod:`unstable.learners` only wire them to a model.
+"""
+
+from unstable.algorithms.advantages import compute_gae, group_normalize, normalize, value_loss
+from unstable.algorithms.policy_gradient import masked_mean, masked_sum, reinforce_loss, token_logprobs
+
+__all__ = [
+    "compute_gae",
+    "group_normalize",
+    "masked_mean",
+    "masked_sum",
+    "normalize",
+    "reinforce_loss",
+    "token_logprobs",
+    "value_loss",
+]

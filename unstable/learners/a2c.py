@@ -1,0 +1,200 @@
+"""A2C: REINFORCE with a learned critic and GAE advantages.
+
+The critic is a second LoRA adapter (``"critic"``) on the *same* frozen base model plus a
+``Linear(hidden, 1)`` value head, with its own AdamW. ``V(s_t)`` is read from the final hidden
+state at the **last prompt token**: in a causal model that is the only position that has seen the
+whole observation (0.2 read position 0, which only sees the first token).
+
+Rewards and GAE: ``Step.reward`` is taken as the per-turn reward ``r_t`` of the player's MDP
+(whatever the buffer's reward transforms made it). Steps are grouped into episodes by
+``(env_id, game_id, player_id)`` and ordered by ``turn_index``; each episode's last step must
+have ``is_last`` (bootstrap value 0). GAE runs per episode with ``gamma``/``gae_lambda``; with
+the defaults (1, 1) the advantage is ``sum_{k>=t} r_k - V(s_t)``. So a buffer for A2C should put
+the game outcome on the last turn only (plus any per-turn shaping): if it copies the outcome onto
+every turn, as 0.2's StepBuffer does, GAE will add it up once per remaining turn.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from itertools import pairwise
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from unstable.algorithms import compute_gae, group_normalize, value_loss
+from unstable.learners import model_utils as mu
+from unstable.learners.base import BaseLearner
+from unstable.learners.batching import collate_prompts, micro_batches
+from unstable.learners.config import A2CConfig
+from unstable.records import Step
+
+CRITIC_ADAPTER = "critic"  # PEFT saves a non-default adapter in a subfolder of this name
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+def episode_indices(steps: Sequence[Step]) -> list[list[int]]:
+    """Indices of ``steps`` grouped per player episode, ordered by ``turn_index``.
+
+    Raises ``ValueError`` unless each group is a gap-free run of turns ending at ``is_last``
+    (GAE needs ``V(s_{t+1})`` of the very next turn): A2C wants whole episodes from its buffer.
+    """
+    groups: dict[tuple[str, int, int], list[int]] = defaultdict(list)
+    for i, step in enumerate(steps):
+        groups[(step.env_id, step.game_id, step.player_id)].append(i)
+    episodes = []
+    for key, idx in groups.items():
+        idx.sort(key=lambda i: steps[i].turn_index)
+        turns = [steps[i].turn_index for i in idx]
+        if any(b - a != 1 for a, b in pairwise(turns)) or not steps[idx[-1]].is_last:
+            raise ValueError(
+                f"A2C needs whole player episodes, but (env, game, player) {key} has turns {turns} "
+                f"(last is_last={steps[idx[-1]].is_last}); feed it from an episode buffer"
+            )
+        episodes.append(idx)
+    return episodes
+
+
+class A2CLearner(BaseLearner):
+    """Actor-critic: policy loss as REINFORCE with GAE advantages, value loss ``0.5 * MSE``.
+
+    Checkpoints hold the policy adapter at the root (what inference loads) and the critic in
+    ``critic/`` (its adapter + ``value_head.safetensors``); ``initial_lora_path`` restores both.
+    ``update`` trains on every step it is given (an episode buffer hands out whole episodes
+    totalling at least ``batch_size`` steps; 0.2 subsampled them back to ``batch_size``).
+    """
+
+    config_cls = A2CConfig
+    config: A2CConfig
+
+    def __init__(self, model_name: str, **kwargs) -> None:
+        super().__init__(model_name, **kwargs)
+        cfg = self.config
+        critic_dir = Path(cfg.initial_lora_path) / CRITIC_ADAPTER if cfg.initial_lora_path else None
+        if critic_dir is not None and critic_dir.is_dir():
+            self.model.load_adapter(str(critic_dir), adapter_name=CRITIC_ADAPTER, is_trainable=True)
+        else:
+            self.model.add_adapter(CRITIC_ADAPTER, mu.lora_config(cfg.lora_cfg))
+        self.model.set_adapter(mu.POLICY_ADAPTER)
+        hidden = self.model.get_base_model().config.get_text_config().hidden_size
+        self.value_head = nn.Linear(hidden, 1).to(self.device)  # float32 whatever the base dtype
+        if critic_dir is not None and (critic_dir / VALUE_HEAD_FILE).is_file():
+            self.value_head.load_state_dict(load_file(str(critic_dir / VALUE_HEAD_FILE)))
+        critic_lora = mu.adapter_parameters(self.model, CRITIC_ADAPTER)
+        self.critic_params = [*critic_lora, *self.value_head.parameters()]
+        self.critic_optimizer = torch.optim.AdamW(
+            self.critic_params, lr=cfg.critic_learning_rate, weight_decay=cfg.weight_decay
+        )
+
+    def initialize_algorithm(
+        self,
+        infer_mini_batch_size: int = 16,
+        critic_learning_rate: float = 1e-5,
+        normalize_adv: bool = True,
+        gamma: float = 1.0,
+        gae_lambda: float = 1.0,
+        max_train_len: int | None = None,
+        max_generation_len: int = 4096,
+    ) -> None:
+        """0.2 API: set the critic and GAE settings (validated like the config)."""
+        self.config = replace(
+            self.config,
+            infer_mini_batch_size=infer_mini_batch_size,
+            critic_learning_rate=critic_learning_rate,
+            normalize_adv=normalize_adv,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            max_train_len=max_train_len,
+            max_generation_len=max_generation_len,
+        )
+        for group in self.critic_optimizer.param_groups:
+            group["lr"] = critic_learning_rate
+
+    # ---------------------------------------------------------------------------------- critic
+    @contextmanager
+    def _adapter(self, name: str) -> Iterator[None]:
+        """Make ``name`` the active adapter. Forward *and* backward must run inside: non-reentrant
+        gradient checkpointing re-runs the forward with whatever adapter is active at backward."""
+        self.model.set_adapter(name)
+        try:
+            yield
+        finally:
+            self.model.set_adapter(mu.POLICY_ADAPTER)
+
+    def values(self, steps: Sequence[Step]) -> Tensor:
+        """``V(s)`` of each step's prompt (call inside ``self._adapter(CRITIC_ADAPTER)``)."""
+        input_ids, attention_mask = collate_prompts(steps, self.config.max_train_len, self.pad_id)
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        hidden = mu.decoder_body(self.model)(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state
+        last = attention_mask.sum(dim=1) - 1
+        at_last_prompt_token = hidden[torch.arange(hidden.shape[0], device=self.device), last]
+        return self.value_head(at_last_prompt_token.float()).squeeze(-1)
+
+    @torch.no_grad()
+    def _old_values(self, steps: Sequence[Step]) -> Tensor:
+        self.model.eval()
+        chunk = self.config.infer_mini_batch_size
+        try:
+            with self._adapter(CRITIC_ADAPTER):
+                parts = [self.values(steps[i : i + chunk]).cpu() for i in range(0, len(steps), chunk)]
+        finally:
+            self.model.train()
+        return torch.cat(parts)
+
+    def advantages(self, steps: Sequence[Step]) -> tuple[Tensor, Tensor, Tensor]:
+        """``(advantages, returns, values)`` per step: GAE per episode with the current critic."""
+        episodes = episode_indices(steps)
+        rewards = torch.tensor([s.reward for s in steps], dtype=torch.float32)
+        values = self._old_values(steps)
+        advantages = torch.zeros_like(rewards)
+        returns = torch.zeros_like(rewards)
+        for idx in episodes:
+            adv, ret = compute_gae(rewards[idx], values[idx], self.config.gamma, self.config.gae_lambda)
+            advantages[idx] = adv
+            returns[idx] = ret
+        return advantages, returns, values
+
+    # ---------------------------------------------------------------------------------- update
+    def _accumulate(self, steps: Sequence[Step]) -> dict[str, float]:
+        advantages, returns, old_values = self.advantages(steps)
+        policy_adv = advantages
+        if self.config.normalize_adv:
+            policy_adv = group_normalize(advantages, [s.env_id for s in steps])
+        metrics = self._policy_pass(steps, policy_adv)
+        total_loss, abs_err = 0.0, 0.0
+        with self._adapter(CRITIC_ADAPTER):
+            for idx in micro_batches(steps, self.config.mini_batch_size):
+                predicted = self.values([steps[i] for i in idx])
+                target = returns[idx].to(self.device)
+                loss = value_loss(predicted, target) * (len(idx) / len(steps))
+                self._backward(loss, "value loss")
+                total_loss += float(loss.detach())
+                abs_err += float((predicted.detach() - target).abs().sum())
+        metrics.update(
+            {
+                "train/value_loss": total_loss,
+                "train/value_mae": abs_err / len(steps),
+                "train/value_mean": float(old_values.mean()),
+                "train/adv_mean": float(advantages.mean()),
+                "train/adv_std": float(advantages.std(unbiased=False)),
+                "train/return_mean": float(returns.mean()),
+            }
+        )
+        return metrics
+
+    def _param_groups(self) -> dict[str, tuple[torch.optim.Optimizer, list[nn.Parameter]]]:
+        groups = super()._param_groups()
+        groups["train/critic_grad_norm"] = (self.critic_optimizer, self.critic_params)
+        return groups
+
+    def _write_checkpoint(self, directory: Path) -> None:
+        self.model.save_pretrained(str(directory), selected_adapters=[mu.POLICY_ADAPTER, CRITIC_ADAPTER])
+        state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
+        save_file(state, str(directory / CRITIC_ADAPTER / VALUE_HEAD_FILE))

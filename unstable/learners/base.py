@@ -1,0 +1,239 @@
+"""``BaseLearner``: model + adapter + optimiser, one ``update`` per batch, checkpoints, ``train`` loop.
+
+Plain Python (no Ray): the orchestration layer wraps a learner in an actor and hands it a buffer,
+tracker and model registry, which are used only through the small duck-typed hooks in ``train``.
+Subclasses implement :meth:`BaseLearner._accumulate` (forward + backward over micro-batches).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from unstable.algorithms import reinforce_loss, token_logprobs
+from unstable.learners import checkpoints as ckpt
+from unstable.learners import model_utils as mu
+from unstable.learners.batching import TokenBatch, collate, micro_batches, validate_steps
+from unstable.learners.config import LearnerConfig
+from unstable.learners.loop import run_training
+from unstable.records import Step
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    """What one :meth:`BaseLearner.update` produced.
+
+    ``adapter_path`` is the checkpoint written by this update; after a skipped (non-finite)
+    update it is the previous checkpoint, which is ``None`` while the learner is still at the
+    base weights. ``version`` is unchanged by a skipped update.
+    """
+
+    version: int
+    adapter_path: str | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> bool:
+        return bool(self.metrics.get("train/skipped_nonfinite", 0))
+
+
+class NonFiniteError(ArithmeticError):
+    """Internal: a loss or gradient was NaN/inf; the update is skipped (never escapes ``update``)."""
+
+
+class BaseLearner:
+    """Trains a LoRA adapter on batches of :class:`~unstable.records.Step` records.
+
+    Construct with the 0.2 keyword arguments (see :class:`LearnerConfig` for every field and its
+    default), e.g. ``REINFORCELearner(model_name, lora_cfg=..., batch_size=384, ...)``.
+    ``buffer``, ``tracker`` and ``model_registry`` are only used by :meth:`train`.
+    """
+
+    config_cls: ClassVar[type[LearnerConfig]] = LearnerConfig
+
+    def __init__(
+        self, model_name: str, *, buffer: Any = None, tracker: Any = None, model_registry: Any = None, **kwargs: Any
+    ) -> None:
+        self.config = self.config_cls(model_name=model_name, **kwargs)
+        self.buffer, self.tracker, self.model_registry = buffer, tracker, model_registry
+        cfg = self.config
+        stale = [v for v in ckpt.list_checkpoints(cfg.output_dir) if v > cfg.initial_version]
+        if stale:
+            raise ValueError(
+                f"{cfg.output_dir} already holds ckpt-{max(stale)}; use a fresh output_dir, or set "
+                f"initial_lora_path/initial_version to resume from the last checkpoint"
+            )
+        self.device = mu.resolve_device(cfg.device)
+        self.dtype = mu.resolve_dtype(cfg.dtype, self.device)
+        if cfg.seed is not None:
+            torch.manual_seed(cfg.seed)
+        base = mu.load_base_model(cfg.model_name, self.device, self.dtype, cfg.gradient_checkpointing)
+        self.model = mu.attach_policy_adapter(base, cfg.lora_cfg, cfg.initial_lora_path)
+        self.model.to(self.device)
+        self.policy_params = mu.adapter_parameters(self.model, mu.POLICY_ADAPTER)
+        self.optimizer = torch.optim.AdamW(self.policy_params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.pad_id = mu.pad_token_id(base)
+        self.vocab_size = mu.vocab_size(base)
+        self._logits_to_keep = mu.supports_logits_to_keep(self.model)
+        self.version = cfg.initial_version
+        self.adapter_path: str | None = cfg.initial_lora_path
+        self.skipped_total = 0
+
+    # ------------------------------------------------------------------------------ setup, loop
+    def initialize_algorithm(self, max_train_len: int | None = None, max_generation_len: int = 4096) -> None:
+        """Set the truncation and Dr. GRPO lengths (0.2 API; the config defaults already work)."""
+        self.config = replace(self.config, max_train_len=max_train_len, max_generation_len=max_generation_len)
+
+    def train(self, iterations: int) -> list[UpdateResult]:
+        """Pull batches from ``buffer`` and update until ``iterations`` checkpoints are written.
+
+        See :func:`unstable.learners.loop.run_training` for the duck-typed hooks it calls.
+        """
+        return run_training(self, iterations)
+
+    # ---------------------------------------------------------------------------------- update
+    def update(self, steps: Sequence[Step]) -> UpdateResult:
+        """One optimiser step over ``steps``, then save ``ckpt-{version}`` and apply retention.
+
+        If any loss or gradient norm is NaN/inf, nothing is stepped or saved: the gradients are
+        dropped and the result carries ``train/skipped_nonfinite = 1`` (no exception).
+        """
+        start = time.perf_counter()
+        trained_version = self.version
+        validate_steps(steps, self.vocab_size)
+        self.model.train()
+        self._zero_grad()
+        try:
+            metrics = self._accumulate(steps)
+            norms = self._clip_gradients()
+        except NonFiniteError as err:
+            return self._skip(steps, trained_version, str(err), start)
+        for optimizer in self._optimizers():
+            optimizer.step()
+        self._zero_grad()
+        self.version += 1
+        self.adapter_path = str(
+            ckpt.atomic_save(ckpt.checkpoint_dir(self.config.output_dir, self.version), self._write_checkpoint)
+        )
+        ckpt.apply_retention(self.config.output_dir, self.config.keep_last, self.config.keep_every)
+        metrics.update(norms)
+        metrics.update(self._common_metrics(steps, trained_version, start, skipped=False))
+        return UpdateResult(self.version, self.adapter_path, metrics)
+
+    def _accumulate(self, steps: Sequence[Step]) -> dict[str, float]:
+        """Forward + backward every micro-batch (gradients summed in ``.grad``); return metrics."""
+        raise NotImplementedError
+
+    def _param_groups(self) -> dict[str, tuple[torch.optim.Optimizer, list[nn.Parameter]]]:
+        """Metric name of the pre-clip gradient norm -> (optimiser, its parameters)."""
+        return {"train/grad_norm": (self.optimizer, self.policy_params)}
+
+    def _write_checkpoint(self, directory: Path) -> None:
+        """Write the adapter(s) into ``directory`` (standard PEFT layout at the root)."""
+        self.model.save_pretrained(str(directory), selected_adapters=[mu.POLICY_ADAPTER])
+
+    # ------------------------------------------------------------------------- policy gradient
+    def _policy_backward(self, batch: TokenBatch, advantages: Tensor, weight: float) -> dict[str, float]:
+        """REINFORCE loss of one micro-batch scaled by ``weight`` (its share of the batch); backward."""
+        start = batch.first_target - 1  # first position whose logits predict a completion token
+        input_ids = batch.input_ids.to(self.device)
+        kwargs = {"logits_to_keep": input_ids.shape[1] - start} if self._logits_to_keep else {}
+        logits = self.model(
+            input_ids=input_ids, attention_mask=batch.attention_mask.to(self.device), use_cache=False, **kwargs
+        ).logits
+        if not self._logits_to_keep:
+            logits = logits[:, start:]
+        ids = input_ids[:, start:]
+        if self.config.activation_checkpointing:
+            token_logp = torch.utils.checkpoint.checkpoint(token_logprobs, logits, ids, use_reentrant=False)
+        else:
+            token_logp = token_logprobs(logits, ids)
+        mask = batch.completion_mask[:, start + 1 :].to(self.device)
+        loss, stats = reinforce_loss(token_logp, mask, advantages.to(self.device), self.config.max_generation_len)
+        self._backward(loss * weight, "policy loss")
+        tokens = float(mask.sum())
+        return {
+            "loss": float(loss.detach()) * weight,
+            "seq_logp_sum": float(stats["seq_logp"].sum()),
+            "token_logp_sum": float((token_logp.detach() * mask).sum()),
+            "tokens": tokens,
+        }
+
+    def _policy_pass(self, steps: Sequence[Step], advantages: Tensor) -> dict[str, float]:
+        """The policy's whole accumulation: every micro-batch of ``steps`` with its advantages."""
+        totals = {"loss": 0.0, "seq_logp_sum": 0.0, "token_logp_sum": 0.0, "tokens": 0.0, "truncated": 0.0}
+        for idx in micro_batches(steps, self.config.mini_batch_size):
+            batch = collate([steps[i] for i in idx], self.config.max_train_len, self.pad_id)
+            out = self._policy_backward(batch, advantages[idx], weight=len(idx) / len(steps))
+            for key, value in out.items():
+                totals[key] += value
+            totals["truncated"] += batch.num_truncated
+        n = len(steps)
+        return {
+            "train/loss": totals["loss"],
+            "train/tokens": totals["tokens"],
+            "train/seq_logp_mean": totals["seq_logp_sum"] / n,
+            "train/token_logp_mean": totals["token_logp_sum"] / max(totals["tokens"], 1.0),
+            "train/pct_truncated": 100.0 * totals["truncated"] / n,
+        }
+
+    # --------------------------------------------------------------------------------- helpers
+    @staticmethod
+    def _backward(loss: Tensor, what: str) -> None:
+        if not torch.isfinite(loss):
+            raise NonFiniteError(f"{what} is {float(loss.detach())}")
+        loss.backward()
+
+    def _optimizers(self) -> list[torch.optim.Optimizer]:
+        return [opt for opt, _ in self._param_groups().values()]
+
+    def _zero_grad(self) -> None:
+        for optimizer in self._optimizers():
+            optimizer.zero_grad(set_to_none=True)
+
+    def _clip_gradients(self) -> dict[str, float]:
+        """Clip each group to ``grad_clip``; return the norms measured before clipping."""
+        norms = {}
+        for name, (_, params) in self._param_groups().items():
+            norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip))
+            if not math.isfinite(norm):
+                raise NonFiniteError(f"{name} is {norm}")
+            norms[name] = norm
+        return norms
+
+    def _skip(self, steps: Sequence[Step], trained_version: int, reason: str, start: float) -> UpdateResult:
+        self._zero_grad()
+        self.skipped_total += 1
+        logger.warning("skipping update at version %d (no step, no checkpoint): %s", trained_version, reason)
+        metrics = self._common_metrics(steps, trained_version, start, skipped=True)
+        return UpdateResult(self.version, self.adapter_path, metrics)
+
+    def _common_metrics(
+        self, steps: Sequence[Step], trained_version: int, start: float, skipped: bool
+    ) -> dict[str, float]:
+        """Metrics every learner logs; staleness = learner version trained - sampling version."""
+        rewards = [s.reward for s in steps]
+        staleness = [trained_version - s.policy_version for s in steps if s.policy_version is not None]
+        metrics = {
+            "train/version": float(self.version),
+            "train/lr": float(self.optimizer.param_groups[0]["lr"]),
+            "train/batch_steps": float(len(steps)),
+            "train/reward_mean": sum(rewards) / len(rewards),
+            "train/skipped_nonfinite": float(skipped),
+            "train/skipped_total": float(self.skipped_total),
+            "train/update_seconds": time.perf_counter() - start,
+        }
+        if staleness:
+            metrics["train/staleness_mean"] = sum(staleness) / len(staleness)
+            metrics["train/staleness_max"] = float(max(staleness))
+        return metrics

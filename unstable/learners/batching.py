@@ -1,0 +1,95 @@
+"""Turn :class:`~unstable.records.Step` records into padded token tensors, exactly as sampled.
+
+No text is re-tokenised: ``input_ids = prompt_ids + completion_ids``. Sequences are right-padded
+(real tokens never attend to padding in a causal model, so padding cannot change their log-probs)
+and cut to their first ``max_train_len`` tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from unstable.records import Step
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBatch:
+    """A right-padded micro-batch.
+
+    ``completion_mask[b, t]`` is true where ``input_ids[b, t]`` is a kept completion token (the
+    loss targets); prompt and padding positions are false. ``prompt_lens`` are after truncation.
+    """
+
+    input_ids: Tensor  # [B, T] long
+    attention_mask: Tensor  # [B, T] long
+    completion_mask: Tensor  # [B, T] bool
+    prompt_lens: Tensor  # [B] long
+    num_truncated: int
+
+    @property
+    def first_target(self) -> int:
+        """Earliest position holding a completion token in any row (>= 1)."""
+        return int(self.prompt_lens.min().clamp(min=1))
+
+
+def validate_steps(steps: Sequence[Step], vocab_size: int) -> None:
+    """Fail fast on records a learner cannot train on (before any forward pass)."""
+    if not steps:
+        raise ValueError("update() needs at least one Step")
+    for step in steps:
+        where = f"step ({step.env_id} game {step.game_id} player {step.player_id} turn {step.turn_index})"
+        if not step.prompt_ids:
+            raise ValueError(f"{where} has no prompt_ids; learners train on the sampled token ids")
+        ids = (*step.prompt_ids, *step.completion_ids)
+        if min(ids) < 0 or max(ids) >= vocab_size:
+            raise ValueError(f"{where} has token ids outside [0, {vocab_size}); was it sampled with another tokenizer?")
+
+
+def collate(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> TokenBatch:
+    """Pad ``prompt_ids + completion_ids`` of each step into a :class:`TokenBatch` (on CPU)."""
+    rows = []
+    num_truncated = 0
+    for step in steps:
+        ids = [*step.prompt_ids, *step.completion_ids]
+        if max_train_len is not None and len(ids) > max_train_len:
+            ids = ids[:max_train_len]
+            num_truncated += 1
+        rows.append(ids)
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    completion_mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    prompt_lens = torch.zeros(len(rows), dtype=torch.long)
+    for b, (ids, step) in enumerate(zip(rows, steps, strict=True)):
+        n = len(ids)
+        p = min(len(step.prompt_ids), n)
+        input_ids[b, :n] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[b, :n] = 1
+        completion_mask[b, p:n] = True
+        prompt_lens[b] = p
+    return TokenBatch(input_ids, attention_mask, completion_mask, prompt_lens, num_truncated)
+
+
+def collate_prompts(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> tuple[Tensor, Tensor]:
+    """Right-padded prompts only (for the critic): ``(input_ids, attention_mask)``."""
+    rows = [list(s.prompt_ids[:max_train_len] if max_train_len else s.prompt_ids) for s in steps]
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, ids in enumerate(rows):
+        input_ids[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[b, : len(ids)] = 1
+    return input_ids, attention_mask
+
+
+def micro_batches(steps: Sequence[Step], size: int) -> list[list[int]]:
+    """Indices of ``steps`` in chunks of ``size``, similar lengths together (less padding).
+
+    The order of micro-batches does not change the accumulated gradient, only the padding.
+    """
+    order = sorted(range(len(steps)), key=lambda i: len(steps[i].prompt_ids) + len(steps[i].completion_ids))
+    return [order[i : i + size] for i in range(0, len(order), size)]

@@ -1,0 +1,83 @@
+"""The learner's ``train`` loop: wait for a batch, update, publish the checkpoint.
+
+Collaborators are duck-typed so this runs in-process with fakes and, later, behind Ray handles
+that the orchestration layer adapts to plain calls:
+
+* ``buffer.size() -> int`` and ``buffer.get_batch(n)`` (required), returning ``list[Step]`` (a step
+  buffer) or ``list[list[Step]]`` (an episode buffer's whole episodes; flattened here);
+* ``buffer.set_learner_version(v)`` (optional; lets the buffer measure/bound staleness);
+* ``model_registry.add_checkpoint(uid=f"ckpt-{v}", path=..., iteration=v)`` (optional);
+* ``tracker.log(metrics: dict)`` (optional).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from unstable.learners.base import BaseLearner, UpdateResult
+
+
+def run_training(learner: BaseLearner, iterations: int) -> list[UpdateResult]:
+    """Run ``iterations`` successful updates; skipped (non-finite) batches do not count.
+
+    Waiting polls ``buffer.size()`` every ``config.poll_interval_s`` seconds (cheap next to an
+    update) until it holds ``batch_size`` steps, or raises ``TimeoutError`` after
+    ``config.wait_timeout_s``. ``config.max_consecutive_skips`` non-finite updates in a row raise
+    ``RuntimeError``: something upstream is producing NaNs and the run should stop with the cause.
+    """
+    if learner.buffer is None:
+        raise ValueError("train() needs a buffer; pass buffer=... to the learner, or call update(steps)")
+    cfg = learner.config
+    results: list[UpdateResult] = []
+    consecutive_skips = 0
+    _call_optional(learner.buffer, "set_learner_version", learner.version)
+    while len(results) < iterations:
+        _wait_for_batch(learner)
+        result = learner.update(_flatten(learner.buffer.get_batch(cfg.batch_size)))
+        _call_optional(learner.tracker, "log", result.metrics)
+        if result.skipped:
+            consecutive_skips += 1
+            if consecutive_skips >= cfg.max_consecutive_skips:
+                raise RuntimeError(
+                    f"{consecutive_skips} non-finite updates in a row at version {learner.version}; "
+                    "check the rewards and log-probs reaching the learner"
+                )
+            continue
+        consecutive_skips = 0
+        results.append(result)
+        _call_optional(learner.buffer, "set_learner_version", result.version)
+        _call_optional(
+            learner.model_registry,
+            "add_checkpoint",
+            uid=f"ckpt-{result.version}",
+            path=result.adapter_path,
+            iteration=result.version,
+        )
+    return results
+
+
+def _wait_for_batch(learner: BaseLearner) -> None:
+    cfg = learner.config
+    deadline = None if cfg.wait_timeout_s is None else time.monotonic() + cfg.wait_timeout_s
+    while learner.buffer.size() < cfg.batch_size:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(
+                f"buffer held {learner.buffer.size()} < {cfg.batch_size} steps after {cfg.wait_timeout_s}s"
+            )
+        time.sleep(cfg.poll_interval_s)
+
+
+def _flatten(batch: list) -> list:
+    """``list[list[Step]]`` (episodes) -> ``list[Step]``; a flat list is returned as is."""
+    if batch and isinstance(batch[0], list | tuple):
+        return [step for episode in batch for step in episode]
+    return list(batch)
+
+
+def _call_optional(obj: object, method: str, *args: object, **kwargs: object) -> None:
+    """Call ``obj.method(...)`` if ``obj`` is given and has it (the hooks are optional)."""
+    fn = getattr(obj, method, None) if obj is not None else None
+    if fn is not None:
+        fn(*args, **kwargs)

@@ -1,0 +1,107 @@
+"""Loading the base model, attaching LoRA adapters, and finding their parameters."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from torch import nn
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+POLICY_ADAPTER = "default"  # PEFT's name for the adapter saved at the checkpoint root
+_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+}
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """``None`` -> ``cuda`` if available else ``cpu``."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    """``None`` -> bf16 on CUDA, fp32 elsewhere; otherwise one of ``_DTYPES``."""
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def lora_config(lora_cfg: dict[str, Any]) -> LoraConfig:
+    """PEFT ``LoraConfig`` from the seed's dict (``lora_rank``, ``lora_alpha``, ...)."""
+    return LoraConfig(
+        r=lora_cfg["lora_rank"],
+        lora_alpha=lora_cfg["lora_alpha"],
+        lora_dropout=lora_cfg["lora_dropout"],
+        target_modules=list(lora_cfg["target_modules"]),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def load_base_model(
+    model_name: str, device: torch.device, dtype: torch.dtype, gradient_checkpointing: bool
+) -> PreTrainedModel:
+    """The frozen base model on ``device`` (no KV cache, optional per-layer checkpointing)."""
+    model = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype)
+    model.to(device)
+    model.config.use_cache = False
+    model.requires_grad_(False)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def attach_policy_adapter(base: PreTrainedModel, lora_cfg: dict[str, Any], initial_lora_path: str | None) -> PeftModel:
+    """Wrap ``base`` with a trainable LoRA adapter named ``default``: new, or loaded from a path."""
+    if initial_lora_path is not None:
+        return PeftModel.from_pretrained(base, initial_lora_path, is_trainable=True)
+    return get_peft_model(base, lora_config(lora_cfg))
+
+
+def adapter_parameters(model: nn.Module, adapter_name: str) -> list[nn.Parameter]:
+    """The LoRA parameters of one adapter (matched by name: ``...lora_A.<adapter>.weight``)."""
+    params = []
+    for name, param in model.named_parameters():
+        parts = name.split(".")
+        if adapter_name in parts and any(p.startswith("lora_") for p in parts):
+            params.append(param)
+    if not params:
+        raise ValueError(f"no LoRA parameters found for adapter {adapter_name!r}; check target_modules")
+    return params
+
+
+def decoder_body(model: PeftModel) -> nn.Module:
+    """The transformer body (no LM head) with the LoRA layers injected, e.g. ``Qwen3Model``."""
+    return model.get_base_model().base_model
+
+
+def supports_logits_to_keep(model: PeftModel) -> bool:
+    """Whether the causal-LM forward accepts ``logits_to_keep`` (skips prompt-position logits)."""
+    return "logits_to_keep" in inspect.signature(model.get_base_model().forward).parameters
+
+
+def pad_token_id(model: PreTrainedModel) -> int:
+    """Any in-vocabulary id works (padding is masked); prefer the model's own pad/eos id."""
+    for attr in ("pad_token_id", "eos_token_id"):
+        value = getattr(model.config, attr, None)
+        if isinstance(value, list):
+            value = value[0] if value else None
+        if isinstance(value, int) and 0 <= value < vocab_size(model):
+            return value
+    return 0
+
+
+def vocab_size(model: PreTrainedModel) -> int:
+    """Rows of the input embedding (the ids a step may contain)."""
+    return model.get_input_embeddings().weight.shape[0]
