@@ -326,7 +326,17 @@ def test_episode_buffer_transforms_the_whole_batch_then_regroups():
     buffer.add_game(make_game())
     episodes = buffer.get_batch(4)
     rewards = {ep[0].player_id: [s.reward for s in ep] for ep in episodes}
-    assert rewards == {0: [1.0, 1.0], 1: [-1.0, -1.0]}  # the batch mean is 0, not each episode's
+    assert rewards == {0: [0.0, 1.0], 1: [0.0, -1.0]}  # the batch mean is 0, not each episode's
+
+
+def test_episode_buffer_puts_the_outcome_on_the_last_turn_and_keeps_per_turn_shaping():
+    step = retra.ComposeStepRewardTransforms([retra.RewardForFormat(1.5), retra.PenaltyForInvalidMove(1.0, -1.0)])
+    buffer = EpisodeBuffer(100, step_reward_transformation=step, seed=0)
+    buffer.add_game(make_game())
+    rewards = {ep[0].player_id: [s.reward for s in ep] for ep in buffer.get_batch(4)}
+    # player 0 (won, +1): shaping 2.5 per turn; player 1 (lost, -1): bad format then an invalid move.
+    assert rewards == {0: [2.5, 3.5], 1: [1.0, -0.5]}
+    assert sum(rewards[1]) == -1.0 + 1.0 + 0.5  # the shaped return: outcome plus each turn's shaping
 
 
 def test_episode_buffer_drops_stale_episodes():

@@ -1,6 +1,15 @@
-"""EpisodeBuffer: whole per-player episodes, for learners that need complete trajectories (GAE)."""
+"""EpisodeBuffer: whole per-player episodes, for learners that need complete trajectories (GAE).
+
+Rewards are per turn, as a return-based learner needs them: each turn keeps its own step
+shaping (format bonus, invalid-move penalty, ...), and the transformed game outcome is placed on
+the player's **last** turn only. (UnstableBaselines 0.2 copied the outcome onto every turn, so
+its GAE counted it once per remaining turn.) For a player with turns t=0..T-1 the reward is
+``r_t = step_reward_t - final + final * [t == T-1]`` and ``sum_t r_t`` is the shaped return.
+"""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from unstable.buffers.base import BufferBase, check_batch_size, swap_pop
 from unstable.records import PlayerTrajectory, Step
@@ -24,6 +33,17 @@ class EpisodeBuffer(BufferBase):
     def num_episodes(self) -> int:
         """Number of episodes held."""
         return len(self._episodes)
+
+    def _build_steps(
+        self, player_traj: PlayerTrajectory, env_id: str | None, policy_version: int | None
+    ) -> list[Step]:
+        steps = super()._build_steps(player_traj, env_id, policy_version)
+        out = []
+        for k, step in enumerate(steps):
+            final = step.step_info["final_after_transform"]
+            turn_reward = step.reward - final + (final if k == len(steps) - 1 else 0.0)
+            out.append(replace(step, reward=turn_reward, step_info={**step.step_info, "turn_reward": turn_reward}))
+        return out
 
     def add_player_trajectory(
         self, player_traj: PlayerTrajectory, env_id: str | None = None, policy_version: int | None = None

@@ -1,7 +1,7 @@
 """The learner's ``train`` loop: wait for a batch, update, publish the checkpoint.
 
-Collaborators are duck-typed so this runs in-process with fakes and, later, behind Ray handles
-that the orchestration layer adapts to plain calls:
+Collaborators are duck-typed and may be plain objects or Ray actor handles (every call goes
+through :func:`unstable.utils.remote.call`):
 
 * ``buffer.size() -> int`` and ``buffer.get_batch(n)`` (required), returning ``list[Step]`` (a step
   buffer) or ``list[list[Step]]`` (an episode buffer's whole episodes; flattened here);
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
+
+from unstable.utils.remote import call
 
 if TYPE_CHECKING:
     from unstable.learners.base import BaseLearner, UpdateResult
@@ -35,7 +37,7 @@ def run_training(learner: BaseLearner, iterations: int) -> list[UpdateResult]:
     _call_optional(learner.buffer, "set_learner_version", learner.version)
     while len(results) < iterations:
         _wait_for_batch(learner)
-        result = learner.update(_flatten(learner.buffer.get_batch(cfg.batch_size)))
+        result = learner.update(_flatten(call(learner.buffer, "get_batch", cfg.batch_size)))
         _call_optional(learner.tracker, "log", result.metrics)
         if result.skipped:
             consecutive_skips += 1
@@ -61,10 +63,10 @@ def run_training(learner: BaseLearner, iterations: int) -> list[UpdateResult]:
 def _wait_for_batch(learner: BaseLearner) -> None:
     cfg = learner.config
     deadline = None if cfg.wait_timeout_s is None else time.monotonic() + cfg.wait_timeout_s
-    while learner.buffer.size() < cfg.batch_size:
+    while call(learner.buffer, "size") < cfg.batch_size:
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(
-                f"buffer held {learner.buffer.size()} < {cfg.batch_size} steps after {cfg.wait_timeout_s}s"
+                f"buffer held {call(learner.buffer, 'size')} < {cfg.batch_size} steps after {cfg.wait_timeout_s}s"
             )
         time.sleep(cfg.poll_interval_s)
 
@@ -78,6 +80,5 @@ def _flatten(batch: list) -> list:
 
 def _call_optional(obj: object, method: str, *args: object, **kwargs: object) -> None:
     """Call ``obj.method(...)`` if ``obj`` is given and has it (the hooks are optional)."""
-    fn = getattr(obj, method, None) if obj is not None else None
-    if fn is not None:
-        fn(*args, **kwargs)
+    if obj is not None and getattr(obj, method, None) is not None:
+        call(obj, method, *args, **kwargs)
