@@ -1,0 +1,11 @@
+"""Who plays: learner checkpoints and fixed opponents, with TrueSkill ratings and match records."""
+
+from unstable.registry.model_registry import (
+    DEFAULT_DRAW_PROBABILITY,
+    ModelEntry,
+    ModelRegistry,
+    fixed_policy_ref,
+    score_ranks,
+)
+
+__all__ = ["DEFAULT_DRAW_PROBABILITY", "ModelEntry", "ModelRegistry", "fixed_policy_ref", "score_ranks"]

@@ -1,0 +1,308 @@
+"""``ModelRegistry``: every model that plays (learner checkpoints and fixed opponents) and its TrueSkill rating.
+
+Rules (the seed's behaviour, minus its bugs):
+
+* **Checkpoints.** ``add_checkpoint`` makes the new checkpoint current. With ``inherit=True`` it starts
+  from the previous current checkpoint's mu with sigma doubled (the seed's rule), capped at the
+  environment's default sigma (25/3) so a long run cannot end up *less* certain than a fresh model.
+  ``path=None`` is the base model. Iterations must not go down, so insertion order = iteration order.
+* **Fixed models.** uid = the name itself (``"random"``, ``"google/gemini-2.0-flash-lite-001"``), not
+  the seed's ``"fixed-<name>"``: the name in a spec, in the registry and on the dashboard is the same
+  string. Kind (see :func:`fixed_policy_ref`): ``"scripted"`` for names in ``SCRIPTED_POLICIES``,
+  ``"checkpoint"`` for an existing adapter directory, else ``"api"``.
+* **Draws.** ``draw_probability=0.25`` (TrueSkill's default is 0.10): TicTacToe, SimpleTak or Nim
+  between similar players draw (or split) often; a draw counts as a draw, never as a win.
+* **Rating a game.** Scores become ranks (higher is better, ties share a rank); one ``TS.rate`` per
+  game. A uid playing several seats is rated once, by its best seat. If every seat is the same uid
+  (mirror self-play) nothing is rated: the game counts in ``games`` and ``self_games`` and on the
+  diagonal of the match matrix, but no win/draw/loss. A single-seat game has no opponent and is not
+  rated (the seed rated it against a dummy "env" model, mixing game difficulty into skill); its
+  outcome is the sign of the score.
+* **Unknown players.** :meth:`record_game` adds a seat's policy it has not seen as a fixed model (kind
+  from its :class:`~unstable.records.PolicyRef`), so eval games against an unregistered baseline are
+  rated; :meth:`update_ratings` with bare uids requires them registered.
+
+``sample_opponent`` delegates to a model sampler given by :meth:`set_sampler` (which points the
+sampler's ``model_registry`` at this object, so a registry actor never calls itself through Ray).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import trueskill
+
+from unstable.records import GameRecord, PolicyKind, PolicyRef
+from unstable.utils.remote import RemoteCapable, call
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DRAW_PROBABILITY = 0.25
+_OUTCOMES = ("win", "draw", "loss")
+_TALLY = {"win": "wins", "draw": "draws", "loss": "losses"}  # outcome -> ModelEntry counter
+
+
+def fixed_policy_ref(name: str) -> PolicyRef:
+    """How a fixed opponent's name is played: the one place the uid and kind rules live."""
+    from unstable.policies.scripted import SCRIPTED_POLICIES
+
+    if name in SCRIPTED_POLICIES:
+        return PolicyRef(uid=name, kind="scripted")
+    if os.path.isdir(name):
+        return PolicyRef(uid=name, kind="checkpoint", adapter_path=name)
+    return PolicyRef(uid=name, kind="api")
+
+
+def score_ranks(scores: list[float]) -> list[int]:
+    """Competition ranks, 0 = best: ``[1, 0, -1, 1] -> [0, 2, 3, 0]``."""
+    return [sum(other > s for other in scores) for s in scores]
+
+
+def _outcome(mine: float, other: float) -> str:
+    return "win" if mine > other else ("draw" if mine == other else "loss")
+
+
+@dataclass
+class ModelEntry:
+    uid: str
+    kind: PolicyKind
+    path_or_name: str | None
+    iteration: int | None
+    fixed: bool
+    mu: float
+    sigma: float
+    games: int = 0
+    wins: int = 0
+    draws: int = 0
+    losses: int = 0
+    self_games: int = 0
+
+    def tally(self, outcome: str) -> None:
+        field = _TALLY[outcome]
+        setattr(self, field, getattr(self, field) + 1)
+
+
+class ModelRegistry(metaclass=RemoteCapable):
+    """See the module docstring. ``tracker`` (optional) gets :meth:`interface_info` through
+    ``tracker.log_registry(info)`` after each new checkpoint and every ``log_every`` recorded games
+    (the Tracker logs ``registry/<uid>/mu|sigma`` from it and keeps it for the dashboard)."""
+
+    def __init__(self, tracker: Any = None, beta: float = 4.0,
+                 draw_probability: float = DEFAULT_DRAW_PROBABILITY, log_every: int = 16):
+        if not 0.0 <= draw_probability < 1.0:
+            raise ValueError(f"draw_probability must be in [0, 1), got {draw_probability}")
+        if log_every < 1:
+            raise ValueError(f"log_every must be >= 1, got {log_every}")
+        self.tracker, self.beta, self.draw_probability, self.log_every = tracker, beta, draw_probability, log_every
+        self.TS = trueskill.TrueSkill(beta=beta, draw_probability=draw_probability)
+        self._models: dict[str, ModelEntry] = {}
+        self._current: str | None = None
+        self._matches: dict[str, dict[str, int]] = {}
+        self._results: dict[str, dict[str, dict[str, int]]] = {}
+        self._games_recorded = 0
+        self._sampler: Any = None
+
+    # ----------------------------------------------------------------- adding models
+    def _add(self, entry: ModelEntry) -> None:
+        if entry.uid in self._models:
+            raise ValueError(f"uid {entry.uid!r} is already registered (as {self._models[entry.uid].kind}); "
+                             "uids must be unique")
+        self._models[entry.uid] = entry
+
+    def add_checkpoint(self, uid: str, path: str | None, iteration: int, inherit: bool = True) -> None:
+        """Register a learner checkpoint (``path=None``: base weights) and make it current."""
+        if not isinstance(iteration, int) or iteration < 0:
+            raise ValueError(f"iteration must be an integer >= 0, got {iteration!r}")
+        prev = self._models.get(self._current) if self._current else None
+        if prev is not None and iteration < prev.iteration:
+            raise ValueError(f"checkpoint {uid!r} has iteration {iteration} < current {prev.uid!r} ({prev.iteration})")
+        mu, sigma = self.TS.mu, self.TS.sigma
+        if inherit and prev is not None:
+            mu, sigma = prev.mu, min(prev.sigma * 2.0, self.TS.sigma)
+        self._add(ModelEntry(uid, "checkpoint", path, iteration, False, mu, sigma))
+        self._current = uid
+        self._push()
+
+    def add_fixed(self, name: str, prior_mu: float = 25.0) -> str:
+        """Register a fixed opponent (API model, scripted baseline, or a frozen adapter dir); returns its uid."""
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"fixed model name must be a non-empty string, got {name!r}")
+        ref = fixed_policy_ref(name)
+        self._add(ModelEntry(ref.uid, ref.kind, name, None, True, float(prior_mu), self.TS.sigma))
+        return ref.uid
+
+    def _ensure_known(self, ref: PolicyRef) -> None:
+        if ref.uid in self._models:
+            return
+        log.info("registry: adding %s policy %r seen in a game as a fixed model", ref.kind, ref.uid)
+        self._add(ModelEntry(ref.uid, ref.kind, ref.adapter_path or ref.uid, None, True, self.TS.mu, self.TS.sigma))
+
+    # ----------------------------------------------------------------- rating games
+    def record_game(self, record: GameRecord) -> None:
+        """Rate a finished game: uids from the seats' policies, scores from ``final_rewards``."""
+        agents = sorted(record.spec.agents, key=lambda a: a.player_id)
+        for agent in agents:
+            self._ensure_known(agent.policy)
+        uids = [a.policy.uid for a in agents]
+        scores = [float(record.final_rewards[a.player_id]) for a in agents]
+        self.update_ratings(uids, scores, env_id=record.env_id)
+
+    def update_ratings(self, uids: list[str], scores: list[float], env_id: str | None = None) -> None:
+        """One game: ``uids[i]`` scored ``scores[i]``. Ratings are global; ``env_id`` is only for logs."""
+        if not uids or len(uids) != len(scores):
+            raise ValueError(f"need one score per seat, got uids={uids!r} scores={scores!r}")
+        unknown = [u for u in uids if u not in self._models]
+        if unknown:
+            raise KeyError(f"unknown uids {unknown} (game in {env_id}); registered: {sorted(self._models)}")
+        best: dict[str, float] = {}
+        for uid, score in zip(uids, scores, strict=True):
+            best[uid] = max(best.get(uid, -math.inf), float(score))
+        for uid in best:
+            self._models[uid].games += 1
+        if len(best) == 1:
+            self._record_unrated(uids[0], len(uids), best[uids[0]])
+        else:
+            self._rate(best)
+        self._games_recorded += 1
+        if self._games_recorded % self.log_every == 0:
+            self._push()
+
+    def _record_unrated(self, uid: str, seats: int, score: float) -> None:
+        entry = self._models[uid]
+        if seats > 1:  # mirror self-play
+            entry.self_games += 1
+            row = self._matches.setdefault(uid, {})
+            row[uid] = row.get(uid, 0) + 1
+            return
+        entry.tally(_outcome(score, 0.0))
+
+    def _rate(self, best: dict[str, float]) -> None:
+        order = list(best)
+        groups = [(self.TS.create_rating(self._models[u].mu, self._models[u].sigma),) for u in order]
+        rated = self.TS.rate(groups, ranks=score_ranks([best[u] for u in order]))
+        for uid, (rating,) in zip(order, rated, strict=True):
+            self._models[uid].mu, self._models[uid].sigma = rating.mu, rating.sigma
+        for a in order:
+            others = [b for b in order if b != a]
+            outcome = _outcome(best[a], max(best[b] for b in others))
+            self._models[a].tally(outcome)
+            for b in others:
+                row = self._matches.setdefault(a, {})
+                row[b] = row.get(b, 0) + 1
+                cell = self._results.setdefault(a, {}).setdefault(b, dict.fromkeys(_OUTCOMES, 0))
+                cell[_outcome(best[a], best[b])] += 1
+
+    # ----------------------------------------------------------------- queries
+    def get_current_ckpt(self) -> str:
+        if self._current is None:
+            raise RuntimeError("no checkpoint registered yet; call add_checkpoint(uid='base', path=None, iteration=0)")
+        return self._current
+
+    def _entry(self, uid: str) -> ModelEntry:
+        if uid not in self._models:
+            raise KeyError(f"unknown uid {uid!r}; registered: {sorted(self._models)}")
+        return self._models[uid]
+
+    def get_name_or_lora_path(self, uid: str) -> str | None:
+        return self._entry(uid).path_or_name
+
+    def get_model(self, uid: str) -> dict[str, Any]:
+        return asdict(self._entry(uid))
+
+    def get_all_models(self) -> list[dict[str, Any]]:
+        return [asdict(m) for m in self._models.values()]
+
+    def policy_ref(self, uid: str | None = None) -> PolicyRef:
+        """How to play ``uid`` (default: the current checkpoint) as a seat."""
+        entry = self._entry(self.get_current_ckpt() if uid is None else uid)
+        adapter = entry.path_or_name if entry.kind == "checkpoint" else None
+        return PolicyRef(uid=entry.uid, kind=entry.kind, adapter_path=adapter, version=entry.iteration)
+
+    def checkpoint_uids(self) -> list[str]:
+        """Learner checkpoints, oldest first (by iteration; insertion order breaks ties)."""
+        ckpts = [m for m in self._models.values() if not m.fixed]
+        return [m.uid for m in sorted(ckpts, key=lambda m: m.iteration)]
+
+    def fixed_uids(self) -> list[str]:
+        return [m.uid for m in self._models.values() if m.fixed]
+
+    def ratings(self) -> dict[str, tuple[float, float]]:
+        return {uid: (m.mu, m.sigma) for uid, m in self._models.items()}
+
+    def match_quality(self, uid_a: str, uid_b: str) -> float:
+        """TrueSkill's draw probability between two models (1 = perfectly even)."""
+        a, b = self._entry(uid_a), self._entry(uid_b)
+        return self.TS.quality([(self.TS.create_rating(a.mu, a.sigma),), (self.TS.create_rating(b.mu, b.sigma),)])
+
+    def match_qualities(self, uid: str | None = None) -> dict[str, float]:
+        """Match quality of ``uid`` (default: current checkpoint) against every other model."""
+        uid = self.get_current_ckpt() if uid is None else uid
+        return {other: self.match_quality(uid, other) for other in self._models if other != uid}
+
+    def match_counts(self) -> dict[str, dict[str, int]]:
+        """``matches[a][b]``: games between a and b (the diagonal counts mirror self-play)."""
+        return {a: dict(row) for a, row in self._matches.items()}
+
+    def match_results(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``results[a][b] = {"win", "draw", "loss"}`` counts from a's point of view."""
+        return {a: {b: dict(c) for b, c in row.items()} for a, row in self._results.items()}
+
+    def interface_info(self) -> dict[str, Any]:
+        """JSON-able snapshot for the dashboard (the shape ``Tracker.log_registry`` takes)."""
+        ratings = {m.uid: {k: v for k, v in asdict(m).items() if k != "uid"} for m in self._models.values()}
+        return {"current": self._current, "games_recorded": self._games_recorded, "ratings": ratings,
+                "match_counts": self.match_counts(), "match_results": self.match_results()}
+
+    def _push(self) -> None:
+        if self.tracker is not None:
+            call(self.tracker, "log_registry", self.interface_info())
+
+    # ----------------------------------------------------------------- sampling delegation
+    def set_sampler(self, sampler: Any) -> None:
+        """Use ``sampler`` (a model sampler) for :meth:`sample_opponent`; it will read this registry."""
+        sampler.model_registry = self
+        self._sampler = sampler
+
+    def sample_opponent(self) -> PolicyRef:
+        if self._sampler is None:
+            raise RuntimeError("no model sampler set; call set_sampler(sampler) first")
+        return self._sampler.sample_opponent()
+
+    # ----------------------------------------------------------------- persistence
+    def state_dict(self) -> dict[str, Any]:
+        return {"format": 1, "beta": self.beta, "draw_probability": self.draw_probability,
+                "current": self._current, "games_recorded": self._games_recorded,
+                "models": self.get_all_models(), "matches": self.match_counts(), "results": self.match_results()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("format") != 1:
+            raise ValueError(f"unknown registry state format {state.get('format')!r}")
+        self.beta, self.draw_probability = state["beta"], state["draw_probability"]
+        self.TS = trueskill.TrueSkill(beta=self.beta, draw_probability=self.draw_probability)
+        self._models = {m["uid"]: ModelEntry(**m) for m in state["models"]}
+        self._current = state["current"]
+        self._games_recorded = state["games_recorded"]
+        self._matches = {a: dict(row) for a, row in state["matches"].items()}
+        self._results = {a: {b: dict(c) for b, c in row.items()} for a, row in state["results"].items()}
+
+    def save(self, path: str) -> str:
+        """Write the state as JSON atomically (temp file, then ``os.replace``)."""
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.state_dict(), f, indent=1)
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str, tracker: Any = None) -> ModelRegistry:
+        with open(path) as f:
+            state = json.load(f)
+        registry = cls(tracker=tracker, beta=state["beta"], draw_probability=state["draw_probability"])
+        registry.load_state_dict(state)
+        return registry

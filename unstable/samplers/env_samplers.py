@@ -1,0 +1,90 @@
+"""Env samplers: which game the scheduler sets up next.
+
+A sampler holds the train specs (and optional eval specs) and picks one per job. The built-in
+:class:`UniformRandomEnvSampler` picks uniformly. To write your own (a curriculum, say), subclass
+:class:`BaseEnvSampler`, implement ``_pick`` and, if it learns from results, ``update``::
+
+    class PreferHardEnvs(BaseEnvSampler):
+        '''Train more on the envs where the checkpoint's average reward is lowest.'''
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.avg = {}
+
+        def _pick(self, specs, kind):
+            if kind == "eval":
+                return self.rng.choice(specs)
+            weights = [1.0 - self.avg.get(s.env_id, 0.0) for s in specs]  # rewards in [-1, 1]
+            return self.rng.choices(specs, weights=weights)[0]
+
+        def update(self, env_id, avg_actor_reward, avg_opponent_reward):
+            old = self.avg.get(env_id, 0.0)
+            self.avg[env_id] = 0.95 * old + 0.05 * avg_actor_reward
+
+The scheduler calls ``update`` after every finished *train* game with the average reward of the
+checkpoint's seats and of the opponents' seats (``None`` in mirror self-play, which has none).
+Samplers are plain Python objects that live inside the scheduler; use ``self.rng`` for randomness
+so a run is reproducible from ``rng_seed``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Literal
+
+from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
+
+Kind = Literal["train", "eval"]
+
+
+class BaseEnvSampler:
+    """Holds and validates the specs; subclasses decide which one to play (``_pick``).
+
+    ``rng_seed=489`` is the seed's default, kept so its scripts sample the same envs.
+    """
+
+    def __init__(self, train_env_specs: Sequence[TrainEnvSpec],
+                 eval_env_specs: Sequence[EvalEnvSpec] | None = None, rng_seed: int = 489):
+        train = list(train_env_specs or [])
+        evals = list(eval_env_specs or [])
+        if not train:
+            raise ValueError("train_env_specs is empty; give at least one TrainEnvSpec(...)")
+        for spec in train:
+            if not isinstance(spec, TrainEnvSpec):
+                raise TypeError(f"train_env_specs must hold TrainEnvSpec objects, got {type(spec).__name__}: {spec!r}")
+        for spec in evals:
+            if not isinstance(spec, EvalEnvSpec):
+                raise TypeError(f"eval_env_specs must hold EvalEnvSpec objects, got {type(spec).__name__}: {spec!r}")
+        self.train_env_specs: list[TrainEnvSpec] = train
+        self.eval_env_specs: list[EvalEnvSpec] = evals
+        self.rng = random.Random(rng_seed)
+
+    def env_list(self) -> str:
+        """The train env ids, comma-separated and de-duplicated (used in run names)."""
+        return ",".join(dict.fromkeys(spec.env_id for spec in self.train_env_specs))
+
+    def has_eval(self) -> bool:
+        return bool(self.eval_env_specs)
+
+    def sample(self, kind: Kind = "train") -> TrainEnvSpec | EvalEnvSpec:
+        if kind == "train":
+            return self._pick(self.train_env_specs, kind)
+        if kind == "eval":
+            if not self.eval_env_specs:
+                raise ValueError("no eval_env_specs were given; check has_eval() before asking for an eval env")
+            return self._pick(self.eval_env_specs, kind)
+        raise ValueError(f"kind must be 'train' or 'eval', got {kind!r}")
+
+    def _pick(self, specs: list, kind: Kind):
+        raise NotImplementedError(f"{type(self).__name__} must implement _pick(specs, kind)")
+
+    def update(self, env_id: str, avg_actor_reward: float, avg_opponent_reward: float | None) -> None:
+        """Hook called after each finished train game; a no-op here."""
+
+
+class UniformRandomEnvSampler(BaseEnvSampler):
+    """Every spec of the requested kind equally likely (the seed's only strategy, ``"random"``)."""
+
+    def _pick(self, specs: list, kind: Kind):
+        return self.rng.choice(specs)

@@ -1,0 +1,199 @@
+"""``GameScheduler``: turns the env sampler's and model sampler's choices into concrete ``GameSpec`` jobs.
+
+* **Train jobs.** A ``TrainEnvSpec`` from the env sampler; seats shuffled with the scheduler's own
+  ``random.Random(seed)``; ``num_actors`` seats play the current checkpoint and are collected, the
+  others get ``model_sampler.sample_opponent()`` (one draw per seat, not collected). All seats use
+  the spec's prompt template and action extraction. ``num_actors == num_players`` is mirror self-play.
+* **Eval jobs.** An ``EvalEnvSpec``; the checkpoint's seat goes round-robin per env (seat
+  ``k % num_players`` for the env's k-th eval game), so it plays every seat equally often; the other
+  seats play ``fixed_opponent`` (see :func:`~unstable.registry.fixed_policy_ref`). Nothing is collected.
+* **Seeds.** Train games get seeds 0, 1, 2, ... and eval games ``2**31``, ``2**31 + 1``, ...: unique,
+  and an eval game never replays a train game's deal (the seed reused the train index for eval).
+  ``game_id`` is one counter over both kinds.
+* **Results.** :meth:`update` takes a ``GameRecord`` or a ``FailedGame``, drops it from the running set,
+  keeps average rewards per (kind, env, opponent) of the checkpoint's seats and of the opponents',
+  sends train averages to ``env_sampler.update`` and every finished game to ``model_sampler.update``
+  (which rates it in the registry). Failed games are counted (and appended to
+  ``<logging_dir>/failed_games.jsonl`` when a ``logging_dir`` is given), never rated or retried.
+  Errors propagate: nothing here sleeps or swallows exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Any
+
+from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
+from unstable.registry.model_registry import fixed_policy_ref
+from unstable.utils.remote import RemoteCapable
+
+EVAL_SEED_OFFSET = 2**31
+MIRROR = "self"  # the opponent label of a game with no opponent seats
+
+
+class GameScheduler(metaclass=RemoteCapable):
+    """See the module docstring. ``seed`` seeds seat shuffling only."""
+
+    def __init__(self, model_sampler: Any, env_sampler: Any, logging_dir: str | None = None, seed: int = 0):
+        if model_sampler is None or env_sampler is None:
+            raise ValueError("GameScheduler needs a model_sampler and an env_sampler")
+        self.model_sampler, self.env_sampler, self.logging_dir = model_sampler, env_sampler, logging_dir
+        self._rng = random.Random(seed)
+        self._next_game_id = 0
+        self._train_idx = 0
+        self._eval_idx = 0
+        self._eval_seat: dict[str, int] = {}  # env_id -> eval games scheduled so far
+        self._running: dict[int, GameSpec] = {}
+        self._totals: dict[str, dict[str, dict[str, list[float]]]] = {"train": {}, "eval": {}}
+        self._finished = 0
+        self._failed: dict[str, int] = {}
+
+    # ----------------------------------------------------------------- jobs
+    def has_eval(self) -> bool:
+        return bool(self.env_sampler.has_eval())
+
+    def _new_id(self) -> int:
+        game_id = self._next_game_id
+        self._next_game_id += 1
+        return game_id
+
+    def next_train_job(self) -> GameSpec:
+        spec = self.env_sampler.sample("train")
+        current = self.model_sampler.get_current_ckpt()
+        pids = list(range(spec.num_players))
+        self._rng.shuffle(pids)
+        actors = set(pids[: spec.num_actors])
+        agents = []
+        for pid in range(spec.num_players):
+            policy = current if pid in actors else self.model_sampler.sample_opponent()
+            agents.append(AgentSpec(player_id=pid, policy=policy, collect_data=pid in actors,
+                                    prompt_template=spec.prompt_template, action_extraction=spec.action_extraction_fn))
+        job = GameSpec(game_id=self._new_id(), env_id=spec.env_id, seed=self._train_idx, agents=tuple(agents),
+                       error_allowance=spec.error_allowance)
+        self._train_idx += 1
+        self._running[job.game_id] = job
+        return job
+
+    def next_eval_job(self) -> GameSpec | None:
+        """An eval game, or ``None`` when no eval envs are configured."""
+        if not self.has_eval():
+            return None
+        spec = self.env_sampler.sample("eval")
+        count = self._eval_seat.get(spec.env_id, 0)
+        self._eval_seat[spec.env_id] = count + 1
+        seat = count % spec.num_players
+        current = self.model_sampler.get_current_ckpt()
+        opponent = fixed_policy_ref(spec.fixed_opponent)
+        agents = tuple(
+            AgentSpec(player_id=pid, policy=current if pid == seat else opponent, collect_data=False,
+                      prompt_template=spec.prompt_template, action_extraction=spec.action_extraction_fn)
+            for pid in range(spec.num_players)
+        )
+        job = GameSpec(game_id=self._new_id(), env_id=spec.env_id, seed=EVAL_SEED_OFFSET + self._eval_idx,
+                       agents=agents, is_eval=True, error_allowance=spec.error_allowance, eval_player_id=seat)
+        self._eval_idx += 1
+        self._running[job.game_id] = job
+        return job
+
+    # ----------------------------------------------------------------- results
+    def update(self, result: GameRecord | FailedGame) -> None:
+        if not isinstance(result, GameRecord | FailedGame):
+            raise TypeError(f"update() takes a GameRecord or FailedGame, got {type(result).__name__}")
+        spec = result.spec
+        if self._running.pop(spec.game_id, None) is None:
+            raise KeyError(f"game {spec.game_id} ({spec.env_id}) is not running here; was it scheduled elsewhere?")
+        if isinstance(result, FailedGame):
+            self._failed[spec.env_id] = self._failed.get(spec.env_id, 0) + 1
+            self._log_failure(result)
+            return
+        self._finished += 1
+        mine, theirs, label = _split_seats(result)
+        actor_avg = sum(mine) / len(mine)
+        opponent_avg = sum(theirs) / len(theirs) if theirs else None
+        kind = "eval" if spec.is_eval else "train"
+        cell = self._totals[kind].setdefault(spec.env_id, {}).setdefault(label, [0.0, 0.0, 0.0, 0.0])
+        cell[0] += 1
+        cell[1] += actor_avg
+        if opponent_avg is not None:
+            cell[2] += 1
+            cell[3] += opponent_avg
+        if not spec.is_eval:
+            self.env_sampler.update(spec.env_id, actor_avg, opponent_avg)
+        self.model_sampler.update(result)
+
+    def _log_failure(self, failed: FailedGame) -> None:
+        if not self.logging_dir:
+            return
+        os.makedirs(self.logging_dir, exist_ok=True)
+        line = {"game_id": failed.spec.game_id, "env_id": failed.spec.env_id, "seed": failed.spec.seed,
+                "is_eval": failed.spec.is_eval, "stage": failed.stage, "error_type": failed.error_type,
+                "message": failed.message, "turns": len(failed.turns)}
+        with open(os.path.join(self.logging_dir, "failed_games.jsonl"), "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    # ----------------------------------------------------------------- introspection
+    def running(self) -> int:
+        return len(self._running)
+
+    def stats(self) -> dict[str, Any]:
+        """Games finished/failed/running and, per kind/env/opponent, the average rewards."""
+        rewards: dict[str, Any] = {}
+        for kind, envs in self._totals.items():
+            for env_id, by_opp in envs.items():
+                for label, (n, actor_sum, n_opp, opp_sum) in by_opp.items():
+                    rewards.setdefault(kind, {}).setdefault(env_id, {})[label] = {
+                        "games": int(n), "avg_actor_reward": actor_sum / n,
+                        "avg_opponent_reward": opp_sum / n_opp if n_opp else None}
+        return {"games_finished": self._finished, "games_failed": sum(self._failed.values()),
+                "failed_by_env": dict(self._failed), "running": self.running(),
+                "train_jobs": self._train_idx, "eval_jobs": self._eval_idx, "rewards": rewards}
+
+    def _rngs(self) -> dict[str, random.Random]:
+        """The scheduler's RNG and the samplers' ``rng`` (when they keep one), saved for resuming."""
+        rngs = {"scheduler": self._rng}
+        for name, sampler in (("env_sampler", self.env_sampler), ("model_sampler", self.model_sampler)):
+            if isinstance(getattr(sampler, "rng", None), random.Random):
+                rngs[name] = sampler.rng
+        return rngs
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, RNG states and reward totals (JSON-able) for resuming; running games are not kept."""
+        rng_states = {}
+        for name, rng in self._rngs().items():
+            version, internal, gauss = rng.getstate()
+            rng_states[name] = [version, list(internal), gauss]
+        return {"next_game_id": self._next_game_id, "train_idx": self._train_idx, "eval_idx": self._eval_idx,
+                "eval_seat": dict(self._eval_seat), "rng_states": rng_states,
+                "totals": json.loads(json.dumps(self._totals)), "finished": self._finished,
+                "failed": dict(self._failed)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._next_game_id, self._train_idx = state["next_game_id"], state["train_idx"]
+        self._eval_idx, self._eval_seat = state["eval_idx"], dict(state["eval_seat"])
+        rngs = self._rngs()
+        for name, (version, internal, gauss) in state["rng_states"].items():
+            if name in rngs:
+                rngs[name].setstate((version, tuple(internal), gauss))
+        self._totals = json.loads(json.dumps(state["totals"]))
+        self._finished, self._failed = state["finished"], dict(state["failed"])
+        self._running = {}
+
+
+def _split_seats(record: GameRecord) -> tuple[list[float], list[float], str]:
+    """Rewards of the checkpoint's seats, of the opponents' seats, and the opponent label.
+
+    Train: the collected seats are the checkpoint's. Eval: the ``eval_player_id`` seat. The label is
+    the opponents' uids (sorted, ``+``-joined), or ``"self"`` when every seat is the checkpoint's.
+    """
+    spec = record.spec
+    if spec.is_eval:
+        is_mine = {a.player_id: a.player_id == spec.eval_player_id for a in spec.agents}
+    else:
+        is_mine = {a.player_id: a.collect_data for a in spec.agents}
+    mine = [float(record.final_rewards[pid]) for pid, m in is_mine.items() if m]
+    theirs = [float(record.final_rewards[pid]) for pid, m in is_mine.items() if not m]
+    opponents: list[PolicyRef] = [a.policy for a in spec.agents if not is_mine[a.player_id]]
+    label = "+".join(sorted({p.uid for p in opponents})) or MIRROR
+    return mine, theirs, label
