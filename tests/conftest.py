@@ -46,3 +46,20 @@ def backend(tiny_model_dir):
     b = TransformersBackend(tiny_model_dir, max_batch_size=16, batch_wait_ms=2)
     yield b
     b.close()
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray for the whole test session (starting one costs seconds), never a shared one."""
+    import tempfile
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ.setdefault("WANDB_MODE", "offline")  # actors inherit this: no W&B network in tests
+    os.environ.setdefault("WANDB_SILENT", "true")
+    import ray
+
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="unstable-tests",
+             _temp_dir=temp_dir, log_to_driver=False)
+    yield ray
+    ray.shutdown()

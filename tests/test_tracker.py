@@ -250,16 +250,15 @@ def test_wandb_offline_honours_the_project(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_tracker_as_a_named_ray_actor(tmp_path):
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+def test_tracker_as_a_named_ray_actor(tmp_path, ray_session):
+    ray = ray_session
+    tracker = Tracker.options(name="TrackerUnderTest", num_cpus=0).remote(run_name="r", run_dir=str(tmp_path / "run"))
     try:
-        tracker = Tracker.options(name="Tracker", num_cpus=0).remote(run_name="r", run_dir=str(tmp_path / "run"))
         assert ray.get(tracker.get_log_dir.remote()) == str(tmp_path / "run" / "logs")
         ray.get(tracker.log.remote({"train/loss": 2.0}, step=5))
-        same = ray.get_actor("Tracker")
+        same = ray.get_actor("TrackerUnderTest")
         assert ray.get(same.means.remote()) == {"train/loss": 2.0}
         ray.get(tracker.close.remote())
     finally:
-        ray.shutdown()
+        ray.kill(tracker)
     assert not hasattr(Tracker("local", run_dir=str(tmp_path / "local"), use_wandb=False), "remote")

@@ -46,12 +46,26 @@ _LAZY = {
     "EpisodeBuffer": "unstable.buffers",
     "REINFORCELearner": "unstable.learners",
     "A2CLearner": "unstable.learners",
+    # orchestration
+    "build": "unstable.runtime",
+    "BuildConfig": "unstable.runtime",
+    "Run": "unstable.runtime",
+    "ModelRegistry": "unstable.registry",
+    "GameScheduler": "unstable.scheduler",
+    "Collector": "unstable.collector",
+    "InferenceActor": "unstable.inference.actor",
+    "Tracker": "unstable.tracking",
 }
+
+# Submodules reachable as attributes, as in the seed (``unstable.samplers.env_samplers...``).
+_SUBMODULES = {"samplers", "reward_transformations", "buffers", "learners", "algorithms", "registry", "tracking"}
 
 __all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"unstable.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'unstable' has no attribute {name!r}")
@@ -61,7 +75,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted([*globals(), *_LAZY, *_SUBMODULES])
 
 
 if TYPE_CHECKING:  # pragma: no cover

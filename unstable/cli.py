@@ -69,6 +69,24 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     return _cmd_play(args)
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    import unstable
+    from unstable.config import load_config
+
+    build_kwargs, start_kwargs = load_config(args.config, args.set)
+    if args.run_name:
+        build_kwargs["run_name"] = args.run_name
+    print(f"unstable train: {args.config} -> {start_kwargs['learning_steps']} learner steps", flush=True)
+    run = unstable.build(**build_kwargs)
+    try:
+        summary = run.start(**start_kwargs)
+    finally:
+        run.stop()
+    print(f"done: {len(summary['checkpoints'])} checkpoints, collector {summary['collector']}")
+    print(f"run directory: {summary['run_dir']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="unstable", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -93,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=_cmd_play)
+
+    p = sub.add_parser("train", help="train from a YAML config (build() and start() settings)")
+    p.add_argument("--config", required=True, help="YAML file; see configs/ for examples")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    p.add_argument("--run-name", default=None)
+    p.set_defaults(fn=_cmd_train)
 
     p = sub.add_parser("quickstart", help="the default CPU job")
     p.add_argument("--model", default="tiny")

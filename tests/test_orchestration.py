@@ -1,0 +1,139 @@
+"""build(), the seed's standard script, and a real asynchronous run on local Ray (tiny model, CPU)."""
+
+import os
+
+import pytest
+
+import unstable
+import unstable.reward_transformations as retra
+from unstable.runtime import BuildConfig
+from unstable.tracking import read_metrics
+
+TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
+
+
+def small_run_kwargs(model_dir, runs_dir, **overrides):
+    kwargs = dict(
+        model_name=model_dir,
+        train_envs=[unstable.TrainEnvSpec(num_actors=2, **TTT)],
+        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **TTT)],
+        opponent_sampling_strategy="mirror",
+        batch_size=16, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16,
+        lora_config={"lora_rank": 4, "lora_alpha": 8},
+        activation_checkpointing=False, gradient_checkpointing=False,
+        wandb_project=None, runs_dir=str(runs_dir), run_name="t", inference_backend="transformers",
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ({"algorithm": "ppo"}, "algorithm must be one of"),
+        ({"opponent_sampling_strategy": "league"}, "opponent_sampling_strategy must be one of"),
+        ({"env_sampling_strategy": "curriculum"}, "env_sampling_strategy"),
+        ({"batch_size": 0}, "batch_size must be"),
+        ({"batch_size": 10, "mini_batch_size": 4}, "multiple of mini_batch_size"),
+        ({"buffer_size": 4}, "buffer_size"),
+        ({"learning_rate": -1.0}, "learning_rate"),
+        ({"train_envs": []}, "train_envs must be a non-empty list"),
+        ({"train_envs": ["TicTacToe-v0-train"]}, r"train_envs\[0\] must be a TrainEnvSpec"),
+        ({"lora_config": {"rank": 4}}, "unknown lora_config keys"),
+        ({"vllm_config": {"max_tokenz": 3}}, "unknown vllm_config keys"),
+        ({"model_name": "/no/such/model"}, "does not exist"),
+        ({"inference_backend": "tgi"}, "inference_backend"),
+        ({"use_trainer_cache": True}, "use_trainer_cache"),
+        ({"bogus_argument": 1}, "unknown build"),
+    ],
+)
+def test_bad_build_arguments_raise_before_any_actor_starts(override, match, tiny_model_dir, tmp_path, monkeypatch):
+    import unstable.wiring
+
+    def must_not_start(*args, **kwargs):
+        raise AssertionError("Ray actors were started before validation finished")
+
+    monkeypatch.setattr(unstable.wiring, "start_actors", must_not_start)
+    with pytest.raises(ValueError, match=match):
+        unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, **override))
+
+
+def test_seed_defaults_are_kept():
+    cfg = BuildConfig(model_name="Qwen/Qwen3-1.7B-Base",
+                      train_envs=[unstable.TrainEnvSpec("SimpleTak-v0-train", 2, 2, "qwen3-zs")])
+    assert (cfg.batch_size, cfg.mini_batch_size, cfg.learning_rate, cfg.gradient_clipping) == (384, 1, 1e-5, 0.2)
+    assert cfg.buffer_size == 768 and cfg.max_generation_len == 4096 and cfg.algorithm == "reinforce"
+    assert cfg.lora == {"lora_rank": 32, "lora_alpha": 32, "lora_dropout": 0.0,
+                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+    assert cfg.wandb_project == "UnstableBaselines"
+
+
+@pytest.mark.slow
+def test_build_runs_three_learner_steps_with_concurrent_collection(ray_session, tiny_model_dir, tmp_path):
+    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path))
+    try:
+        summary = run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2)
+        registry = run.actors.registry
+        ray = ray_session
+        assert summary["checkpoints"][-3:] == ["ckpt-1", "ckpt-2", "ckpt-3"]
+        models = {m["uid"]: m for m in ray.get(registry.get_all_models.remote())}
+        assert all(os.path.isfile(os.path.join(models[f"ckpt-{i}"]["path_or_name"], "adapter_config.json"))
+                   for i in (1, 2, 3))
+        assert sum(m["games"] for m in models.values()) > 0
+        assert ray.get(registry.match_counts.remote())
+        assert summary["collector"]["train_finished"] > 0 and summary["collector"]["eval_finished"] > 0
+    finally:
+        run.stop()
+    lines = read_metrics(run.run_dir)
+    keys = {k for line in lines for k in line}
+    for prefix in ("collect/", "train/", "eval/"):
+        assert any(k.startswith(prefix) for k in keys), prefix
+    assert os.path.isfile(os.path.join(run.run_dir, "registry", "registry.json"))
+
+
+@pytest.mark.slow
+def test_the_seed_standard_script_wiring_works(ray_session, tiny_model_dir, tmp_path):
+    """The seed's 'Standard Script', with a tiny model and scaled-down numbers."""
+    ray = ray_session
+    MODEL_NAME = tiny_model_dir
+    lora_config = {"lora_rank": 4, "lora_alpha": 8, "lora_dropout": 0.0,
+                   "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+    vllm_config = {"model_name": MODEL_NAME, "temperature": 0.6, "max_tokens": 16, "max_parallel_seq": 128,
+                   "max_loras": 8, "lora_config": lora_config, "max_model_len": 8192}
+    env_sampler = unstable.samplers.env_samplers.UniformRandomEnvSampler(
+        train_env_specs=[unstable.TrainEnvSpec(env_id="TicTacToe-v0-train", num_players=2, num_actors=2,
+                                               prompt_template="qwen3-zs")],
+        eval_env_specs=[unstable.EvalEnvSpec(env_id="TicTacToe-v0-train", num_players=2, prompt_template="qwen3-zs"),
+                        unstable.EvalEnvSpec(env_id="KuhnPoker-v0-train", num_players=2,
+                                             prompt_template="qwen3-zs")])
+    tracker = unstable.Tracker.options(name="Tracker").remote(
+        run_name=f"Test-tiny-{env_sampler.env_list()}", wandb_project="UnstableBaselines",
+        run_dir=str(tmp_path / "run"))  # W&B runs offline in tests (WANDB_MODE set by the ray fixture)
+    model_registry = unstable.ModelRegistry.options(name="ModelRegistry").remote(tracker=tracker)
+    ray.get(model_registry.add_checkpoint.remote(uid="base", path=None, iteration=0))
+    ray.get(model_registry.add_fixed.remote(name="google/gemini-2.0-flash-lite-001"))
+    model_sampler = unstable.samplers.model_samplers.BaseModelSampler(model_registry=model_registry)
+    game_scheduler = unstable.GameScheduler.options(name="GameScheduler").remote(
+        model_sampler=model_sampler, env_sampler=env_sampler, logging_dir=ray.get(tracker.get_log_dir.remote()))
+    step_buffer = unstable.StepBuffer.options(name="Buffer").remote(
+        max_buffer_size=32, tracker=tracker,
+        final_reward_transformation=retra.ComposeFinalRewardTransforms([retra.RoleAdvantageByEnvFormatter()]),
+        step_reward_transformation=retra.ComposeStepRewardTransforms(
+            [retra.RewardForFormat(1.5), retra.PenaltyForInvalidMove(1.0, -1.0)]),
+        sampling_reward_transformation=retra.ComposeSamplingRewardTransforms([retra.NormalizeRewardsByEnv(True)]),
+    )
+    collector = unstable.Collector.options(name="Collector").remote(
+        vllm_config=vllm_config, tracker=tracker, buffer=step_buffer, game_scheduler=game_scheduler)
+    learner = unstable.REINFORCELearner.options(num_gpus=0, name="Learner").remote(
+        model_name=MODEL_NAME, lora_cfg=lora_config, batch_size=16, mini_batch_size=8, learning_rate=1e-3,
+        grad_clip=0.2, buffer=step_buffer, tracker=tracker, model_registry=model_registry,
+        activation_checkpointing=True, gradient_checkpointing=True, use_trainer_cache=False,
+        output_dir=str(tmp_path / "ckpts"))
+    ray.get(learner.initialize_algorithm.remote(max_train_len=None, max_generation_len=16))
+    try:
+        collector.collect.remote(num_train_workers=8, num_eval_workers=2)
+        ray.get(learner.train.remote(2))
+        assert ray.get(model_registry.get_current_ckpt.remote()) == "ckpt-2"
+    finally:
+        for actor in (collector, learner, game_scheduler, step_buffer, model_registry, tracker):
+            ray.kill(actor, no_restart=True)

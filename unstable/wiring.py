@@ -1,0 +1,158 @@
+"""The one place where the plain components become Ray actors and are wired together.
+
+Resource layout: the Tracker, registry, scheduler, buffer and collector are light (``num_cpus=0``).
+The learner takes one CPU (and one GPU when there is one); each inference actor takes one CPU or
+one GPU. On a 2-core laptop that is one core generating and one core learning, concurrently.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect to ``address`` (an existing cluster), or start a local Ray if none is running here."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, namespace="unstable", log_to_driver=True)
+    else:
+        ray.init(address="local", namespace="unstable", include_dashboard=False, log_to_driver=True)
+
+
+def choose_backend(requested: str) -> str:
+    """``auto`` picks vLLM when it imports, else transformers; says which once."""
+    if requested == "auto":
+        chosen = "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
+        log.warning("inference backend: %s (auto)%s", chosen,
+                    "" if chosen == "vllm" else "; vLLM is not installed, the transformers backend serves requests")
+        return chosen
+    if requested == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("inference_backend='vllm' but vLLM is not installed (pip install unstable-baselines[vllm])")
+    return requested
+
+
+def gpu_layout(gpus: int) -> tuple[float, float, int]:
+    """(learner GPUs, GPUs per inference actor, number of actors) for a machine with ``gpus`` GPUs.
+
+    No GPU: everything on CPU, one actor. One GPU: learner and one actor share it. More: one
+    for the learner, one actor on each of the others (the seed needed at least two GPUs).
+    """
+    if gpus <= 0:
+        return 0.0, 0.0, 1
+    if gpus == 1:
+        return 0.5, 0.5, 1
+    return 1.0, 1.0, gpus - 1
+
+
+@dataclass
+class Actors:
+    tracker: Any
+    registry: Any
+    scheduler: Any
+    buffer: Any
+    collector: Any
+    learner: Any
+    run_dir: str
+
+    def all(self) -> list[Any]:
+        return [self.collector, self.learner, self.scheduler, self.buffer, self.registry, self.tracker]
+
+
+def _model_sampler(cfg, registry):
+    from unstable.samplers import model_samplers as ms
+
+    strategy = cfg.opponent_sampling_strategy
+    if strategy in ("none", "mirror"):
+        return ms.BaseModelSampler(model_registry=registry, rng_seed=cfg.seed)
+    if strategy == "fixed":
+        return ms.FixedOpponentModelSampler(model_registry=registry, rng_seed=cfg.seed)
+    if strategy == "lagged":
+        window = None if cfg.opponent_lag is not None else cfg.opponent_window
+        return ms.LaggedModelSampler(model_registry=registry, lag=cfg.opponent_lag, window=window, rng_seed=cfg.seed)
+    return ms.MatchQualityModelSampler(model_registry=registry, rng_seed=cfg.seed)
+
+
+def inference_config(cfg, backend: str, num_actors: int, gpus_per_actor: float):
+    from unstable.collector import InferenceConfig
+
+    base = {"model_name": cfg.model_name, "max_tokens": cfg.max_generation_len, "lora_config": cfg.lora}
+    base.update(cfg.vllm_config or {})
+    base["model_name"] = cfg.model_name
+    overrides: dict[str, Any] = {"backend": backend, "num_actors": num_actors, "actor_num_gpus": gpus_per_actor,
+                                 "actor_num_cpus": 0 if gpus_per_actor else 1}
+    if cfg.temperature is not None:
+        overrides["temperature"] = cfg.temperature
+    return InferenceConfig.from_vllm_config(base, **overrides)
+
+
+def start_actors(cfg, run_name: str) -> Actors:
+    """Start every actor of a run from a validated :class:`~unstable.runtime.BuildConfig`."""
+    import ray
+
+    from unstable.buffers import EpisodeBuffer, StepBuffer
+    from unstable.collector import Collector
+    from unstable.learners import A2CLearner, REINFORCELearner
+    from unstable.registry import ModelRegistry
+    from unstable.reward_transformations import default_transforms
+    from unstable.samplers.env_samplers import UniformRandomEnvSampler
+    from unstable.scheduler import GameScheduler
+    from unstable.tracking import Tracker
+
+    backend = choose_backend(cfg.inference_backend)
+    ensure_ray(cfg.ray_address)
+    light = {"num_cpus": 0}
+    tracker = Tracker.options(**light).remote(
+        run_name=run_name, wandb_project=cfg.wandb_project, run_dir=os.path.join(cfg.runs_dir, run_name),
+        use_wandb=cfg.use_wandb, config=cfg.to_dict())
+    run_dir = ray.get(tracker.get_run_dir.remote())
+    registry = ModelRegistry.options(**light).remote(tracker=tracker)
+    ray.get(registry.add_checkpoint.remote(uid="base", path=None, iteration=0))
+    opponents = set(cfg.fixed_opponents if cfg.opponent_sampling_strategy == "fixed" else ())
+    opponents |= {spec.fixed_opponent for spec in cfg.eval_envs}
+    for name in sorted(opponents):
+        ray.get(registry.add_fixed.remote(name=name))
+    env_sampler = UniformRandomEnvSampler(train_env_specs=list(cfg.train_envs), eval_env_specs=list(cfg.eval_envs),
+                                          rng_seed=cfg.seed)
+    scheduler = GameScheduler.options(**light).remote(
+        model_sampler=_model_sampler(cfg, registry), env_sampler=env_sampler,
+        logging_dir=ray.get(tracker.get_log_dir.remote()), seed=cfg.seed)
+    final, step, sampling = cfg.reward_transforms or default_transforms()
+    if cfg.reward_transforms is None and cfg.algorithm == "a2c":
+        sampling = None  # A2C normalises its GAE advantages; z-scoring per-turn rewards would skew returns
+    buffer_cls = StepBuffer if cfg.algorithm == "reinforce" else EpisodeBuffer
+    buffer = buffer_cls.options(**light).remote(
+        max_buffer_size=cfg.buffer_size, tracker=tracker, final_reward_transformation=final,
+        step_reward_transformation=step, sampling_reward_transformation=sampling,
+        max_staleness=cfg.max_staleness, seed=cfg.seed)
+
+    learner_gpus, gpus_per_actor, default_actors = gpu_layout(int(ray.cluster_resources().get("GPU", 0)))
+    num_actors = cfg.num_inference_actors or default_actors
+    inference = inference_config(cfg, backend, num_actors, gpus_per_actor)
+    collector = Collector.options(**light, max_concurrency=1000).remote(
+        tracker=tracker, buffer=buffer, game_scheduler=scheduler, inference=inference)
+
+    learner_cls = REINFORCELearner if cfg.algorithm == "reinforce" else A2CLearner
+    learner = learner_cls.options(num_cpus=1, num_gpus=learner_gpus).remote(
+        model_name=cfg.model_name, lora_cfg=cfg.lora, batch_size=cfg.batch_size,
+        mini_batch_size=cfg.mini_batch_size, learning_rate=cfg.learning_rate, grad_clip=cfg.gradient_clipping,
+        buffer=buffer, tracker=tracker, model_registry=registry,
+        activation_checkpointing=cfg.activation_checkpointing, gradient_checkpointing=cfg.gradient_checkpointing,
+        output_dir=ray.get(tracker.get_checkpoints_dir.remote()), device=cfg.learner_device, seed=cfg.seed,
+        keep_last=None)  # keep every adapter: lagged opponents and the registry may still point at old ones
+    if cfg.algorithm == "reinforce":
+        ray.get(learner.initialize_algorithm.remote(max_train_len=cfg.max_train_len,
+                                                    max_generation_len=cfg.max_generation_len))
+    else:
+        ray.get(learner.initialize_algorithm.remote(infer_mini_batch_size=16, critic_learning_rate=5e-5,
+                                                    normalize_adv=True, max_train_len=cfg.max_train_len,
+                                                    max_generation_len=cfg.max_generation_len))
+    return Actors(tracker, registry, scheduler, buffer, collector, learner, run_dir)
