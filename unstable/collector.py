@@ -94,7 +94,9 @@ class Collector(metaclass=RemoteCapable):
             if inference is None:
                 if vllm_config is None:
                     raise ValueError("Collector needs vllm_config, inference=InferenceConfig(...) or backends=[...]")
-                inference = InferenceConfig.from_vllm_config(vllm_config)
+                from unstable.wiring import choose_backend
+
+                inference = InferenceConfig.from_vllm_config(vllm_config, backend=choose_backend("auto"))
             import ray
 
             backends = start_inference_actors(inference, use_ray=ray.is_initialized())

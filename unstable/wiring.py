@@ -28,12 +28,17 @@ def ensure_ray(address: str | None = None) -> None:
         ray.init(address="local", namespace="unstable", include_dashboard=False, log_to_driver=True)
 
 
+_ANNOUNCED: set[str] = set()
+
+
 def choose_backend(requested: str) -> str:
-    """``auto`` picks vLLM when it imports, else transformers; says which once."""
+    """``auto`` picks vLLM when it imports, else transformers, and says which (once per process)."""
     if requested == "auto":
         chosen = "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
-        log.warning("inference backend: %s (auto)%s", chosen,
-                    "" if chosen == "vllm" else "; vLLM is not installed, the transformers backend serves requests")
+        if chosen not in _ANNOUNCED:
+            _ANNOUNCED.add(chosen)
+            log.warning("inference backend: %s (auto)%s", chosen, "" if chosen == "vllm" else
+                        "; vLLM is not installed, so the transformers backend serves vllm_config requests")
         return chosen
     if requested == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ValueError("inference_backend='vllm' but vLLM is not installed (pip install unstable-baselines[vllm])")

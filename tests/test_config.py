@@ -1,0 +1,75 @@
+"""YAML configs for 'unstable train', and the command itself on local Ray."""
+
+import logging
+
+import pytest
+
+from unstable.cli import main
+from unstable.config import ConfigError, load_config
+from unstable.wiring import _ANNOUNCED, choose_backend
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_example_config_loads_and_splits_build_and_start_settings():
+    build, start = load_config("configs/tictactoe-tiny.yaml", ["batch_size=32", "learning_steps=3"])
+    assert build["batch_size"] == 32 and build["train_envs"][0]["env_id"] == "TicTacToe-v0-train"
+    assert start == {"learning_steps": 3, "num_collection_workers": 32, "num_eval_workers": 8}
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "match"),
+    [
+        ("model_name: [unclosed", [], "not valid YAML"),
+        ("- just\n- a list\n", [], "must hold a mapping"),
+        ("model_name: tiny\nbatch_sise: 3\n", [], r"unknown config keys \['batch_sise'\]"),
+        ("model_name: tiny\n", ["batch_size"], "key=value"),
+        ("model_name: tiny\n", ["x=[1"], "not valid YAML"),
+    ],
+)
+def test_config_errors_name_the_problem(tmp_path, text, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(write(tmp_path, text), overrides)
+
+
+def test_missing_config_file_is_a_clear_cli_error(capsys):
+    assert main(["train", "--config", "no/such.yaml"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_bad_value_in_config_is_reported_before_ray_starts(tmp_path, capsys, monkeypatch):
+    import unstable.wiring
+
+    monkeypatch.setattr(unstable.wiring, "start_actors", lambda *a, **k: pytest.fail("actors started"))
+    path = write(tmp_path, "model_name: tiny\ntrain_envs: [{env_id: Wordle-v0, num_players: 2, num_actors: 2, "
+                           "prompt_template: qwen3-zs}]\n")
+    assert main(["train", "--config", path]) == 2
+    assert "NLTK" in capsys.readouterr().err
+
+
+def test_auto_backend_says_once_that_transformers_serves(caplog):
+    _ANNOUNCED.clear()
+    with caplog.at_level(logging.WARNING, logger="unstable.wiring"):
+        assert choose_backend("auto") == "transformers"
+        assert choose_backend("auto") == "transformers"
+    assert sum("transformers backend serves" in r.getMessage() for r in caplog.records) == 1
+    with pytest.raises(ValueError, match="vLLM is not installed"):
+        choose_backend("vllm")
+
+
+@pytest.mark.slow
+def test_unstable_train_runs_a_config(ray_session, tiny_model_dir, tmp_path, capsys):
+    code = main(["train", "--config", "configs/tictactoe-tiny.yaml", "--set", f"model_name={tiny_model_dir}",
+                 "--set", f"runs_dir={tmp_path}", "--set", "learning_steps=2", "--set", "batch_size=16",
+                 "--set", "mini_batch_size=8", "--set", "num_collection_workers=8", "--set", "num_eval_workers=2",
+                 "--run-name", "cli"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"run directory {tmp_path}/cli" in out
+    assert "done: 3 checkpoints" in out  # base, ckpt-1, ckpt-2
+    assert (tmp_path / "cli" / "checkpoints" / "ckpt-2" / "adapter_config.json").is_file()
+    assert (tmp_path / "cli" / "metrics.jsonl").is_file()
