@@ -3,6 +3,7 @@
 import re
 from pathlib import Path
 
+import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from unstable.cli import main
@@ -29,10 +30,27 @@ def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path, capsys, monkeypatc
     assert "NLTK" in capsys.readouterr().err
 
 
-def test_readme_python_example_runs(monkeypatch, tmp_path):
+README_BLOCKS = re.findall(r"```python\n(.*?)```", (Path(__file__).parents[1] / "README.md").read_text(), re.S)
+
+
+def test_readme_game_example_runs(monkeypatch, tmp_path):
     monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path))
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    blocks = [b for b in README_BLOCKS if "unstable.build(" not in b]
     assert blocks
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
+
+
+@pytest.mark.slow
+def test_readme_training_example_runs_scaled_down(ray_session, monkeypatch, tmp_path):
+    """The README's build() example, with fewer steps and games so it fits in a test."""
+    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (block,) = [b for b in README_BLOCKS if "unstable.build(" in b]
+    for old, new in [("learning_steps=20", "learning_steps=1"), ("batch_size=64, mini_batch_size=16",
+                     "batch_size=16, mini_batch_size=8"), ("num_collection_workers=32", "num_collection_workers=8")]:
+        assert old in block
+        block = block.replace(old, new)
+    exec(compile(block, "README.md", "exec"), {})
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert (run_dir / "checkpoints" / "ckpt-1" / "adapter_config.json").is_file()

@@ -116,7 +116,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     ensure_ray(cfg.ray_address)
     light = {"num_cpus": 0}
     tracker = Tracker.options(**light).remote(
-        run_name=run_name, wandb_project=cfg.wandb_project, run_dir=os.path.join(cfg.runs_dir, run_name),
+        run_name=run_name, wandb_project=cfg.wandb_project, run_dir=os.path.abspath(os.path.join(cfg.runs_dir, run_name)),
         use_wandb=cfg.use_wandb, config=cfg.to_dict())
     run_dir = ray.get(tracker.get_run_dir.remote())
     registry = ModelRegistry.options(**light).remote(tracker=tracker)
