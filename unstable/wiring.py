@@ -115,9 +115,10 @@ def start_actors(cfg, run_name: str) -> Actors:
     backend = choose_backend(cfg.inference_backend)
     ensure_ray(cfg.ray_address)
     light = {"num_cpus": 0}
-    tracker = Tracker.options(**light).remote(
-        run_name=run_name, wandb_project=cfg.wandb_project, run_dir=os.path.abspath(os.path.join(cfg.runs_dir, run_name)),
-        use_wandb=cfg.use_wandb, config=cfg.to_dict())
+    run_dir = os.path.abspath(os.path.join(cfg.runs_dir, run_name))  # the caller's cwd, not the actor's
+    tracker = Tracker.options(**light, name="Tracker").remote(
+        run_name=run_name, wandb_project=cfg.wandb_project, run_dir=run_dir, use_wandb=cfg.use_wandb,
+        config=cfg.to_dict())
     run_dir = ray.get(tracker.get_run_dir.remote())
     registry = ModelRegistry.options(**light).remote(tracker=tracker)
     ray.get(registry.add_checkpoint.remote(uid="base", path=None, iteration=0))
@@ -134,7 +135,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     if cfg.reward_transforms is None and cfg.algorithm == "a2c":
         sampling = None  # A2C normalises its GAE advantages; z-scoring per-turn rewards would skew returns
     buffer_cls = StepBuffer if cfg.algorithm == "reinforce" else EpisodeBuffer
-    buffer = buffer_cls.options(**light).remote(
+    buffer = buffer_cls.options(**light, name="Buffer").remote(
         max_buffer_size=cfg.buffer_size, tracker=tracker, final_reward_transformation=final,
         step_reward_transformation=step, sampling_reward_transformation=sampling,
         max_staleness=cfg.max_staleness, seed=cfg.seed)

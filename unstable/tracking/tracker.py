@@ -8,6 +8,10 @@ whose means go to W&B at most every ``flush_every_s`` seconds and to the dashboa
 :meth:`Tracker.get_interface_info`. Non-finite values are written as ``null``, counted under
 ``system/nonfinite/<key>``, and never averaged.
 
+Each game also adds timing samples (:mod:`unstable.tracking.timings`) and action-diversity metrics
+(:mod:`unstable.tracking.diversity`), and its transcript to ``games/transcripts.jsonl``
+(:mod:`unstable.tracking.transcripts`).
+
 Counters (``counts()``): ``collect/games``, ``collect/<env>/games``, ``collect/failed_games`` and
 the same under ``eval/``; they go to W&B as they are, not averaged.
 
@@ -24,8 +28,11 @@ from collections import Counter, defaultdict, deque
 from typing import Any
 
 from unstable.records import FailedGame, GameRecord
+from unstable.tracking.diversity import ActionDiversity
 from unstable.tracking.game_metrics import failure_line, game_samples
 from unstable.tracking.run_dir import JsonlWriter, RunDir, atomic_write_json
+from unstable.tracking.timings import timing_samples
+from unstable.tracking.transcripts import TranscriptConfig, TranscriptWriter
 from unstable.tracking.wandb_writer import WandbWriter, import_wandb
 from unstable.utils.remote import RemoteCapable
 
@@ -69,6 +76,8 @@ class Tracker(metaclass=RemoteCapable):
     :param window: moving-window length per key.
     :param flush_every_s: least seconds between two W&B logs (``close()`` always flushes).
     :param config: the run's configuration, written to ``config.json`` and to W&B.
+    :param transcripts: how game transcripts are kept (default: all games, 50 MB x 5 rotated files).
+    :param diversity_window: train games per env in the action-diversity window.
     """
 
     def __init__(
@@ -80,6 +89,8 @@ class Tracker(metaclass=RemoteCapable):
         window: int = 512,
         flush_every_s: float = 64.0,
         config: dict[str, Any] | None = None,
+        transcripts: TranscriptConfig | None = None,
+        diversity_window: int = 512,
     ):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
@@ -104,6 +115,8 @@ class Tracker(metaclass=RemoteCapable):
             atomic_write_json(self._dir.config_path, config)
         self._metrics = JsonlWriter(self._dir.metrics_path)
         self._failed: JsonlWriter | None = None
+        self._transcripts = TranscriptWriter(self._dir.games, transcripts)
+        self._diversity = ActionDiversity(window=diversity_window, min_games=min(10, diversity_window))
         self._wandb = self._start_wandb(wandb_project, use_wandb, config)
         self._last_flush = time.monotonic()
 
@@ -155,11 +168,13 @@ class Tracker(metaclass=RemoteCapable):
         if self._dropped_after_close("log_game"):
             return
         stage = "eval" if result.spec.is_eval else "collect"
+        self._transcripts.write(result, self._learner_step)
         if isinstance(result, FailedGame):
             self._log_failed(result, stage)
             return
         line: dict[str, float | None] = {}
-        for key, samples in game_samples(result).items():
+        samples_by_key = {**game_samples(result), **timing_samples(result), **self._diversity.samples(result)}
+        for key, samples in samples_by_key.items():
             for value in samples:
                 self._record(key, value)
             line[key] = _mean(samples)
@@ -263,6 +278,7 @@ class Tracker(metaclass=RemoteCapable):
             "learner_step": self._learner_step,
             "wall_s": time.time() - self._start,
             "means": dict(grouped),
+            "latest": self.latest(),
             "counts": self.counts(),
             "games_per_env": {stage: dict(c) for stage, c in self._games_per_env.items()},
             "failed_games": {stage: self._counters[f"{stage}/failed_games"] for stage in ("collect", "eval")},
@@ -270,6 +286,7 @@ class Tracker(metaclass=RemoteCapable):
             "inference": {actor: dict(stats) for actor, stats in self._inference.items()},
             "buffer": dict(self._buffer),
             "wandb": self._wandb.info() if self._wandb is not None else None,
+            "diversity": self._diversity.snapshot(),
         }
 
     # -- W&B and shutdown ------------------------------------------------------------------------
@@ -295,5 +312,6 @@ class Tracker(metaclass=RemoteCapable):
                 self._wandb.finish()
         finally:
             self._metrics.close()
+            self._transcripts.close()
             if self._failed is not None:
                 self._failed.close()
