@@ -55,6 +55,9 @@ _LAZY = {
     "Collector": "unstable.collector",
     "InferenceActor": "unstable.inference.actor",
     "Tracker": "unstable.tracking",
+    # evaluation and plots
+    "evaluate": "unstable.evaluation",
+    "plot_run": "unstable.plots",
 }
 
 # Submodules reachable as attributes, as in the seed (``unstable.samplers.env_samplers...``).

@@ -69,6 +69,44 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     return _cmd_play(args)
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from unstable.evaluation import evaluate
+    from unstable.inference.base import SamplingParams
+    from unstable.tracking.run_dir import atomic_write_json
+
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
+    done = []
+
+    def progress(record) -> None:
+        done.append(record)
+        if len(done) % max(1, args.games // 10) == 0 or len(done) == args.games:
+            print(f"  {len(done)}/{args.games} games", flush=True)
+
+    print(f"evaluating {args.model} on {args.env} against {args.opponent}: {args.games} games", flush=True)
+    result = evaluate(args.model, args.env, opponent=args.opponent, games=args.games, adapter=args.adapter,
+                      prompt_template=args.template, sampling=sampling, seed=args.seed, num_workers=args.workers,
+                      greedy=args.greedy, num_players=args.num_players, torch_threads=args.torch_threads or None,
+                      on_done=progress)
+    result.print()
+    for line in result.failures:
+        print(f"  {line}")
+    if args.out:
+        atomic_write_json(args.out, result.to_dict())
+        print(f"results written to {args.out}")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from unstable.plots import plot_run
+
+    paths = plot_run(args.run_dir)
+    for path in paths:
+        print(path)
+    if not paths:
+        print(f"no plots: {args.run_dir} has no metrics to plot yet")
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     import unstable
     from unstable.config import load_config
@@ -85,6 +123,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(f"done: {len(summary['checkpoints'])} checkpoints, collector {summary['collector']}")
     print(f"run directory: {summary['run_dir']}")
     return 0
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from unstable.terminal_interface import run
+
+    try:
+        return run(args)
+    except ConnectionError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from unstable.replay import run
+
+    return run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,6 +171,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-name", default=None)
     p.set_defaults(fn=_cmd_train)
 
+    p = sub.add_parser("eval", help="evaluate a model against an opponent: win/draw/loss with 95% intervals, per seat")
+    p.add_argument("--model", required=True, help="HF id, local path, or tiny / tiny:<size>")
+    p.add_argument("--adapter", default=None, help="a PEFT LoRA adapter directory to apply")
+    p.add_argument("--env", default="TicTacToe-v0-train")
+    p.add_argument("--opponent", default="random", help="random, a LoRA adapter directory, or an API model name")
+    p.add_argument("--games", type=int, default=100)
+    p.add_argument("--out", default=None, help="write the results as JSON to this file")
+    p.add_argument("--greedy", action="store_true", help="the evaluated model decodes greedily (temperature 0)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes; 1 plays in this process")
+    p.add_argument("--torch-threads", type=int, default=1, help="torch threads per process (0: torch's default)")
+    p.add_argument("--num-players", type=int, default=2)
+    p.add_argument("--template", default="qwen3-zs")
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=_cmd_eval)
+
+    p = sub.add_parser("plot", help="write learning-curve PNGs of a run into RUN_DIR/plots/")
+    p.add_argument("run_dir", help="the run directory (holding metrics.jsonl)")
+    p.set_defaults(fn=_cmd_plot)
+
+    p = sub.add_parser("dashboard", help="live terminal dashboard of a run (via Ray, or from its run directory)")
+    p.add_argument("run_dir", nargs="?", default=None, help="the run directory (default: the live run, or the newest)")
+    p.add_argument("--source", choices=("auto", "ray", "files"), default="auto")
+    p.add_argument("--address", default=None, help="Ray address (default: the local cluster)")
+    p.add_argument("--runs-dir", default="runs", help="where to look for the newest run")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between updates")
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    p.set_defaults(fn=_cmd_dashboard)
+
+    p = sub.add_parser("replay", help="print a run's game transcripts")
+    p.add_argument("run_dir", help="the run directory (runs/<name>)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--game", type=int, default=None, help="the game with this id")
+    which.add_argument("--last", type=int, default=None, help="the last N games (default 3)")
+    p.add_argument("--env", default=None, help="only games of this env id")
+    p.add_argument("--prompts", action="store_true", help="also print the exact prompts")
+    p.add_argument("--max-chars", type=int, default=1500, help="cut longer texts in the middle (0: never)")
+    p.set_defaults(fn=_cmd_replay)
+
     p = sub.add_parser("quickstart", help="the default CPU job")
     p.add_argument("--model", default="tiny")
     p.add_argument("--games", type=int, default=8)
@@ -137,7 +231,8 @@ def _quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _quiet_libraries()
+    if args.command not in ("dashboard", "replay", "plot"):  # these never load a model: start fast
+        _quiet_libraries()
     try:
         return args.fn(args)
     except (ValueError, FileNotFoundError, FileExistsError) as exc:

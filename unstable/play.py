@@ -6,17 +6,14 @@ Seats alternate between games so both sides of an asymmetric game are covered.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from unstable.games.rollout import play_games
+from unstable.evaluation import EvalJob, play_eval_games
 from unstable.games.specs import EvalEnvSpec
 from unstable.inference.base import SamplingParams
-from unstable.policies.llm import LLMPolicy
-from unstable.policies.scripted import SCRIPTED_POLICIES, make_scripted_policy
-from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
+from unstable.records import FailedGame, GameRecord
 
 
 @dataclass(frozen=True)
@@ -71,42 +68,14 @@ def play_vs_opponent(
     seed: int = 0,
     on_done: Callable[[GameRecord | FailedGame], None] | None = None,
 ) -> tuple[list[GameRecord | FailedGame], MatchSummary]:
-    """Play ``games`` games of ``model_name`` (+ optional LoRA adapter) against a scripted opponent."""
-    from unstable.inference.transformers_backend import TransformersBackend
+    """Play ``games`` games of ``model_name`` (+ optional LoRA adapter) against ``opponent``, in this process.
 
-    if opponent not in SCRIPTED_POLICIES:
-        raise ValueError(f"opponent must be one of {list(SCRIPTED_POLICIES)} for now, got {opponent!r}")
+    A thin front of the evaluation harness (:mod:`unstable.evaluation`), which ``unstable eval``
+    uses with confidence intervals and per-seat results.
+    """
     spec = EvalEnvSpec(env_id=env_id, num_players=2, prompt_template=prompt_template, fixed_opponent=opponent)
-    backend = TransformersBackend(model_name)
-    model_ref = PolicyRef(uid="model", kind="checkpoint", adapter_path=adapter_path, version=None)
-    opp_ref = PolicyRef(uid=opponent, kind="scripted")
     sampling = sampling or SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=64)
-    model = LLMPolicy(backend, model_ref, prompt_template=prompt_template, sampling=sampling)
-    scripted = make_scripted_policy(opponent, env_id)
-
-    def game_spec(i: int) -> GameSpec:
-        model_seat = i % 2
-        agents = (
-            AgentSpec(model_seat, model_ref, prompt_template=prompt_template),
-            AgentSpec(1 - model_seat, opp_ref),
-        )
-        return GameSpec(
-            game_id=i,
-            env_id=env_id,
-            seed=seed + i,
-            agents=tuple(sorted(agents, key=lambda a: a.player_id)),
-            is_eval=True,
-            error_allowance=spec.error_allowance,
-            eval_player_id=model_seat,
-        )
-
-    def policies(gs: GameSpec):
-        return {a.player_id: model if a.policy.uid == model_ref.uid else scripted for a in gs.agents}
-
-    try:
-        results = asyncio.run(
-            play_games([game_spec(i) for i in range(games)], policies, max_concurrent=max_concurrent, on_done=on_done)
-        )
-    finally:
-        backend.close()
-    return results, summarise(results, model_ref.uid)
+    job = EvalJob(model_name, spec.env_id, opponent, adapter_path, spec.num_players, prompt_template,
+                  sampling, sampling, seed, max_concurrent)
+    results = play_eval_games(job, games, num_workers=1, on_done=on_done)
+    return results, summarise(results, job.model_ref.uid)

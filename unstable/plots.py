@@ -1,0 +1,231 @@
+"""Learning-curve plots of a run: :func:`plot_run` writes PNGs into ``<run_dir>/plots/``.
+
+The data is what the run already wrote: ``metrics.jsonl`` (one line per Tracker call, each with
+its ``learner_step``; a game's line holds that game's values) and ``registry/registry.json`` (the
+TrueSkill ratings saved when the run stops). The files, each written only when its data exists:
+
+* ``eval_win_rate.png``: win rate of the eval games per env and opponent over learner steps, games
+  pooled into bins along the steps, with the 95% Wilson interval of each bin as a band;
+* ``trueskill.png``: TrueSkill mu +- sigma of every checkpoint by iteration, fixed opponents as bands;
+* ``move_quality.png``: format-ok and invalid-move rates of the collected (training) games;
+* ``game_length.png``: turns per collected game;
+* ``training.png``: the learner's loss and gradient norm.
+
+Curves show the mean per learner step faintly and a moving average over steps on top. Needs
+matplotlib (``pip install 'unstable-baselines[plot]'``); the Agg backend is used, so no display is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from unstable.intervals import wilson_interval
+from unstable.tracking.run_dir import METRICS_FILE, read_metrics
+
+PLOTS_DIR = "plots"
+REGISTRY_FILE = os.path.join("registry", "registry.json")
+_MIN_GAMES_PER_BIN = 8  # eval games pooled per point of the win-rate curve (at least)
+_MAX_BINS = 25
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ImportError("plots need matplotlib: pip install 'unstable-baselines[plot]'") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _by_step(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float], list[int]]:
+    """Steps with a value of ``key``, the sum of the values at each step and how many there were."""
+    sums: dict[int, float] = defaultdict(float)
+    counts: dict[int, int] = defaultdict(int)
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            step = int(row.get("learner_step", 0))
+            sums[step] += value
+            counts[step] += 1
+    steps = sorted(counts)
+    return steps, [sums[s] for s in steps], [counts[s] for s in steps]
+
+
+def _moving_average(sums: list[float], counts: list[int], window: int) -> list[float]:
+    """Trailing average over ``window`` steps, each step weighted by its number of values."""
+    out = []
+    for i in range(len(sums)):
+        lo = max(0, i - window + 1)
+        out.append(sum(sums[lo : i + 1]) / sum(counts[lo : i + 1]))
+    return out
+
+
+def _keys(rows: list[dict[str, Any]], prefix: str, suffix: str) -> list[str]:
+    return sorted({k for row in rows for k in row if k.startswith(prefix) and k.endswith(suffix)})
+
+
+def _curve(ax: Any, rows: list[dict[str, Any]], key: str, label: str) -> bool:
+    """Plot ``key`` over learner steps on ``ax``; False if there is no data."""
+    steps, sums, counts = _by_step(rows, key)
+    if not steps:
+        return False
+    means = [s / c for s, c in zip(sums, counts, strict=True)]
+    marker = "o" if len(steps) <= 30 else None
+    window = max(1, len(steps) // 15)
+    if window == 1:
+        ax.plot(steps, means, marker=marker, markersize=3, label=label)
+        return True
+    (line,) = ax.plot(steps, means, alpha=0.25, linewidth=1)
+    ax.plot(steps, _moving_average(sums, counts, window), color=line.get_color(), linewidth=2,
+            label=f"{label} (avg of {window} steps)")
+    return True
+
+
+RATE = (-0.02, 1.02)  # y range of a rate panel
+FROM_ZERO = (0, None)  # y range of a count or a norm
+
+
+def _style(ax: Any, xlabel: str, ylabel: str, ylim: tuple[float | None, float | None] = (None, None)) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(*ylim)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+
+
+def _curves_figure(plt: Any, rows: list[dict[str, Any]], title: str,
+                   panels: list[tuple[str, dict[str, str], tuple]]) -> Any | None:
+    """One figure, a panel per ``(y label, {curve label: metric key}, y range)`` that has data; None if none has."""
+    present = [panel for panel in panels if any(_by_step(rows, k)[0] for k in panel[1].values())]
+    if not present:
+        return None
+    fig, axes = plt.subplots(1, len(present), figsize=(6.5 * len(present), 4.5), squeeze=False)
+    for ax, (ylabel, curves, ylim) in zip(axes[0], present, strict=True):
+        for label, key in curves.items():
+            _curve(ax, rows, key, label)
+        _style(ax, "learner step", ylabel, ylim)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def _envs(rows: list[dict[str, Any]], suffix: str) -> list[str]:
+    return [k.split("/")[1] for k in _keys(rows, "collect/", f"/{suffix}")]
+
+
+def _move_quality(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
+    return _curves_figure(plt, rows, "Move quality in training games", [
+        ("format-ok rate (share of moves)", {e: f"collect/{e}/format_ok_rate" for e in _envs(rows, "format_ok_rate")},
+         RATE),
+        ("invalid-move rate (share of moves)",
+         {e: f"collect/{e}/invalid_move_rate" for e in _envs(rows, "invalid_move_rate")}, RATE),
+    ])
+
+
+def _game_length(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
+    return _curves_figure(plt, rows, "Game length in training games", [
+        ("turns per game (all seats)", {e: f"collect/{e}/game_length" for e in _envs(rows, "game_length")}, FROM_ZERO),
+    ])
+
+
+def _training(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
+    return _curves_figure(plt, rows, "Learner", [
+        ("loss", {"policy loss": "train/loss", "critic loss": "train/value_loss"}, (None, None)),
+        ("gradient norm (before clipping)", {"policy": "train/grad_norm", "critic": "train/critic_grad_norm"},
+         FROM_ZERO),
+    ])
+
+
+def _win_rate_bins(steps: list[int], wins: list[float], games: list[int]) -> list[tuple[float, int, int]]:
+    """Consecutive steps pooled until a bin holds enough games: ``(mean step, wins, games)`` per bin."""
+    per_bin = max(_MIN_GAMES_PER_BIN, -(-sum(games) // _MAX_BINS))
+    bins, acc = [], [0.0, 0.0, 0]
+    for step, w, n in zip(steps, wins, games, strict=True):
+        acc = [acc[0] + step * n, acc[1] + w, acc[2] + n]
+        if acc[2] >= per_bin:
+            bins.append(acc)
+            acc = [0.0, 0.0, 0]
+    if acc[2]:
+        bins.append(acc)
+    return [(s / n, round(w), n) for s, w, n in bins]
+
+
+def _eval_win_rate(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
+    series = {key: _by_step(rows, key) for key in _keys(rows, "eval/", "/win_rate")}
+    series = {key: data for key, data in series.items() if data[0]}
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for key, data in series.items():
+        env, opponent = key.removeprefix("eval/").removesuffix("/win_rate").split("/", 1)
+        bins = _win_rate_bins(*data)
+        x = [b[0] for b in bins]
+        ci = [wilson_interval(w, n) for _, w, n in bins]
+        (line,) = ax.plot(x, [w / n for _, w, n in bins], marker="o", markersize=3,
+                          label=f"{env} vs {opponent} ({sum(b[2] for b in bins)} games)")
+        ax.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], color=line.get_color(), alpha=0.15)
+    _style(ax, "learner step", "win rate (band: 95% interval)", RATE)
+    ax.set_title("Evaluation win rate")
+    fig.tight_layout()
+    return fig
+
+
+def _trueskill(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
+    models = (registry or {}).get("models") or []
+    ckpts = sorted((m for m in models if not m.get("fixed") and m.get("iteration") is not None),
+                   key=lambda m: m["iteration"])
+    fixed = [m for m in models if m.get("fixed")]
+    if not ckpts and not fixed:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    if ckpts:
+        ax.errorbar([m["iteration"] for m in ckpts], [m["mu"] for m in ckpts], yerr=[m["sigma"] for m in ckpts],
+                    marker="o", markersize=4, capsize=3, label="checkpoints (mu ± sigma)")
+    for i, m in enumerate(fixed):
+        color = f"C{(i + 1) % 10}"
+        ax.axhline(m["mu"], color=color, linestyle="--", label=f"{m['uid']} (fixed)")
+        ax.axhspan(m["mu"] - m["sigma"], m["mu"] + m["sigma"], color=color, alpha=0.12)
+    _style(ax, "checkpoint iteration (learner step)", "TrueSkill mu (± sigma)")
+    ax.set_title("TrueSkill ratings")
+    fig.tight_layout()
+    return fig
+
+
+_PLOTS = {
+    "eval_win_rate": _eval_win_rate,
+    "trueskill": _trueskill,
+    "move_quality": _move_quality,
+    "game_length": _game_length,
+    "training": _training,
+}
+
+
+def plot_run(run_dir: str | os.PathLike) -> list[Path]:
+    """Write the plots whose data ``run_dir`` holds into ``run_dir/plots/``; return their paths."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"run directory {str(root)!r} does not exist")
+    rows = read_metrics(root) if (root / METRICS_FILE).is_file() else []
+    registry_path = root / REGISTRY_FILE
+    registry = json.loads(registry_path.read_text(encoding="utf-8")) if registry_path.is_file() else None
+    plt = _pyplot()
+    written = []
+    for name, draw in _PLOTS.items():
+        fig = draw(plt, rows, registry)
+        if fig is None:
+            continue
+        path = root / PLOTS_DIR / f"{name}.png"
+        path.parent.mkdir(exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
