@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
+from unstable.utils.checks import check_int, check_positive
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +49,6 @@ def _spec_list(name: str, value: Any, cls: type, allow_none: bool) -> tuple:
             raise ValueError(f"{name}[{i}] must be a {cls.__name__}, got {type(item).__name__}")
         out.append(item)
     return tuple(out)
-
-
-def _positive(name: str, value: Any, kind: type = int, allow_none: bool = False, minimum: float = 1) -> None:
-    if value is None and allow_none:
-        return
-    ok = isinstance(value, kind) and not isinstance(value, bool) and value >= minimum
-    if kind is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-    if not ok:
-        what = "a number > 0" if kind is float else f"an integer >= {minimum}"
-        raise ValueError(f"{name} must be {what}{' or None' if allow_none else ''}, got {value!r}")
 
 
 @dataclass
@@ -119,12 +109,12 @@ class BuildConfig:
         if self.opponent_sampling_strategy == "fixed" and not self.fixed_opponents:
             raise ValueError("opponent_sampling_strategy='fixed' needs at least one name in fixed_opponents")
         for name in ("max_generation_len", "batch_size", "mini_batch_size"):
-            _positive(name, getattr(self, name))
+            check_int(name, getattr(self, name), 1)
         for name in ("max_train_len", "buffer_size", "num_inference_actors", "opponent_lag", "opponent_window"):
-            _positive(name, getattr(self, name), allow_none=True)
-        _positive("max_staleness", self.max_staleness, allow_none=True, minimum=0)
-        _positive("learning_rate", self.learning_rate, float)
-        _positive("gradient_clipping", self.gradient_clipping, float)
+            check_int(name, getattr(self, name), 1, allow_none=True)
+        check_int("max_staleness", self.max_staleness, 0, allow_none=True)
+        check_positive("learning_rate", self.learning_rate)
+        check_positive("gradient_clipping", self.gradient_clipping)
         if self.temperature is not None and not (isinstance(self.temperature, int | float) and self.temperature >= 0):
             raise ValueError(f"temperature must be a number >= 0 or None, got {self.temperature!r}")
         if self.batch_size % self.mini_batch_size:
@@ -201,9 +191,9 @@ class Run:
     def start(self, learning_steps: int = 200, num_collection_workers: int = 256, num_eval_workers: int = 16,
               *, block: bool = True) -> dict | None:
         """Collect with that many games in flight and train for ``learning_steps`` updates."""
-        _positive("learning_steps", learning_steps)
-        _positive("num_collection_workers", num_collection_workers)
-        _positive("num_eval_workers", num_eval_workers, minimum=0)
+        check_int("learning_steps", learning_steps, 1)
+        check_int("num_collection_workers", num_collection_workers, 1)
+        check_int("num_eval_workers", num_eval_workers, 0)
         a = self.actors
         self._collect_ref = a.collector.collect.remote(num_collection_workers, num_eval_workers)
         self._train_ref = a.learner.train.remote(learning_steps)

@@ -11,19 +11,15 @@ from dataclasses import dataclass
 from unstable.games.envs import check_env_id
 from unstable.games.extraction import get_action_extraction
 from unstable.games.templates import get_template
+from unstable.utils.checks import check_int
 
 #: The built-in scripted opponent; API model names ("provider/model") and checkpoint paths also work.
 DEFAULT_EVAL_OPPONENT = "random"
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
 def _check_common(spec) -> None:
-    _check_int("num_players", spec.num_players, 1)
-    _check_int("error_allowance", spec.error_allowance, 0)
+    check_int("num_players", spec.num_players, 1)
+    check_int("error_allowance", spec.error_allowance, 0)
     get_template(spec.prompt_template)
     get_action_extraction(spec.action_extraction_fn)
     check_env_id(spec.env_id, spec.num_players)
@@ -47,7 +43,7 @@ class TrainEnvSpec:
     error_allowance: int = 0
 
     def __post_init__(self) -> None:
-        _check_int("num_actors", self.num_actors, 1)
+        check_int("num_actors", self.num_actors, 1)
         _check_common(self)
         if self.num_actors > self.num_players:
             raise ValueError(
