@@ -69,7 +69,10 @@ def start_inference_actors(cfg: InferenceConfig, *, use_ray: bool) -> list[Any]:
     """Start ``cfg.num_actors`` backends: Ray actors (``use_ray``) or local objects."""
     from unstable.inference.actor import InferenceActor, RemoteBackend, make_backend
 
-    kwargs = {"max_batch_size": cfg.max_parallel_seq, "max_loras": cfg.max_loras, **(cfg.backend_kwargs or {})}
+    kwargs: dict[str, Any] = {"max_batch_size": cfg.max_parallel_seq, "max_loras": cfg.max_loras}
+    if cfg.backend == "vllm":
+        kwargs.update(max_model_len=cfg.max_model_len, max_lora_rank=(cfg.lora_config or {}).get("lora_rank", 32))
+    kwargs.update(cfg.backend_kwargs or {})
     if not use_ray:
         return [make_backend(cfg.backend, cfg.model_name, **kwargs) for _ in range(cfg.num_actors)]
     backends = []

