@@ -40,7 +40,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
     model = resolve_model_name(args.model)
     print(f"playing {args.games} games of {args.env}: {model} vs {args.opponent}", flush=True)
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
-    _, summary = play_vs_opponent(
+    results, stats = play_vs_opponent(
         model,
         args.env,
         games=args.games,
@@ -53,9 +53,9 @@ def _cmd_play(args: argparse.Namespace) -> int:
         on_done=_print_game,
     )
     print(
-        f"\n{summary.games} games in {time.perf_counter() - t0:.1f}s: {summary.wins} wins, {summary.draws} draws, "
-        f"{summary.losses} losses ({summary.invalid_moves} by invalid move), {summary.failed} failed; "
-        f"win rate {summary.win_rate:.2f}, well-formed answers {summary.format_ok_rate:.0%}"
+        f"\n{stats.games} games in {time.perf_counter() - t0:.1f}s: {stats.wins} wins, {stats.draws} draws, "
+        f"{stats.losses} losses ({stats.invalid_losses} by invalid move), {len(results) - stats.games} failed; "
+        f"win rate {stats.win_rate:.2f}, well-formed answers {stats.format_ok_rate:.0%}"
     )
     return 0
 
