@@ -89,7 +89,7 @@ def test_build_runs_three_learner_steps_with_concurrent_collection(ray_session, 
         run.stop()
     lines = read_metrics(run.run_dir)
     keys = {k for line in lines for k in line}
-    for prefix in ("collect/", "train/", "eval/"):
+    for prefix in ("collect/", "train/", "eval/", "inference/"):
         assert any(k.startswith(prefix) for k in keys), prefix
     assert os.path.isfile(os.path.join(run.run_dir, "registry", "registry.json"))
 

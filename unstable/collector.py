@@ -212,12 +212,7 @@ class Collector(metaclass=RemoteCapable):
 
 
 async def _backend_stats(backend: Any) -> dict[str, float]:
-    from unstable.inference.actor import RemoteBackend
-
-    if isinstance(backend, RemoteBackend):
-        stats = await backend.handle.stats.remote()
-    else:
-        stats = backend.stats()
+    stats = await acall(backend, "stats")  # a local backend answers at once, a RemoteBackend is awaited
     return {k: float(v) for k, v in stats.items() if isinstance(v, int | float)}
 
 

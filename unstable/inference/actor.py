@@ -60,7 +60,6 @@ class RemoteBackend:
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         return await self.handle.generate.remote(request)
 
-    def stats(self) -> dict[str, Any]:
-        import ray
-
-        return ray.get(self.handle.stats.remote())
+    async def stats(self) -> dict[str, Any]:
+        """Awaitable (the actor answers remotely); ``unstable.utils.remote.acall`` awaits either kind."""
+        return await self.handle.stats.remote()
