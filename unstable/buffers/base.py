@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from unstable.records import GameRecord, PlayerTrajectory, Step, player_trajectories
+from unstable.utils.checks import check_int
 from unstable.utils.remote import RemoteCapable, fire, is_actor
 
 FinalFn = Callable[[float, int, str | None], float]
@@ -104,13 +105,6 @@ def swap_pop(items: list[T], index: int) -> T:
     return item
 
 
-def _check_optional_int(value: Any, name: str, minimum: int) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be None or an int >= {minimum}, got {value!r}")
-
-
 class BufferBase(metaclass=RemoteCapable):
     """Counters, transforms, staleness and back-pressure; subclasses store Steps or episodes."""
 
@@ -124,10 +118,9 @@ class BufferBase(metaclass=RemoteCapable):
         max_staleness: int | None = None,
         seed: int | None = None,
     ):
-        if isinstance(max_buffer_size, bool) or not isinstance(max_buffer_size, int) or max_buffer_size < 1:
-            raise ValueError(f"max_buffer_size must be an int >= 1, got {max_buffer_size!r}")
-        _check_optional_int(max_staleness, "max_staleness", 0)
-        _check_optional_int(seed, "seed", -(2**63))
+        check_int("max_buffer_size", max_buffer_size, 1)
+        check_int("max_staleness", max_staleness, 0, allow_none=True)
+        check_int("seed", seed, -(2**63), allow_none=True)
         if tracker is not None and not is_actor(tracker) and not callable(getattr(tracker, "log", None)):
             raise ValueError(f"tracker must have a log(dict) method, got {tracker!r}")
         for name, fn in [
@@ -241,6 +234,5 @@ class BufferBase(metaclass=RemoteCapable):
 
 
 def check_batch_size(batch_size: Any) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    check_int("batch_size", batch_size, 1)
     return batch_size
