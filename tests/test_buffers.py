@@ -178,6 +178,8 @@ def test_eviction_keeps_size_bounded_and_is_random():
             "dropped_stale": 0,
             "handed_out": 0,
             "cleared": 0,
+            "trajectories_received": 14,
+            "duplicates": 0,
         }
         kept_early |= any(s.game_id < 4 for s in buffer._steps)  # FIFO would keep only games 4-6
     assert kept_early

@@ -6,6 +6,14 @@ games go to the buffer; every finished game goes to the scheduler (which updates
 and the tracker. A failed game is counted and logged with its seed and error and replaced by a
 new one; it never stops collection and is never retried.
 
+Faults. Inference actors run with Ray's ``max_restarts``: when one dies, its in-flight games fail
+with ``stage="inference"`` and are counted as ``dropped`` (never as failed, never sent to the
+buffer, never retried); no new game goes to it until it answers again. If every actor is dead for
+good (restarts used up), or none has answered for ``unavailable_timeout_s``, :meth:`collect` raises,
+and so does any error of the buffer or scheduler: the run stops with the cause instead of waiting.
+``trajectories_sent`` counts the player trajectories handed to ``buffer.add_game`` (the buffer
+counts what it received; the two must agree).
+
 Back-pressure: no new *train* game starts while the buffer is full (``buffer.is_full()``), so
 collection never runs far ahead of the learner; eval games keep going. ``buffer.stop()`` (sent by
 the learner when it is done) or :meth:`stop` ends collection.
@@ -16,8 +24,8 @@ The collaborators may be plain objects or Ray actor handles (see ``unstable.util
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +33,7 @@ from unstable.games.rollout import play_game
 from unstable.inference.base import SamplingParams
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
-from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec
+from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, player_trajectories
 from unstable.utils.remote import RemoteCapable, acall, fire
 
 log = logging.getLogger(__name__)
@@ -48,6 +56,7 @@ class InferenceConfig:
     actor_num_cpus: float = 1.0
     actor_num_gpus: float = 0.0
     backend_kwargs: dict | None = None
+    max_restarts: int = 3  # Ray restarts of each inference actor before it counts as dead for good
 
     @classmethod
     def from_vllm_config(cls, cfg: dict, **overrides: Any) -> InferenceConfig:
@@ -76,9 +85,12 @@ def start_inference_actors(cfg: InferenceConfig, *, use_ray: bool) -> list[Any]:
     if not use_ray:
         return [make_backend(cfg.backend, cfg.model_name, **kwargs) for _ in range(cfg.num_actors)]
     backends = []
+    # SPREAD: several actors go to different nodes where they fit (one node lost, not all of them)
+    placement = {"scheduling_strategy": "SPREAD"} if cfg.num_actors > 1 else {}
     for i in range(cfg.num_actors):
         handle = InferenceActor.options(
             name=f"inference-{i}", num_cpus=cfg.actor_num_cpus, num_gpus=cfg.actor_num_gpus, max_concurrency=10_000,
+            max_restarts=cfg.max_restarts, max_task_retries=0, **placement,
         ).remote(cfg.backend, cfg.model_name, name=f"inference-{i}", default_sampling=cfg.sampling, **kwargs)
         backends.append(RemoteBackend(handle, name=f"inference-{i}"))
     return backends
@@ -89,7 +101,8 @@ class Collector(metaclass=RemoteCapable):
 
     def __init__(self, vllm_config: dict | None = None, tracker: Any = None, buffer: Any = None,
                  game_scheduler: Any = None, *, inference: InferenceConfig | None = None,
-                 backends: list[Any] | None = None, stats_every_s: float = 10.0):
+                 backends: list[Any] | None = None, stats_every_s: float = 10.0,
+                 unavailable_timeout_s: float = 900.0, probe_interval_s: float = 1.0):
         if game_scheduler is None or buffer is None:
             raise ValueError("Collector needs a game_scheduler and a buffer")
         self.tracker, self.buffer, self.scheduler = tracker, buffer, game_scheduler
@@ -108,17 +121,87 @@ class Collector(metaclass=RemoteCapable):
         self.inference = inference
         self.sampling = inference.sampling if inference else SamplingParams()
         self.backends = backends
-        self._round_robin = itertools.cycle(range(len(backends)))
+        self._next_backend = 0
+        self._healthy = [True] * len(backends)
+        self._dead: set[int] = set()
+        self._probes: dict[int, asyncio.Task] = {}
+        self._none_healthy_since: float | None = None
         self._stop = False
         self._counts = {"train_started": 0, "train_finished": 0, "eval_started": 0, "eval_finished": 0,
-                        "failed": 0, "paused_checks": 0}
+                        "failed": 0, "dropped": 0, "cancelled": 0, "trajectories_sent": 0, "paused_checks": 0,
+                        "inference_unavailable": 0, "inference_recovered": 0, "inference_dead": 0}
         self.stats_every_s = stats_every_s
+        self.unavailable_timeout_s = unavailable_timeout_s
+        self.probe_interval_s = probe_interval_s
+
+    # ----------------------------------------------------------------- inference health
+    def _pick_backend(self) -> int | None:
+        """The next healthy backend, round-robin; ``None`` while none is."""
+        n = len(self.backends)
+        for k in range(n):
+            idx = (self._next_backend + k) % n
+            if self._healthy[idx]:
+                self._next_backend = idx + 1
+                return idx
+        return None
+
+    def _mark_unavailable(self, idx: int | None) -> None:
+        """A game on backend ``idx`` was dropped: send it nothing until a probe gets an answer."""
+        if idx is None or idx in self._dead or not self._healthy[idx]:
+            return
+        self._healthy[idx] = False
+        self._counts["inference_unavailable"] += 1
+        log.warning("inference actor %s is unavailable (died or restarting); routing around it",
+                    getattr(self.backends[idx], "name", idx))
+        if getattr(self.backends[idx], "ready", None) is None:  # a local backend cannot restart: retry it now
+            self._healthy[idx] = True
+            return
+        self._probes[idx] = asyncio.create_task(self._probe(idx))
+
+    async def _probe(self, idx: int) -> None:
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        backend = self.backends[idx]
+        try:
+            while not self._stop:
+                try:
+                    await acall(backend, "ready")
+                except ActorDiedError as exc:  # restarts used up: dead for good
+                    self._dead.add(idx)
+                    self._counts["inference_dead"] += 1
+                    log.error("inference actor %s is dead for good: %s", getattr(backend, "name", idx), exc)
+                    return
+                except RayActorError:  # restarting (reloading the model) or its node is gone
+                    await asyncio.sleep(self.probe_interval_s)
+                    continue
+                self._healthy[idx] = True
+                self._counts["inference_recovered"] += 1
+                log.warning("inference actor %s answers again", getattr(backend, "name", idx))
+                return
+        finally:
+            self._probes.pop(idx, None)
+
+    def _check_inference(self) -> bool:
+        """True if some backend is healthy; raises once there is no hope or no answer for too long."""
+        if any(self._healthy):
+            self._none_healthy_since = None
+            return True
+        if len(self._dead) == len(self.backends):
+            raise RuntimeError(f"all {len(self.backends)} inference actors died and used up their restarts; "
+                               "see the Ray logs of the inference-* actors for the cause")
+        now = time.monotonic()
+        if self._none_healthy_since is None:
+            self._none_healthy_since = now
+        elif now - self._none_healthy_since > self.unavailable_timeout_s:
+            raise RuntimeError(f"no inference actor answered for {self.unavailable_timeout_s:.0f} s "
+                               "(restarting, or no node has room for them)")
+        return False
 
     # ----------------------------------------------------------------- policies
-    def _policies(self, spec: GameSpec) -> dict[int, Policy]:
+    def _policies(self, spec: GameSpec, backend_idx: int | None = None) -> dict[int, Policy]:
         from unstable.policies.scripted import make_scripted_policy
 
-        backend = self.backends[next(self._round_robin)]
+        backend = self.backends[self._pick_backend() if backend_idx is None else backend_idx]
         policies: dict[int, Policy] = {}
         for agent in spec.agents:
             ref = agent.policy
@@ -134,11 +217,11 @@ class Collector(metaclass=RemoteCapable):
                                                       action_extraction=agent.action_extraction)
         return policies
 
-    async def _run(self, spec: GameSpec) -> GameRecord | FailedGame:
+    async def _run(self, spec: GameSpec, backend_idx: int) -> tuple[GameRecord | FailedGame, int]:
         try:
-            return await play_game(spec, self._policies(spec))
+            return await play_game(spec, self._policies(spec, backend_idx)), backend_idx
         except GameFailedError as err:
-            return err.failure
+            return err.failure, backend_idx
 
     # ----------------------------------------------------------------- main loop
     async def collect(self, num_train_workers: int, num_eval_workers: int | None = 0) -> dict[str, int]:
@@ -153,43 +236,54 @@ class Collector(metaclass=RemoteCapable):
         evals: set[asyncio.Task] = set()
         loop = asyncio.get_running_loop()
         last_stats = loop.time()
-        while not self._stop:
-            if not await acall(self.buffer, "continue_collection"):
-                break
-            full = await acall(self.buffer, "is_full")
-            self._counts["paused_checks"] += bool(full)
-            while not full and len(train) < num_train_workers:
-                train.add(asyncio.create_task(self._run(await acall(self.scheduler, "next_train_job"))))
-                self._counts["train_started"] += 1
-            while len(evals) < num_eval_workers:
-                spec = await acall(self.scheduler, "next_eval_job")
-                if spec is None:
+        try:
+            while not self._stop:
+                if not await acall(self.buffer, "continue_collection"):
                     break
-                evals.add(asyncio.create_task(self._run(spec)))
-                self._counts["eval_started"] += 1
-            if not train and not evals:
-                await asyncio.sleep(0.05)  # paused and idle: wait for the learner to drain the buffer
-                continue
-            done, _ = await asyncio.wait(train | evals, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                is_train = task in train
-                (train if is_train else evals).discard(task)
-                await self._handle(task.result(), is_train)
-            if loop.time() - last_stats > self.stats_every_s:
-                last_stats = loop.time()
-                await self._report()
-        for task in train | evals:
-            task.cancel()
-        await asyncio.gather(*train, *evals, return_exceptions=True)
+                full = await acall(self.buffer, "is_full")
+                self._counts["paused_checks"] += bool(full)
+                serving = self._check_inference()
+                while serving and not full and len(train) < num_train_workers:
+                    spec = await acall(self.scheduler, "next_train_job")
+                    train.add(asyncio.create_task(self._run(spec, self._pick_backend())))
+                    self._counts["train_started"] += 1
+                while serving and len(evals) < num_eval_workers:
+                    spec = await acall(self.scheduler, "next_eval_job")
+                    if spec is None:
+                        break
+                    evals.add(asyncio.create_task(self._run(spec, self._pick_backend())))
+                    self._counts["eval_started"] += 1
+                if not train and not evals:
+                    await asyncio.sleep(0.05)  # paused and idle: wait for the learner to drain the buffer
+                    continue
+                done, _ = await asyncio.wait(train | evals, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    is_train = task in train
+                    (train if is_train else evals).discard(task)
+                    result, backend_idx = task.result()
+                    await self._handle(result, is_train, backend_idx)
+                if loop.time() - last_stats > self.stats_every_s:
+                    last_stats = loop.time()
+                    await self._report()
+        finally:  # also on an error: no game or probe keeps running in the background
+            self._counts["cancelled"] += len(train) + len(evals)  # in flight when collection stopped
+            for task in train | evals | set(self._probes.values()):
+                task.cancel()
+            await asyncio.gather(*train, *evals, *self._probes.values(), return_exceptions=True)
         await self._report()
         return dict(self._counts)
 
-    async def _handle(self, result: GameRecord | FailedGame, is_train: bool) -> None:
+    async def _handle(self, result: GameRecord | FailedGame, is_train: bool, backend_idx: int | None = None) -> None:
         if isinstance(result, FailedGame):
-            self._counts["failed"] += 1
+            if result.stage == "inference":  # its inference actor died: dropped, not the game's fault
+                self._counts["dropped"] += 1
+                self._mark_unavailable(backend_idx)
+            else:
+                self._counts["failed"] += 1
             log.warning(result.describe())
         elif is_train:
             self._counts["train_finished"] += 1
+            self._counts["trajectories_sent"] += len(player_trajectories(result))
             await acall(self.buffer, "add_game", result)
         else:
             self._counts["eval_finished"] += 1
@@ -201,13 +295,22 @@ class Collector(metaclass=RemoteCapable):
         if self.tracker is None:
             return
         for i, backend in enumerate(self.backends):
-            stats = await _backend_stats(backend)
+            if not self._healthy[i]:
+                continue
+            try:
+                stats = await _backend_stats(backend)
+            except Exception as exc:  # a dying actor must not stop collection (its games report it)
+                log.warning("no stats from inference actor %s: %s", getattr(backend, "name", i), exc)
+                continue
             fire(self.tracker, "log_inference", getattr(backend, "name", f"inference-{i}"), stats)
 
     def stop(self) -> None:
         self._stop = True
 
     def stats(self) -> dict[str, int]:
+        """Counters. Every game started ends as exactly one of finished, failed, dropped or cancelled:
+        ``train_started + eval_started == train_finished + eval_finished + failed + dropped + cancelled``
+        once :meth:`collect` has returned."""
         return dict(self._counts)
 
 

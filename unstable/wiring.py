@@ -3,6 +3,12 @@
 Resource layout: the Tracker, registry, scheduler, buffer and collector are light (``num_cpus=0``).
 The learner takes one CPU (and one GPU when there is one); each inference actor takes one CPU or
 one GPU. On a 2-core laptop that is one core generating and one core learning, concurrently.
+
+On a cluster the light actors live on the driver's node (which the run cannot outlive anyway), and
+so does the learner when that node has the CPU/GPU it needs; the inference actors spread over the
+nodes and restart (see :mod:`unstable.collector`) if theirs dies. So losing a node that only runs
+inference actors costs the games in flight there, not the run. ``resume_from`` restores the run's state first
+(see :mod:`unstable.resume`).
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class Actors:
     collector: Any
     learner: Any
     run_dir: str
+    start_version: int = 0  # the learner's version at start (N when resumed from ckpt-N)
 
     def all(self) -> list[Any]:
         return [self.collector, self.learner, self.scheduler, self.buffer, self.registry, self.tracker]
@@ -103,35 +110,57 @@ def inference_config(cfg, backend: str, num_actors: int, gpus_per_actor: float):
 def start_actors(cfg, run_name: str) -> Actors:
     """Start every actor of a run from a validated :class:`~unstable.runtime.BuildConfig`."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from unstable.buffers import EpisodeBuffer, StepBuffer
     from unstable.collector import Collector
     from unstable.learners import A2CLearner, REINFORCELearner
+    from unstable.learners.checkpoints import list_checkpoints
     from unstable.registry import ModelRegistry
+    from unstable.registry.model_registry import fixed_policy_ref
+    from unstable.resume import RunStateWriter, find_resume_point
     from unstable.reward_transformations import default_transforms
     from unstable.samplers.env_samplers import UniformRandomEnvSampler
     from unstable.scheduler import GameScheduler
     from unstable.tracking import Tracker
 
     backend = choose_backend(cfg.inference_backend)
+    resume = find_resume_point(cfg.resume_from) if cfg.resume_from else None
     ensure_ray(cfg.ray_address)
-    light = {"num_cpus": 0}
-    run_dir = os.path.abspath(os.path.join(cfg.runs_dir, run_name))  # the caller's cwd, not the actor's
+    driver_node = ray.get_runtime_context().get_node_id()
+    # hard affinity: a soft one lets Ray place them on any node whose worker pool is less busy
+    light = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(driver_node, soft=False)}
+    # the caller's cwd, not the actor's
+    run_dir = str(resume.run_dir) if resume else os.path.abspath(os.path.join(cfg.runs_dir, run_name))
+    if not resume and list_checkpoints(os.path.join(run_dir, "checkpoints")):
+        raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
+                         f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     tracker = Tracker.options(**light, name="Tracker").remote(
         run_name=run_name, wandb_project=cfg.wandb_project, run_dir=run_dir, use_wandb=cfg.use_wandb,
         config=cfg.to_dict())
     run_dir = ray.get(tracker.get_run_dir.remote())
     registry = ModelRegistry.options(**light).remote(tracker=tracker)
-    ray.get(registry.add_checkpoint.remote(uid="base", path=None, iteration=0))
+    if resume and resume.state:
+        ray.get(tracker.load_state_dict.remote(resume.state["tracker"]))
+        ray.get(registry.load_state_dict.remote(resume.state["registry"]))
+    else:
+        ray.get(registry.add_checkpoint.remote(uid="base", path=None, iteration=0))
+    if resume:
+        _register_missing_checkpoints(registry, resume)
+        ray.get(tracker.set_learner_step.remote(resume.version))
     opponents = set(cfg.fixed_opponents if cfg.opponent_sampling_strategy == "fixed" else ())
     opponents |= {spec.fixed_opponent for spec in cfg.eval_envs}
+    known = set(ray.get(registry.fixed_uids.remote()))
     for name in sorted(opponents):
-        ray.get(registry.add_fixed.remote(name=name))
+        if fixed_policy_ref(name).uid not in known:
+            ray.get(registry.add_fixed.remote(name=name))
     env_sampler = UniformRandomEnvSampler(train_env_specs=list(cfg.train_envs), eval_env_specs=list(cfg.eval_envs),
                                           rng_seed=cfg.seed)
+    # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
     scheduler = GameScheduler.options(**light).remote(
-        model_sampler=_model_sampler(cfg, registry), env_sampler=env_sampler,
-        logging_dir=ray.get(tracker.get_log_dir.remote()), seed=cfg.seed)
+        model_sampler=_model_sampler(cfg, registry), env_sampler=env_sampler, logging_dir=None, seed=cfg.seed)
+    if resume and resume.state:
+        ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
     final, step, sampling = cfg.reward_transforms or default_transforms()
     if cfg.reward_transforms is None and cfg.algorithm == "a2c":
         sampling = None  # A2C normalises its GAE advantages; z-scoring per-turn rewards would skew returns
@@ -139,22 +168,27 @@ def start_actors(cfg, run_name: str) -> Actors:
     buffer = buffer_cls.options(**light, name="Buffer").remote(
         max_buffer_size=cfg.buffer_size, tracker=tracker, final_reward_transformation=final,
         step_reward_transformation=step, sampling_reward_transformation=sampling,
-        max_staleness=cfg.max_staleness, seed=cfg.seed)
+        max_staleness=cfg.max_staleness, seed=cfg.seed, dedupe=True)
 
     learner_gpus, gpus_per_actor, default_actors = gpu_layout(int(ray.cluster_resources().get("GPU", 0)))
-    num_actors = cfg.num_inference_actors or default_actors
-    inference = inference_config(cfg, backend, num_actors, gpus_per_actor)
-    collector = Collector.options(**light, max_concurrency=1000).remote(
-        tracker=tracker, buffer=buffer, game_scheduler=scheduler, inference=inference)
-
     learner_cls = REINFORCELearner if cfg.algorithm == "reinforce" else A2CLearner
-    learner = learner_cls.options(num_cpus=1, num_gpus=learner_gpus).remote(
+    resumed = {}
+    if resume and resume.checkpoint is not None:
+        resumed = {"initial_lora_path": str(resume.checkpoint), "initial_version": resume.version,
+                   "restore_training_state": True}
+    learner = learner_cls.options(num_cpus=1, num_gpus=learner_gpus, **_near(driver_node, 1, learner_gpus)).remote(
         model_name=cfg.model_name, lora_cfg=cfg.lora, batch_size=cfg.batch_size,
         mini_batch_size=cfg.mini_batch_size, learning_rate=cfg.learning_rate, grad_clip=cfg.gradient_clipping,
         buffer=buffer, tracker=tracker, model_registry=registry,
         activation_checkpointing=cfg.activation_checkpointing, gradient_checkpointing=cfg.gradient_checkpointing,
         output_dir=ray.get(tracker.get_checkpoints_dir.remote()), device=cfg.learner_device, seed=cfg.seed,
-        keep_last=None)  # keep every adapter: lagged opponents and the registry may still point at old ones
+        keep_last=None,  # keep every adapter: lagged opponents and the registry may still point at old ones
+        on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker), **resumed)
+    # after the learner, so it has its place before the inference actors take theirs
+    num_actors = cfg.num_inference_actors or default_actors
+    inference = inference_config(cfg, backend, num_actors, gpus_per_actor)
+    collector = Collector.options(**light, max_concurrency=1000).remote(
+        tracker=tracker, buffer=buffer, game_scheduler=scheduler, inference=inference)
     if cfg.algorithm == "reinforce":
         ray.get(learner.initialize_algorithm.remote(max_train_len=cfg.max_train_len,
                                                     max_generation_len=cfg.max_generation_len))
@@ -162,4 +196,27 @@ def start_actors(cfg, run_name: str) -> Actors:
         ray.get(learner.initialize_algorithm.remote(infer_mini_batch_size=16, critic_learning_rate=5e-5,
                                                     normalize_adv=True, max_train_len=cfg.max_train_len,
                                                     max_generation_len=cfg.max_generation_len))
-    return Actors(tracker, registry, scheduler, buffer, collector, learner, run_dir)
+    return Actors(tracker, registry, scheduler, buffer, collector, learner, run_dir,
+                  start_version=resume.version if resume else 0)
+
+
+def _near(node_id: str, cpus: float, gpus: float) -> dict:
+    """Options pinning an actor to ``node_id`` if that node has the resources at all, else none."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = next((n for n in ray.nodes() if n["NodeID"] == node_id and n["Alive"]), None)
+    if node is None or node["Resources"].get("CPU", 0) < cpus or node["Resources"].get("GPU", 0) < gpus:
+        return {}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+
+
+def _register_missing_checkpoints(registry, resume) -> None:
+    """Register the complete checkpoints the state snapshot does not know yet (a kill between a
+    checkpoint and its snapshot), oldest first, so the registry ends at the resumed version."""
+    import ray
+
+    known = set(ray.get(registry.checkpoint_uids.remote()))
+    for version, path in resume.complete_checkpoints.items():
+        if f"ckpt-{version}" not in known:
+            ray.get(registry.add_checkpoint.remote(uid=f"ckpt-{version}", path=str(path), iteration=version))

@@ -8,12 +8,19 @@ Back-pressure: ``continue_collection()`` is True until ``stop()`` is called, and
 game while it does, so collection never runs far ahead of the learner. Steps that still arrive
 (from games already in flight) are taken and random old ones evicted, as in UnstableBaselines
 0.2; ``max_staleness`` bounds how old a sample may be.
+
+Exactly once: ``trajectories_received`` counts every player trajectory handed in (the collector
+counts what it sent; the two must agree). With ``dedupe=True`` (what ``unstable.build()`` uses:
+game ids are unique within a run) a trajectory whose ``(game_id, player_id)`` was already received
+is counted under ``duplicates`` and ignored, so a resent game is never trained on twice; the last
+``DEDUPE_WINDOW`` keys are remembered.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -25,6 +32,7 @@ FinalFn = Callable[[float, int, str | None], float]
 StepFn = Callable[[PlayerTrajectory, int, float], float]
 SamplingFn = Callable[[list[Step]], list[Step]]
 T = TypeVar("T")
+DEDUPE_WINDOW = 1 << 16  # (game_id, player_id) keys remembered; a resend comes within seconds, not 65k games
 
 
 class MetricsSink(Protocol):
@@ -117,6 +125,7 @@ class BufferBase(metaclass=RemoteCapable):
         sampling_reward_transformation: SamplingFn | None = None,
         max_staleness: int | None = None,
         seed: int | None = None,
+        dedupe: bool = False,
     ):
         check_int("max_buffer_size", max_buffer_size, 1)
         check_int("max_staleness", max_staleness, 0, allow_none=True)
@@ -140,6 +149,10 @@ class BufferBase(metaclass=RemoteCapable):
         self._rng = random.Random(seed)
         self._collecting = True
         self._counts = {"added": 0, "evicted": 0, "dropped_stale": 0, "handed_out": 0, "cleared": 0}
+        self.dedupe = bool(dedupe)
+        self._trajectories = {"trajectories_received": 0, "duplicates": 0}
+        self._seen: set[tuple[int, int]] = set()
+        self._seen_order: deque[tuple[int, int]] = deque()
         self._init_storage()
 
     # ---- subclass interface -------------------------------------------------------------------
@@ -154,6 +167,21 @@ class BufferBase(metaclass=RemoteCapable):
         raise NotImplementedError
 
     # ---- shared behaviour ---------------------------------------------------------------------
+    def _receive(self, player_traj: PlayerTrajectory) -> bool:
+        """Count a trajectory handed in; False if it is a duplicate to ignore (``dedupe=True`` only)."""
+        self._trajectories["trajectories_received"] += 1
+        if not self.dedupe:
+            return True
+        key = (player_traj.game_id, player_traj.player_id)
+        if key in self._seen:
+            self._trajectories["duplicates"] += 1
+            return False
+        self._seen.add(key)
+        self._seen_order.append(key)
+        if len(self._seen_order) > DEDUPE_WINDOW:
+            self._seen.discard(self._seen_order.popleft())
+        return True
+
     def _build_steps(
         self, player_traj: PlayerTrajectory, env_id: str | None, policy_version: int | None
     ) -> list[Step]:
@@ -211,11 +239,11 @@ class BufferBase(metaclass=RemoteCapable):
         self._collecting = False
 
     def stats(self) -> dict[str, int]:
-        """Size and lifetime counters, in Steps.
+        """Size and lifetime counters, in Steps, plus ``trajectories_received`` and ``duplicates``.
 
         ``added = size + evicted + dropped_stale + handed_out + cleared`` always holds.
         """
-        return {"size": self.size(), **self._counts}
+        return {"size": self.size(), **self._counts, **self._trajectories}
 
     def _sample_transform(self, steps: list[Step]) -> list[Step]:
         if self.sampling_reward_transformation is None:

@@ -48,6 +48,8 @@ class EpisodeBuffer(BufferBase):
     def add_player_trajectory(
         self, player_traj: PlayerTrajectory, env_id: str | None = None, policy_version: int | None = None
     ) -> int:
+        if not self._receive(player_traj):
+            return 0
         steps = self._build_steps(player_traj, env_id, policy_version)
         if not steps:
             return 0

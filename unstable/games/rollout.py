@@ -21,8 +21,10 @@ from typing import Any
 
 import textarena as ta
 
+from unstable.inference.base import InferenceUnavailableError
 from unstable.policies.base import Policy, PolicyOutput, TurnContext
 from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, Turn
+from unstable.utils.secrets import redact
 
 DEFAULT_MAX_TURNS = 1000
 
@@ -82,8 +84,8 @@ def _fail(spec: GameSpec, stage: str, exc: BaseException, turns: list[Turn]) -> 
         spec=spec,
         stage=stage,  # type: ignore[arg-type]
         error_type=type(exc).__name__,
-        message=str(exc),
-        traceback="".join(traceback.format_exception(exc)),
+        message=redact(str(exc)),  # both end up in logs and transcripts: never with an API key in them
+        traceback=redact("".join(traceback.format_exception(exc))),
         turns=tuple(turns),
     )
     return GameFailedError(failure)
@@ -129,6 +131,8 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
         t0 = time.perf_counter()
         try:
             out: PolicyOutput = await policy.act(ctx)
+        except InferenceUnavailableError as exc:  # the server died, not the policy: the game is dropped
+            raise _fail(spec, "inference", exc, turns) from exc
         except Exception as exc:
             raise _fail(spec, "policy", exc, turns) from exc
         gen_seconds = out.gen_seconds or (time.perf_counter() - t0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from unstable.games.envs import check_env_id
 from unstable.games.extraction import get_action_extraction
 from unstable.games.templates import get_template
-from unstable.utils.checks import check_int
+from unstable.utils.checks import check_int, check_str
 
 #: The built-in scripted opponent; API model names ("provider/model") and checkpoint paths also work.
 DEFAULT_EVAL_OPPONENT = "random"
@@ -20,6 +20,8 @@ DEFAULT_EVAL_OPPONENT = "random"
 def _check_common(spec) -> None:
     check_int("num_players", spec.num_players, 1)
     check_int("error_allowance", spec.error_allowance, 0)
+    check_str("prompt_template", spec.prompt_template, what="a template name (see available_templates())")
+    check_str("action_extraction_fn", spec.action_extraction_fn, what="an extraction name such as 'default'")
     get_template(spec.prompt_template)
     get_action_extraction(spec.action_extraction_fn)
     check_env_id(spec.env_id, spec.num_players)

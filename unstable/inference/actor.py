@@ -3,13 +3,18 @@
 ``InferenceActor`` is an async actor: Ray runs many ``generate`` calls on its event loop at once,
 so requests from every game routed to it meet in the backend's batching queue. The collector
 gives each game one actor (round-robin), which keeps a game's adapters on one cache.
+
+The collector starts these actors with ``max_restarts`` (see ``unstable.collector``): if one dies,
+Ray starts it again (loading the model anew). Requests that were in flight, or sent while it
+restarts, fail; :class:`RemoteBackend` turns Ray's error into :class:`InferenceUnavailableError`
+so the game is recorded as dropped, never retried.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from unstable.inference.base import GenerationRequest, GenerationResult, SamplingParams
+from unstable.inference.base import GenerationRequest, GenerationResult, InferenceUnavailableError, SamplingParams
 from unstable.utils.remote import RemoteCapable
 
 
@@ -58,8 +63,18 @@ class RemoteBackend:
         self.name = name
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
-        return await self.handle.generate.remote(request)
+        from ray.exceptions import RayActorError
+
+        try:
+            return await self.handle.generate.remote(request)
+        except RayActorError as exc:
+            raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
 
     async def stats(self) -> dict[str, Any]:
         """Awaitable (the actor answers remotely); ``unstable.utils.remote.acall`` awaits either kind."""
         return await self.handle.stats.remote()
+
+    async def ready(self) -> bool:
+        """True once the actor answers; raises Ray's ``ActorDiedError`` if it is dead for good and
+        ``ActorUnavailableError`` while it is restarting."""
+        return await self.handle.ready.remote()

@@ -63,6 +63,10 @@ class GenerationResult:
     gen_seconds: float = 0.0
 
 
+class InferenceUnavailableError(RuntimeError):
+    """The inference server a request went to died or is restarting; the game using it is dropped."""
+
+
 @runtime_checkable
 class InferenceBackend(Protocol):
     """Serves many concurrent requests, batching them; LoRA adapters are chosen per request."""

@@ -3,12 +3,18 @@
 Plain Python (no Ray): the orchestration layer wraps a learner in an actor and hands it a buffer,
 tracker and model registry, which are used only through the small duck-typed hooks in ``train``.
 Subclasses implement :meth:`BaseLearner._accumulate` (forward + backward over micro-batches).
+
+Each checkpoint ``ckpt-N`` holds the adapter(s) and ``trainer_state.pt`` (optimiser states, the
+version, RNG states, the skip counter), so ``initial_lora_path=ckpt-N, initial_version=N,
+restore_training_state=True`` continues training exactly where ckpt-N left off (see
+:func:`unstable.learners.checkpoints.latest_complete`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -28,6 +34,8 @@ from unstable.records import Step
 from unstable.utils.remote import RemoteCapable
 
 logger = logging.getLogger(__name__)
+
+TRAINER_STATE_FILE = "trainer_state.pt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +71,32 @@ class BaseLearner(metaclass=RemoteCapable):
     config_cls: ClassVar[type[LearnerConfig]] = LearnerConfig
 
     def __init__(
-        self, model_name: str, *, buffer: Any = None, tracker: Any = None, model_registry: Any = None, **kwargs: Any
+        self,
+        model_name: str,
+        *,
+        buffer: Any = None,
+        tracker: Any = None,
+        model_registry: Any = None,
+        on_checkpoint: Any = None,
+        **kwargs: Any,
     ) -> None:
         self.config = self.config_cls(model_name=model_name, **kwargs)
         self.buffer, self.tracker, self.model_registry = buffer, tracker, model_registry
+        self.on_checkpoint = on_checkpoint  # called as on_checkpoint(version) after each registered checkpoint
         cfg = self.config
+        self._restore_from: Path | None = None
+        if cfg.restore_training_state:
+            state_file = Path(cfg.initial_lora_path or "") / TRAINER_STATE_FILE
+            if cfg.initial_lora_path is None or not state_file.is_file():
+                raise ValueError(f"restore_training_state=True needs initial_lora_path to be a checkpoint holding "
+                                 f"{TRAINER_STATE_FILE}; {state_file} does not exist")
+            self._restore_from = state_file
         stale = [v for v in ckpt.list_checkpoints(cfg.output_dir) if v > cfg.initial_version]
         if stale:
             raise ValueError(
-                f"{cfg.output_dir} already holds ckpt-{max(stale)}; use a fresh output_dir, or set "
-                f"initial_lora_path/initial_version to resume from the last checkpoint"
+                f"{cfg.output_dir} already holds ckpt-{max(stale)}; use a fresh output_dir, or resume from the "
+                "last checkpoint (initial_lora_path, initial_version, restore_training_state=True; "
+                "unstable.learners.checkpoints.latest_complete finds it)"
             )
         self.device = mu.resolve_device(cfg.device)
         self.dtype = mu.resolve_dtype(cfg.dtype, self.device)
@@ -109,6 +133,7 @@ class BaseLearner(metaclass=RemoteCapable):
         If any loss or gradient norm is NaN/inf, nothing is stepped or saved: the gradients are
         dropped and the result carries ``train/skipped_nonfinite = 1`` (no exception).
         """
+        self._restore_pending_state()
         start = time.perf_counter()
         trained_version = self.version
         validate_steps(steps, self.vocab_size)
@@ -124,7 +149,7 @@ class BaseLearner(metaclass=RemoteCapable):
         self._zero_grad()
         self.version += 1
         self.adapter_path = str(
-            ckpt.atomic_save(ckpt.checkpoint_dir(self.config.output_dir, self.version), self._write_checkpoint)
+            ckpt.atomic_save(ckpt.checkpoint_dir(self.config.output_dir, self.version), self._write_all)
         )
         ckpt.apply_retention(self.config.output_dir, self.config.keep_last, self.config.keep_every)
         metrics.update(norms)
@@ -142,6 +167,55 @@ class BaseLearner(metaclass=RemoteCapable):
     def _write_checkpoint(self, directory: Path) -> None:
         """Write the adapter(s) into ``directory`` (standard PEFT layout at the root)."""
         self.model.save_pretrained(str(directory), selected_adapters=[mu.POLICY_ADAPTER])
+
+    def _write_all(self, directory: Path) -> None:
+        self._write_checkpoint(directory)
+        torch.save(self.training_state(), directory / TRAINER_STATE_FILE)
+
+    # ------------------------------------------------------------------------------ resuming
+    def training_state(self) -> dict[str, Any]:
+        """What a checkpoint needs besides the weights to continue training exactly: optimiser
+        states (one per parameter group), the version, the skip counter and the RNG states."""
+        rng: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "format": 1,
+            "version": self.version,
+            "skipped_total": self.skipped_total,
+            "optimizers": {name: opt.state_dict() for name, (opt, _) in self._param_groups().items()},
+            "rng": rng,
+        }
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`training_state` saved (the adapter weights are loaded separately)."""
+        if state.get("format") != 1:
+            raise ValueError(f"unknown trainer state format {state.get('format')!r}")
+        groups = self._param_groups()
+        if set(state["optimizers"]) != set(groups):
+            raise ValueError(f"trainer state holds optimisers {sorted(state['optimizers'])}, "
+                             f"this learner has {sorted(groups)}")
+        for name, (optimizer, _) in groups.items():
+            optimizer.load_state_dict(state["optimizers"][name])
+        self.version = int(state["version"])
+        self.skipped_total = int(state["skipped_total"])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        if "cuda" in state["rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+
+    def _restore_pending_state(self) -> None:
+        """Load ``trainer_state.pt`` of ``initial_lora_path`` once, before the first update (subclasses
+        build their optimisers after ``BaseLearner.__init__``, so it cannot happen there)."""
+        if self._restore_from is None:
+            return
+        state = torch.load(self._restore_from, map_location="cpu", weights_only=False)
+        if int(state["version"]) != self.config.initial_version:
+            raise ValueError(f"{self._restore_from} is from version {state['version']}, "
+                             f"but initial_version is {self.config.initial_version}")
+        self.load_training_state(state)
+        self._restore_from = None
+        logger.info("restored optimiser and RNG state of version %d", self.version)
 
     # ------------------------------------------------------------------------- policy gradient
     def _policy_backward(self, batch: TokenBatch, advantages: Tensor, weight: float) -> dict[str, float]:

@@ -1,4 +1,10 @@
-"""Checkpoint directories: atomic writes and retention (keep the last N plus every K-th)."""
+"""Checkpoint directories: atomic writes, the newest complete one, and retention (last N plus every K-th).
+
+A checkpoint is written into a temp dir beside its target, its files are fsync'ed, a ``COMPLETE``
+marker is written last, and the dir is renamed to ``ckpt-{N}``: a kill at any moment leaves either
+no ``ckpt-{N}`` or a complete one. :func:`latest_complete` is what a resumed run starts from;
+:func:`clean_partial` removes the temp dirs a kill left behind.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 CKPT_PATTERN = re.compile(r"^ckpt-(\d+)$")
+COMPLETE_MARKER = "COMPLETE"
+TEMP_PATTERN = re.compile(r"^\.ckpt-\d+\.(tmp|del)-")  # a write or a deletion that a kill interrupted
 
 
 def checkpoint_dir(output_dir: str | Path, version: int) -> Path:
@@ -17,7 +25,12 @@ def checkpoint_dir(output_dir: str | Path, version: int) -> Path:
     return Path(output_dir) / f"ckpt-{version}"
 
 
-def list_checkpoints(output_dir: str | Path) -> dict[int, Path]:
+def is_complete(path: str | Path) -> bool:
+    """Whether ``path`` is a checkpoint dir whose write finished (it holds the ``COMPLETE`` marker)."""
+    return (Path(path) / COMPLETE_MARKER).is_file()
+
+
+def list_checkpoints(output_dir: str | Path, complete_only: bool = False) -> dict[int, Path]:
     """Existing ``ckpt-{N}`` directories under ``output_dir`` by version (temp dirs excluded)."""
     root = Path(output_dir)
     if not root.is_dir():
@@ -25,16 +38,64 @@ def list_checkpoints(output_dir: str | Path) -> dict[int, Path]:
     found = {}
     for child in root.iterdir():
         match = CKPT_PATTERN.match(child.name)
-        if match and child.is_dir():
+        if match and child.is_dir() and (not complete_only or is_complete(child)):
             found[int(match.group(1))] = child
     return found
+
+
+def latest_complete(output_dir: str | Path) -> tuple[int, Path] | None:
+    """``(version, path)`` of the newest complete checkpoint, or ``None`` if there is none."""
+    found = list_checkpoints(output_dir, complete_only=True)
+    if not found:
+        return None
+    version = max(found)
+    return version, found[version]
+
+
+def clean_partial(output_dir: str | Path) -> list[str]:
+    """Remove the temp dirs of interrupted writes and deletions; returns their names.
+
+    A ``ckpt-{N}`` without the marker (not written by :func:`atomic_save`) is left alone, but
+    :func:`latest_complete` never picks it.
+    """
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    removed = []
+    for child in root.iterdir():
+        if TEMP_PATTERN.match(child.name) and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child.name)
+    return sorted(removed)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file under ``root`` to disk, so the marker never outlives the data after a crash."""
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems cannot fsync a directory
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_save(target: str | Path, write: Callable[[Path], None]) -> Path:
     """Run ``write(tmp_dir)`` on a fresh temp dir beside ``target``, then rename it to ``target``.
 
     Readers (inference servers loading the adapter) never see a half-written directory: the
-    rename is atomic on one filesystem. On any error the temp dir is removed and the error raised.
+    rename is atomic on one filesystem. The ``COMPLETE`` marker is written after every file is on
+    disk. On any error the temp dir is removed and the error raised.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -43,7 +104,10 @@ def atomic_save(target: str | Path, write: Callable[[Path], None]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         write(tmp)
+        _fsync_tree(tmp)
+        (tmp / COMPLETE_MARKER).write_text("ok\n")
         os.replace(tmp, target)
+        _fsync_dir(target.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -67,5 +131,8 @@ def apply_retention(output_dir: str | Path, keep_last: int | None, keep_every: i
     keep = versions_to_keep(existing, keep_last, keep_every)
     removed = sorted(v for v in existing if v not in keep)
     for version in removed:
-        shutil.rmtree(existing[version])
+        # rename first (atomic), so a kill mid-deletion never leaves a half-deleted ckpt-N behind
+        doomed = existing[version].with_name(f".{existing[version].name}.del-{os.getpid()}")
+        os.replace(existing[version], doomed)
+        shutil.rmtree(doomed)
     return removed

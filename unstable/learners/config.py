@@ -48,6 +48,9 @@ class LearnerConfig:
     ``lora_cfg``). For A2C a ``critic/`` subfolder, if present, restores the critic too."""
     initial_version: int = 0
     """Version of the starting weights; the first update writes ``ckpt-{initial_version + 1}``."""
+    restore_training_state: bool = False
+    """Resume: also restore the optimiser states, RNG states and skip counter saved in
+    ``initial_lora_path/trainer_state.pt`` (its version must equal ``initial_version``)."""
     output_dir: str = "checkpoints"
     """Checkpoints go to ``output_dir/ckpt-{version}``."""
     device: str | None = None

@@ -7,7 +7,11 @@ through :func:`unstable.utils.remote.call`):
   buffer) or ``list[list[Step]]`` (an episode buffer's whole episodes; flattened here);
 * ``buffer.set_learner_version(v)`` (optional; lets the buffer measure/bound staleness);
 * ``model_registry.add_checkpoint(uid=f"ckpt-{v}", path=..., iteration=v)`` (optional);
-* ``tracker.log(metrics: dict)`` (optional).
+* ``tracker.log(metrics: dict)`` (optional);
+* ``learner.on_checkpoint(version)`` (optional), after the checkpoint is registered.
+
+An exception anywhere (the learner, a hook, the buffer) propagates: the run stops with its cause
+and the checkpoints already written stay as they are (nothing is retried).
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ def run_training(learner: BaseLearner, iterations: int) -> list[UpdateResult]:
             path=result.adapter_path,
             iteration=result.version,
         )
+        hook = getattr(learner, "on_checkpoint", None)
+        if hook is not None:  # e.g. snapshot the registry/scheduler state for resuming
+            hook(result.version)
     return results
 
 

@@ -293,9 +293,11 @@ class ModelRegistry(metaclass=RemoteCapable):
     def save(self, path: str) -> str:
         """Write the state as JSON atomically (temp file, then ``os.replace``)."""
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.tmp"
+        tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump(self.state_dict(), f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
         return path
 

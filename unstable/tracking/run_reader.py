@@ -38,7 +38,7 @@ _LINE_FIELDS = ("time", "wall_s", "learner_step")
 
 def is_counter(key: str) -> bool:
     """Tracker counters are written as running totals, not samples."""
-    return key.endswith(("/games", "/failed_games"))
+    return key.endswith(("/games", "/failed_games", "/games_dropped"))
 
 
 class JsonlTail:

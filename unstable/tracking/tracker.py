@@ -12,8 +12,10 @@ Each game also adds timing samples (:mod:`unstable.tracking.timings`) and action
 (:mod:`unstable.tracking.diversity`), and its transcript to ``games/transcripts.jsonl``
 (:mod:`unstable.tracking.transcripts`).
 
-Counters (``counts()``): ``collect/games``, ``collect/<env>/games``, ``collect/failed_games`` and
-the same under ``eval/``; they go to W&B as they are, not averaged.
+Counters (``counts()``): ``collect/games``, ``collect/<env>/games``, ``collect/failed_games`` (the
+game raised), ``collect/games_dropped`` (its inference actor died) and the same under ``eval/``;
+they go to W&B as they are, not averaged. ``state_dict()`` / ``load_state_dict()`` carry them and
+the learner step over a resume.
 
 Not thread-safe: use one thread (or the Ray actor, which runs one call at a time).
 """
@@ -152,6 +154,20 @@ class Tracker(metaclass=RemoteCapable):
     def get_learner_step(self) -> int:
         return self._learner_step
 
+    def state_dict(self) -> dict[str, Any]:
+        """The learner step and the running counters (JSON-able), for resuming a run."""
+        return {"format": 1, "learner_step": self._learner_step, "counters": dict(self._counters),
+                "games_per_env": {stage: dict(c) for stage, c in self._games_per_env.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the counters of a resumed run (moving windows start empty)."""
+        if state.get("format") != 1:
+            raise ValueError(f"unknown tracker state format {state.get('format')!r}")
+        self._learner_step = int(state["learner_step"])
+        self._counters = Counter({k: int(v) for k, v in state["counters"].items()})
+        self._games_per_env = {stage: Counter(state["games_per_env"].get(stage, {})) for stage in ("collect", "eval")}
+        self._dirty.update(self._counters)
+
     def log(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Record namespaced scalars; ``step`` (or a ``train/step``/``train/version`` value) sets the learner step."""
         if self._dropped_after_close("log"):
@@ -188,7 +204,9 @@ class Tracker(metaclass=RemoteCapable):
         if self._failed is None:
             self._failed = JsonlWriter(self._dir.failed_games_path)
         self._failed.write(failure_line(failure, stage, self._learner_step))
-        self._write({f"{stage}/failed_games": self._count(f"{stage}/failed_games")})
+        # an inference actor that died took the game with it: dropped, not a failure of the game
+        key = f"{stage}/games_dropped" if failure.stage == "inference" else f"{stage}/failed_games"
+        self._write({key: self._count(key)})
 
     def log_inference(self, actor_name: str, stats: dict[str, float]) -> None:
         """Inference-actor stats (queue sizes, tokens/s) as ``inference/<actor>/<key>``."""

@@ -18,3 +18,36 @@ def check_positive(name: str, value: Any) -> None:
     """``value`` must be a finite real number ``> 0``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a number > 0, got {value!r}")
+
+
+def check_number(name: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = False,
+                 high_open: bool = False, allow_none: bool = False) -> None:
+    """``value`` must be a finite real number (not a bool) in the interval from ``low`` to ``high``."""
+    if value is None and allow_none:
+        return
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open or high == math.inf else ']'}"
+        raise ValueError(f"{name} must be a finite number in {interval}{' or None' if allow_none else ''}, "
+                         f"got {value!r}")
+
+
+def check_bool(name: str, value: Any, *, allow_none: bool = False) -> None:
+    """``value`` must be ``True`` or ``False`` (not 0/1 or a string like ``"yes"``)."""
+    if not isinstance(value, bool) and not (value is None and allow_none):
+        raise ValueError(f"{name} must be true or false{' or None' if allow_none else ''}, got {value!r}")
+
+
+def check_str(name: str, value: Any, *, allow_none: bool = False, what: str = "a non-empty string") -> None:
+    """``value`` must be a non-blank ``str`` (or ``None`` when allowed)."""
+    if value is None and allow_none:
+        return
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be {what}{' or None' if allow_none else ''}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """``value`` must be one of ``allowed`` (compared as strings, so lists and dicts fail cleanly)."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")

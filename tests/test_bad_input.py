@@ -1,0 +1,385 @@
+"""Bad input: every build() argument, env-spec field, YAML config key and start() argument that is
+wrong raises a ``ValueError`` naming the setting and what is allowed, before any Ray actor starts.
+
+One table, :data:`CASES`: ``(kind, description, value, expected message regex)``. Kinds:
+
+* ``build``: ``value`` overrides a valid set of build() arguments;
+* ``train_env`` / ``eval_env``: ``value`` overrides one field of a valid spec mapping, passed to build();
+* ``yaml``: ``value`` is ``(config text, --set overrides)``; the config is loaded and built;
+* ``start``: ``value`` is start()'s keyword arguments.
+
+``$MODEL`` stands for the tiny model directory and ``$TMP`` for a folder of broken model and
+adapter directories (see :func:`bad_paths`). The older, shorter tables in ``test_config.py`` and
+``test_orchestration.py`` stay; the cases here do not repeat them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import unstable
+from unstable.config import ConfigError, load_config
+from unstable.runtime import Run
+
+TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
+TRAIN = {**TTT, "num_actors": 2}
+EVAL = {**TTT, "fixed_opponent": "random"}
+VALID = dict(
+    model_name="$MODEL", train_envs=[TRAIN], eval_envs=[EVAL], opponent_sampling_strategy="mirror",
+    batch_size=16, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16, wandb_project=None,
+    runs_dir="$TMP/runs", run_name="t", inference_backend="transformers",
+)
+BASE_YAML = (
+    "model_name: $MODEL\n"
+    "train_envs:\n  - {env_id: TicTacToe-v0-train, num_players: 2, num_actors: 2, prompt_template: qwen3-zs}\n"
+    "runs_dir: $TMP/runs\n"
+)
+KEY = "sk-or-v1-0123456789abcdef0123456789"  # the shape of an OpenRouter key; never a real one
+NO_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+
+BUILD_CASES = [
+    # model_name
+    ("model_name not a string", {"model_name": 123}, "model_name must be"),
+    ("model_name blank", {"model_name": "  "}, "model_name must be"),
+    ("model_name a list", {"model_name": ["tiny"]}, "model_name must be"),
+    ("model_name relative path missing", {"model_name": "./no/such/model"}, "model_name: model path .* does not exist"),
+    ("model_name dir without config.json", {"model_name": "$TMP/empty"}, "has no config.json"),
+    ("model_name corrupt config.json", {"model_name": "$TMP/corrupt-model"}, "config.json cannot be read as JSON"),
+    ("model_name is a LoRA adapter", {"model_name": "$TMP/adapter"}, "it is a LoRA adapter"),
+    ("model_name is a file", {"model_name": "$TMP/a-file"}, "is a file"),
+    ("model_name unknown tiny size", {"model_name": "tiny:7m"}, "unknown tiny model size '7m'"),
+    # env specs as a whole
+    ("train_envs missing (None)", {"train_envs": None}, "train_envs must be a non-empty list"),
+    ("train_envs a string", {"train_envs": "TicTacToe-v0-train"}, "train_envs must be a non-empty list"),
+    ("train_envs an EvalEnvSpec", {"train_envs": [EVAL]}, r"train_envs\[0\]: .*fixed_opponent"),
+    ("eval_envs a string", {"eval_envs": "TicTacToe-v0-train"}, "eval_envs must be a non-empty list"),
+    ("eval_envs holds a TrainEnvSpec mapping", {"eval_envs": [TRAIN]}, r"eval_envs\[0\]: .*num_actors"),
+    ("eval_envs holds a number", {"eval_envs": [3]}, r"eval_envs\[0\] must be a EvalEnvSpec"),
+    # strategies and algorithm
+    ("algorithm upper case", {"algorithm": "REINFORCE"}, "algorithm must be one of"),
+    ("algorithm None", {"algorithm": None}, "algorithm must be one of"),
+    ("algorithm a list", {"algorithm": ["reinforce"]}, "algorithm must be one of"),
+    ("env_sampling_strategy None", {"env_sampling_strategy": None}, "env_sampling_strategy must be one of"),
+    ("opponent_sampling_strategy typo", {"opponent_sampling_strategy": "match_quality"},
+     "opponent_sampling_strategy must be one of"),
+    # fixed opponents
+    ("fixed_opponents a number", {"fixed_opponents": 5}, "fixed_opponents must be a list"),
+    ("fixed_opponents a dict", {"fixed_opponents": {"random": 1}}, "fixed_opponents must be a list"),
+    ("fixed_opponents blank name", {"fixed_opponents": ["random", " "]}, "fixed_opponents must be a list"),
+    ("fixed strategy without opponents", {"opponent_sampling_strategy": "fixed", "fixed_opponents": []},
+     "needs at least one name in fixed_opponents"),
+    ("fixed opponent dir without adapter_config.json", {"fixed_opponents": ["$TMP/no-adapter-config"]},
+     r"fixed_opponents\[0\] .* \(no adapter_config.json\)"),
+    ("fixed opponent corrupt adapter_config.json", {"fixed_opponents": ["$TMP/corrupt-adapter"]},
+     "adapter_config.json cannot be read as JSON"),
+    ("fixed opponent adapter without weights", {"fixed_opponents": ["$TMP/adapter-no-weights"]},
+     "has no adapter weights"),
+    ("fixed opponent adapter_config.json a list", {"fixed_opponents": ["$TMP/list-adapter"]},
+     "must hold a JSON object"),
+    ("fixed opponent path missing", {"fixed_opponents": ["./no/such/ckpt-3"]},
+     r"fixed_opponents\[0\] .* does not exist"),
+    ("fixed API opponent without key", {"opponent_sampling_strategy": "fixed", "fixed_opponents": ["openai/gpt-4o"]},
+     "needs a key in the environment variable OPENROUTER_API_KEY"),
+    ("fixed scripted opponent on an unsupported game",
+     {"opponent_sampling_strategy": "fixed", "fixed_opponents": ["random"],
+      "train_envs": [{"env_id": "Snake-v0", "num_players": 2, "num_actors": 1, "prompt_template": "qwen3-zs"}]},
+     "no scripted baseline for 'Snake-v0'"),
+    # integers
+    ("max_train_len 1", {"max_train_len": 1}, "max_train_len must be an integer >= 2"),
+    ("max_generation_len 0", {"max_generation_len": 0}, "max_generation_len must be an integer >= 1"),
+    ("max_generation_len float", {"max_generation_len": 16.0}, "max_generation_len must be an integer"),
+    ("mini_batch_size 0", {"mini_batch_size": 0}, "mini_batch_size must be an integer >= 1"),
+    ("mini_batch_size string", {"mini_batch_size": "8"}, "mini_batch_size must be an integer"),
+    ("batch_size float", {"batch_size": 16.0}, "batch_size must be an integer"),
+    ("buffer_size 0", {"buffer_size": 0}, "buffer_size must be an integer >= 1"),
+    ("num_inference_actors 0", {"num_inference_actors": 0}, "num_inference_actors must be an integer >= 1"),
+    ("opponent_lag 0", {"opponent_lag": 0}, "opponent_lag must be an integer >= 1"),
+    ("opponent_window string", {"opponent_window": "4"}, "opponent_window must be an integer"),
+    ("max_staleness float", {"max_staleness": 1.5}, "max_staleness must be an integer >= 0"),
+    ("seed negative", {"seed": -1}, "seed must be an integer >= 0"),
+    ("seed bool", {"seed": True}, "seed must be an integer"),
+    ("seed float", {"seed": 1.5}, "seed must be an integer"),
+    # real numbers
+    ("learning_rate string", {"learning_rate": "fast"}, "learning_rate must be a number > 0"),
+    ("learning_rate inf", {"learning_rate": float("inf")}, "learning_rate must be a number > 0"),
+    ("learning_rate zero", {"learning_rate": 0}, "learning_rate must be a number > 0"),
+    ("gradient_clipping zero", {"gradient_clipping": 0.0}, "gradient_clipping must be a number > 0"),
+    ("gradient_clipping string", {"gradient_clipping": "0.2"}, "gradient_clipping must be a number > 0"),
+    ("temperature negative", {"temperature": -0.1}, "temperature must be a finite number"),
+    ("temperature bool", {"temperature": True}, "temperature must be a finite number"),
+    ("temperature inf", {"temperature": float("inf")}, "temperature must be a finite number"),
+    ("temperature string", {"temperature": "hot"}, "temperature must be a finite number"),
+    # booleans
+    ("activation_checkpointing 'yes'", {"activation_checkpointing": "yes"}, "activation_checkpointing must be true"),
+    ("gradient_checkpointing 1", {"gradient_checkpointing": 1}, "gradient_checkpointing must be true or false"),
+    ("use_wandb 'no'", {"use_wandb": "no"}, "use_wandb must be true or false or None"),
+    ("use_trainer_cache 'false' (a string)", {"use_trainer_cache": "false"}, "use_trainer_cache must be true"),
+    # lora_config
+    ("lora_config a list", {"lora_config": [8, 16]}, "lora_config must be a dict or None"),
+    ("lora_rank 0", {"lora_config": {"lora_rank": 0}}, r"lora_config\['lora_rank'\] must be an integer >= 1"),
+    ("lora_rank string", {"lora_config": {"lora_rank": "8"}}, r"lora_config\['lora_rank'\] must be an integer"),
+    ("lora_alpha negative", {"lora_config": {"lora_alpha": -1}}, r"lora_config\['lora_alpha'\] must be"),
+    ("lora_dropout 1.0", {"lora_config": {"lora_dropout": 1.0}}, r"lora_config\['lora_dropout'\] must be .*\[0, 1\)"),
+    ("target_modules empty", {"lora_config": {"target_modules": []}}, r"target_modules'\] must be a non-empty list"),
+    ("target_modules a string", {"lora_config": {"target_modules": "q_proj"}},
+     r"target_modules'\] must be a non-empty list"),
+    # vllm_config
+    ("vllm_config a string", {"vllm_config": "fast"}, "vllm_config must be a dict or None"),
+    ("vllm temperature negative", {"vllm_config": {"temperature": -1}}, r"vllm_config\['temperature'\]"),
+    ("vllm top_p 0", {"vllm_config": {"top_p": 0}}, r"vllm_config\['top_p'\] must be .*\(0, 1\]"),
+    ("vllm top_p 1.5", {"vllm_config": {"top_p": 1.5}}, r"vllm_config\['top_p'\]"),
+    ("vllm max_tokens 0", {"vllm_config": {"max_tokens": 0}}, r"vllm_config\['max_tokens'\] must be an integer"),
+    ("vllm max_parallel_seq string", {"vllm_config": {"max_parallel_seq": "many"}},
+     r"vllm_config\['max_parallel_seq'\]"),
+    ("vllm max_model_len float", {"vllm_config": {"max_model_len": 8192.0}}, r"vllm_config\['max_model_len'\]"),
+    ("vllm lora_config bad rank", {"vllm_config": {"lora_config": {"lora_rank": -4}}}, r"lora_config\['lora_rank'\]"),
+    # where and how the run goes
+    pytest.param("inference_backend vllm without vLLM", {"inference_backend": "vllm"}, "vLLM is not installed",
+                 marks=NO_VLLM),
+    ("inference_backend None", {"inference_backend": None}, "inference_backend must be one of"),
+    ("wandb_project a number", {"wandb_project": 5}, "wandb_project must be a W&B project name"),
+    ("wandb_project empty", {"wandb_project": ""}, "wandb_project must be a W&B project name or None"),
+    ("ray_address a number", {"ray_address": 6379}, "ray_address must be a Ray address"),
+    ("runs_dir a number", {"runs_dir": 5}, "runs_dir must be a directory path"),
+    ("runs_dir an existing file", {"runs_dir": "$TMP/a-file"}, "runs_dir .* is a file"),
+    ("run_name empty", {"run_name": ""}, "run_name must be a plain directory name"),
+    ("run_name '..'", {"run_name": ".."}, "run_name must be a plain directory name"),
+    ("run_name a number", {"run_name": 7}, "run_name must be a plain directory name"),
+    ("learner_device 'gpu'", {"learner_device": "gpu"}, "learner_device must be None"),
+    ("learner_device an int", {"learner_device": 0}, "learner_device must be None"),
+    ("reward_transforms a string", {"reward_transforms": "default"}, r"reward_transforms must be None or a \(final"),
+    ("reward_transforms two items", {"reward_transforms": (None, None)}, "reward_transforms must be None or a"),
+    ("reward_transforms not callable", {"reward_transforms": (1, None, None)}, "the final transform must be callable"),
+    ("resume_from not a run directory", {"resume_from": "$TMP/empty"}, "resume_from must be the directory"),
+    ("resume_from a number", {"resume_from": 5}, "resume_from must be the directory"),
+    # unknown and secret arguments
+    ("misspelt argument", {"learning_rte": 1e-3}, r"unknown build\(\) arguments \['learning_rte'\] .*'learning_rate'"),
+    ("'extra' itself", {"extra": {"a": 1}}, r"unknown build\(\) arguments \['extra'\]"),
+    ("api_key argument", {"api_key": KEY}, "api_key looks like an API key setting.*OPENROUTER_API_KEY"),
+    ("OPENAI_API_KEY argument", {"OPENAI_API_KEY": KEY}, "OPENAI_API_KEY looks like an API key setting"),
+    ("api_key inside vllm_config", {"vllm_config": {"api_key": KEY}}, r"vllm_config\.api_key looks like an API key"),
+]
+
+TRAIN_ENV_CASES = [
+    ("env_id unknown", {"env_id": "NoSuchGame-v0"}, "unknown env id 'NoSuchGame-v0'"),
+    ("env_id a number", {"env_id": 5}, "env_id must be a non-empty string"),
+    ("env_id needs an API key", {"env_id": "Debate-v0"}, "needs an OpenRouter API key"),
+    ("env_id needs Python 3.12", {"env_id": "Chess-v0"}, "Python 3.12"),
+    ("num_players wrong for the game", {"num_players": 3, "num_actors": 1}, "The number of players has to be 2"),
+    ("num_players a string", {"num_players": "2"}, "num_players must be an integer >= 1"),
+    ("num_actors 0", {"num_actors": 0}, "num_actors must be an integer >= 1"),
+    ("num_actors above num_players", {"num_actors": 3}, r"num_actors \(3\) cannot exceed num_players \(2\)"),
+    ("prompt_template unknown", {"prompt_template": "qwen4-zs"}, "unknown prompt template 'qwen4-zs'"),
+    ("prompt_template a list", {"prompt_template": ["qwen3-zs"]}, "prompt_template must be a template name"),
+    ("action_extraction_fn unknown", {"action_extraction_fn": "regex"}, "unknown action extraction 'regex'"),
+    ("action_extraction_fn None", {"action_extraction_fn": None}, "action_extraction_fn must be an extraction name"),
+    ("error_allowance negative", {"error_allowance": -1}, "error_allowance must be an integer >= 0"),
+    ("error_allowance float", {"error_allowance": 1.5}, "error_allowance must be an integer"),
+    ("unknown spec field", {"fixed_opponent": "random"}, r"train_envs\[0\]: .*unexpected keyword argument"),
+    ("spec field missing", {"num_actors": None}, "num_actors must be an integer"),
+]
+
+EVAL_ENV_CASES = [
+    ("fixed_opponent empty", {"fixed_opponent": ""}, "fixed_opponent must be a non-empty string"),
+    ("fixed_opponent a number", {"fixed_opponent": 3}, "fixed_opponent must be a non-empty string"),
+    ("fixed_opponent dir without adapter_config.json", {"fixed_opponent": "$TMP/no-adapter-config"},
+     "not a PEFT LoRA adapter directory"),
+    ("fixed_opponent corrupt adapter", {"fixed_opponent": "$TMP/corrupt-adapter"}, "cannot be read as JSON"),
+    ("fixed_opponent path missing", {"fixed_opponent": "/no/such/adapter"}, "fixed_opponent .* does not exist"),
+    ("fixed_opponent API model without key", {"fixed_opponent": "google/gemini-2.0-flash-lite-001"},
+     "needs a key in the environment variable OPENROUTER_API_KEY"),
+    ("fixed_opponent random on an unsupported game",
+     {"env_id": "Snake-v0", "fixed_opponent": "random"}, "no scripted baseline"),
+    ("eval num_players 0", {"num_players": 0}, "num_players must be an integer >= 1"),
+    ("eval prompt_template unknown", {"prompt_template": "chatml"}, "unknown prompt template"),
+    ("eval num_actors (a train-only field)", {"num_actors": 1}, "unexpected keyword argument 'num_actors'"),
+]
+
+YAML_CASES = [
+    ("syntax: bad indentation", ("model_name: tiny\n  batch_size: 3\n", []), "not valid YAML"),
+    ("syntax: tab indentation", ("model_name: tiny\ntrain_envs:\n\t- x\n", []), "not valid YAML"),
+    ("syntax: unclosed quote", ('model_name: "tiny\n', []), "not valid YAML"),
+    ("top level a string", ("just a string\n", []), "must hold a mapping of settings, got str"),
+    ("top level a number", ("42\n", []), "must hold a mapping of settings, got int"),
+    ("empty file", ("", []), r"missing required setting\(s\) \['model_name', 'train_envs'\]"),
+    ("train_envs missing", ("model_name: $MODEL\n", []), r"missing required setting\(s\) \['train_envs'\]"),
+    ("a key given twice", (BASE_YAML + "batch_size: 16\nbatch_size: 32\n", []), "duplicate key 'batch_size'"),
+    ("unknown key with a suggestion", (BASE_YAML + "lerning_rate: 0.1\n", []),
+     r"unknown config keys \['lerning_rate'\] \(did you mean 'learning_rate'"),
+    ("non-string key", (BASE_YAML + "1: 2\nbogus: 3\n", []), r"unknown config keys \[1, 'bogus'\]"),
+    ("python object tag", (BASE_YAML + "seed: !!python/object/apply:os.getcwd []\n", []), "not valid YAML"),
+    ("api_key key", (BASE_YAML + f"api_key: {KEY}\n", []), "api_key looks like an API key setting"),
+    ("OPENROUTER_API_KEY key", (BASE_YAML + "OPENROUTER_API_KEY: x\n", []), "OPENROUTER_API_KEY looks like an API key"),
+    ("batch_size a word", (BASE_YAML + "batch_size: sixteen\n", []), "batch_size must be an integer"),
+    ("learning_rate a word", (BASE_YAML + "learning_rate: fast\n", []), "learning_rate must be a number > 0"),
+    ("train_envs a string", ("model_name: $MODEL\ntrain_envs: TicTacToe-v0-train\n", []),
+     "train_envs must be a non-empty list"),
+    ("train_envs item a list", ("model_name: $MODEL\ntrain_envs: [[TicTacToe-v0-train, 2, 2, qwen3-zs]]\n", []),
+     r"train_envs\[0\] must be a TrainEnvSpec"),
+    ("train_envs item missing fields", ("model_name: $MODEL\ntrain_envs: [{env_id: TicTacToe-v0-train}]\n", []),
+     r"train_envs\[0\]: .*missing 3 required positional arguments"),
+    ("model_name null", ("model_name: null\ntrain_envs: []\n", []), r"missing required setting\(s\) \['model_name'\]"),
+    ("lora_config a number", (BASE_YAML + "lora_config: 8\n", []), "lora_config must be a dict"),
+    ("use_wandb a word", (BASE_YAML + "use_wandb: maybe\n", []), "use_wandb must be true or false"),
+    ("learning_steps 0", (BASE_YAML + "learning_steps: 0\n", []), "learning_steps must be an integer >= 1"),
+    ("learning_steps true", (BASE_YAML + "learning_steps: true\n", []), "learning_steps must be an integer"),
+    ("num_collection_workers a word", (BASE_YAML + "num_collection_workers: many\n", []),
+     "num_collection_workers must be an integer >= 1"),
+    ("num_eval_workers negative", (BASE_YAML + "num_eval_workers: -1\n", []),
+     "num_eval_workers must be an integer >= 0"),
+    ("--set without a key", (BASE_YAML, ["=5"]), "must look like key=value"),
+    ("--set empty value", (BASE_YAML, ["batch_size="]), "batch_size must be an integer"),
+    ("--set unknown key", (BASE_YAML, ["lr=0.1"]), r"unknown config keys \['lr'\]"),
+    ("--set unknown env", (BASE_YAML, ["train_envs=[{env_id: Nope-v0, num_players: 2, num_actors: 2, "
+                                       "prompt_template: qwen3-zs}]"]), "unknown env id 'Nope-v0'"),
+    ("--set bad start value", (BASE_YAML, ["learning_steps=abc"]), "learning_steps must be an integer"),
+    ("--set api_key", (BASE_YAML, [f"api_key={KEY}"]), "api_key looks like an API key setting"),
+    ("--set not a string", (BASE_YAML, [5]), "must be a string like key=value"),
+    ("config path a directory", ("$DIR", []), "is a directory"),
+    ("config not UTF-8", ("$BINARY", []), "not UTF-8"),
+]
+
+START_CASES = [
+    ("learning_steps 0", {"learning_steps": 0}, "learning_steps must be an integer >= 1"),
+    ("learning_steps a string", {"learning_steps": "5"}, "learning_steps must be an integer"),
+    ("learning_steps bool", {"learning_steps": True}, "learning_steps must be an integer"),
+    ("num_collection_workers 0", {"num_collection_workers": 0}, "num_collection_workers must be an integer >= 1"),
+    ("num_eval_workers negative", {"num_eval_workers": -2}, "num_eval_workers must be an integer >= 0"),
+    ("num_eval_workers None", {"num_eval_workers": None}, "num_eval_workers must be an integer"),
+]
+
+
+def _case(kind: str, row) -> object:
+    marks = getattr(row, "marks", ())
+    desc, value, match = row.values if hasattr(row, "marks") else row
+    return pytest.param(kind, value, match, id=f"{kind}: {desc}", marks=marks)
+
+
+CASES = [_case(kind, row) for kind, rows in [("build", BUILD_CASES), ("train_env", TRAIN_ENV_CASES),
+                                             ("eval_env", EVAL_ENV_CASES), ("yaml", YAML_CASES),
+                                             ("start", START_CASES)] for row in rows]
+
+
+def test_the_table_covers_every_setting():
+    from unstable.config import START_KEYS, build_keys
+
+    assert len(CASES) >= 60
+    text = repr([c.values for c in CASES])
+    missing = [k for k in sorted(build_keys() | set(START_KEYS)) if k not in text]
+    assert not missing, f"no bad-input case for {missing}"
+
+
+@pytest.fixture(scope="module")
+def bad_paths(tmp_path_factory) -> str:
+    """Broken model and adapter directories: what a typo'd path or a half-copied checkpoint looks like."""
+    root = tmp_path_factory.mktemp("bad")
+    files = {
+        "empty": {},
+        "corrupt-model": {"config.json": "{not json"},
+        "adapter": {"adapter_config.json": json.dumps({"peft_type": "LORA", "r": 4}), "adapter_model.safetensors": ""},
+        "no-adapter-config": {"adapter_model.safetensors": ""},
+        "corrupt-adapter": {"adapter_config.json": '{"r": 4', "adapter_model.safetensors": ""},
+        "adapter-no-weights": {"adapter_config.json": "{}"},
+        "list-adapter": {"adapter_config.json": "[1]", "adapter_model.bin": ""},
+        "yaml-dir": {"x": ""},
+    }
+    for name, content in files.items():
+        (root / name).mkdir()
+        for file, text in content.items():
+            (root / name / file).write_text(text)
+    (root / "a-file").write_text("not a directory")
+    (root / "binary.yaml").write_bytes(b"\xff\xfe\x00model_name: \x80\x81")
+    return str(root)
+
+
+def _fill(value, subs: dict[str, str]):
+    if isinstance(value, str):
+        for key, sub in subs.items():
+            value = value.replace(key, sub)
+        return value
+    if isinstance(value, dict):
+        return {k: _fill(v, subs) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_fill(v, subs) for v in value)
+    return value
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Fail the test if a failed validation ever reached Ray or the actors."""
+    import unstable.wiring
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("Ray or its actors were started before validation finished")
+
+    monkeypatch.setattr(unstable.wiring, "start_actors", must_not_run)
+    monkeypatch.setattr(unstable.wiring, "ensure_ray", must_not_run)
+    for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(("kind", "value", "match"), CASES)
+def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_dir, bad_paths, tmp_path, no_ray):
+    subs = {"$MODEL": tiny_model_dir, "$TMP": bad_paths, "$DIR": os.path.join(bad_paths, "yaml-dir"),
+            "$BINARY": os.path.join(bad_paths, "binary.yaml")}
+    value = _fill(value, subs)
+    with pytest.raises(ValueError, match=match):
+        if kind == "build":
+            unstable.build(**{**_fill(VALID, subs), **value})
+        elif kind in ("train_env", "eval_env"):
+            name, base = ("train_envs", TRAIN) if kind == "train_env" else ("eval_envs", EVAL)
+            unstable.build(**{**_fill(VALID, subs), name: [{**base, **value}]})
+        elif kind == "yaml":
+            text, overrides = value
+            path = text if text in subs.values() else str(tmp_path / "c.yaml")
+            if path != text:
+                (tmp_path / "c.yaml").write_text(text)
+            build_kwargs, _ = load_config(path, overrides)  # start()'s settings are checked here too
+            unstable.build(**build_kwargs)
+        else:
+            Run.start(object.__new__(Run), **value)  # no actors: a check that passed would fail on self.actors
+
+
+def test_valid_inputs_still_pass(tiny_model_dir, bad_paths, tmp_path, no_ray, monkeypatch):
+    """The checks are not stricter than the settings users write: paths, names and YAML's 1e-3."""
+    from unstable.runtime import BuildConfig
+
+    subs = {"$MODEL": tiny_model_dir, "$TMP": bad_paths}
+    ok = BuildConfig(**_fill({**VALID, "fixed_opponents": "random", "opponent_sampling_strategy": "fixed",
+                              "eval_envs": [{**EVAL, "fixed_opponent": "$TMP/adapter"}],
+                              "lora_config": {"target_modules": ("q_proj",), "lora_dropout": 0.05},
+                              "vllm_config": {"temperature": 0, "top_p": 1.0, "max_tokens": 16},
+                              "learner_device": "cuda:1", "temperature": 0}, subs))
+    assert ok.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent.endswith("adapter")
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-not-a-real-key-000000")
+    BuildConfig(**_fill({**VALID, "eval_envs": [{**EVAL, "fixed_opponent": "google/gemini-2.0-flash-lite-001"}]}, subs))
+    path = tmp_path / "c.yaml"
+    path.write_text(_fill(BASE_YAML, subs) + "learning_rate: 1e-3\nmax_tokens_note_is_not_a_key: 1\n")
+    with pytest.raises(ConfigError, match="max_tokens_note_is_not_a_key"):  # unknown, but not taken for a key
+        load_config(str(path))
+    path.write_text(_fill(BASE_YAML, subs) + "learning_rate: 1e-3\n")
+    build_kwargs, _ = load_config(str(path), ["temperature=5e-1"])
+    assert build_kwargs["learning_rate"] == 1e-3 and build_kwargs["temperature"] == 0.5
+    assert BuildConfig(**build_kwargs).learning_rate == 1e-3
+
+
+def test_a_failed_build_leaves_ray_off_in_a_fresh_process(tiny_model_dir):
+    """The strongest form of 'before any actor starts': in a new interpreter, Ray was never initialised."""
+    code = (
+        "import ray, unstable\n"
+        "try:\n"
+        f"    unstable.build(model_name={tiny_model_dir!r}, train_envs=[{TRAIN!r}], lora_config={{'lora_rank': 0}})\n"
+        "except ValueError as exc:\n"
+        "    print('error:', exc)\n"
+        "print('ray initialised:', ray.is_initialized())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "error: lora_config['lora_rank'] must be an integer >= 1" in out.stdout
+    assert "ray initialised: False" in out.stdout

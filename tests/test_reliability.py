@@ -1,0 +1,419 @@
+"""Faults a run survives (or stops on, with the cause), and resuming a stopped or killed run.
+
+The end-to-end tests inject faults into the real local Ray: an inference actor killed mid-collection
+(``ray.kill(..., no_restart=False)``), an env that raises on some seeds and NaN losses (patched into
+the collector's and learner's processes with ``__ray_call__``), a node of a two-node cluster removed,
+and ``kill -9`` of ``unstable train``. Each checks the books: every game started ends as exactly one of
+finished / failed / dropped / cancelled, and every trajectory the collector sent reached the buffer
+once (lost = duplicated = 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import ray.cloudpickle
+import torch
+import transformers
+
+import unstable
+from unstable.buffers import StepBuffer
+from unstable.learners import REINFORCELearner
+from unstable.learners import checkpoints as ckpt
+from unstable.records import Step
+from unstable.resume import RUN_STATE_FILE, find_resume_point, load_run_config
+from unstable.tracking import read_metrics
+from unstable.tracking.run_dir import read_jsonl
+
+# the fault injectors below run inside actor processes, which cannot import this test module
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_kwargs(model_dir, runs_dir, run_name, **overrides):
+    kwargs = dict(
+        model_name=model_dir,
+        train_envs=[unstable.TrainEnvSpec(num_actors=2, **TTT)],
+        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **TTT)],
+        opponent_sampling_strategy="mirror",
+        batch_size=16, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16,
+        lora_config={"lora_rank": 4, "lora_alpha": 8},
+        activation_checkpointing=False, gradient_checkpointing=False,
+        wandb_project=None, runs_dir=str(runs_dir), run_name=run_name, inference_backend="transformers",
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+def eventually(fn, timeout=120.0, interval=0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def check_books(collector: dict, buffer: dict, tracker: dict) -> None:
+    """Nothing lost, nothing doubled: the accounting every faulty run must still satisfy."""
+    c = collector
+    assert c["train_started"] + c["eval_started"] == (
+        c["train_finished"] + c["eval_finished"] + c["failed"] + c["dropped"] + c["cancelled"]), c
+    assert c["trajectories_sent"] == buffer["trajectories_received"], (c, buffer)  # lost = 0
+    assert buffer["duplicates"] == 0  # duplicated = 0
+    assert tracker.get("collect/games", 0) == c["train_finished"]
+    assert tracker.get("eval/games", 0) == c["eval_finished"]
+    assert tracker.get("collect/failed_games", 0) + tracker.get("eval/failed_games", 0) == c["failed"]
+    assert tracker.get("collect/games_dropped", 0) + tracker.get("eval/games_dropped", 0) == c["dropped"]
+
+
+def tracker_counts(ray, run, collector: dict) -> dict:
+    """The tracker's counters once the collector's fire-and-forget log_game calls have all landed."""
+    expected = collector["train_finished"] + collector["eval_finished"] + collector["failed"] + collector["dropped"]
+
+    def landed():
+        counts = ray.get(run.actors.tracker.counts.remote())
+        logged = sum(counts.get(f"{s}/{k}", 0) for s in ("collect", "eval")
+                     for k in ("games", "failed_games", "games_dropped"))
+        return counts if logged == expected else None
+
+    return eventually(landed, timeout=10) or ray.get(run.actors.tracker.counts.remote())
+
+
+# ---------------------------------------------------------------------------------- fault injectors
+def raise_in_env_on_seeds(collector, modulus: int, remainder: int) -> None:
+    """In the collector's process: train games whose seed % modulus == remainder raise at their first step."""
+    import textarena as ta
+
+    real_make = ta.make
+
+    class RaisingEnv:
+        def __init__(self, env):
+            self._env, self._seed = env, None
+
+        def __getattr__(self, name):
+            return getattr(self._env, name)
+
+        def reset(self, num_players, seed=None):
+            self._seed = seed
+            return self._env.reset(num_players=num_players, seed=seed)
+
+        def step(self, action):
+            if self._seed is not None and self._seed < 2**31 and self._seed % modulus == remainder:
+                raise RuntimeError(f"injected env fault at seed {self._seed}")
+            return self._env.step(action=action)
+
+    ta.make = lambda env_id, *args, **kwargs: RaisingEnv(real_make(env_id, *args, **kwargs))
+
+
+def nan_loss_on_updates(learner, bad: set[int] | None = None, from_update: int | None = None) -> None:
+    """In the learner's process: the policy loss of the chosen updates (1-based) becomes NaN."""
+    from unstable.learners.base import BaseLearner
+
+    original = learner.update
+    calls = [0]
+
+    def update(steps):
+        calls[0] += 1
+        poisoned = calls[0] in (bad or set()) or (from_update is not None and calls[0] >= from_update)
+        if poisoned:
+            learner._backward = lambda loss, what: BaseLearner._backward(loss * float("nan"), what)
+        else:
+            learner.__dict__.pop("_backward", None)
+        return original(steps)
+
+    learner.update = update
+
+
+# ---------------------------------------------------------------------------------- unit level
+def test_atomic_checkpoints_have_a_marker_and_partial_writes_are_ignored(tmp_path):
+    ckpt.atomic_save(tmp_path / "ckpt-1", lambda d: (d / "w").write_text("1"))
+    assert ckpt.is_complete(tmp_path / "ckpt-1")
+    (tmp_path / ".ckpt-2.tmp-abc").mkdir()  # a kill during the write of ckpt-2
+    (tmp_path / ".ckpt-2.tmp-abc" / "w").write_text("half")
+    (tmp_path / ".ckpt-0.del-12").mkdir()  # a kill during a retention deletion
+    assert ckpt.latest_complete(tmp_path) == (1, tmp_path / "ckpt-1")
+    assert ckpt.clean_partial(tmp_path) == [".ckpt-0.del-12", ".ckpt-2.tmp-abc"]
+    assert sorted(os.listdir(tmp_path)) == ["ckpt-1"]
+    (tmp_path / "ckpt-3").mkdir()  # no marker: never picked
+    assert ckpt.latest_complete(tmp_path)[0] == 1 and ckpt.list_checkpoints(tmp_path, complete_only=True).keys() == {1}
+
+
+def test_buffer_counts_trajectories_and_drops_duplicates():
+    from test_buffers import make_game  # the buffer tests' two-seat game
+
+    buffer = StepBuffer(100, dedupe=True)
+    assert buffer.add_game(make_game(0)) == 4 and buffer.add_game(make_game(1)) == 4
+    assert buffer.add_game(make_game(0)) == 0  # resent: ignored
+    stats = buffer.stats()
+    assert (stats["trajectories_received"], stats["duplicates"], stats["size"]) == (6, 2, 8)
+    plain = StepBuffer(100)  # the seed's behaviour: no dedupe
+    plain.add_game(make_game(0))
+    assert plain.add_game(make_game(0)) == 4 and plain.stats()["duplicates"] == 0
+
+
+def _steps(seed: int, n: int = 8) -> list[Step]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        prompt = tuple(torch.randint(0, 96, (6,), generator=g).tolist())
+        completion = tuple(torch.randint(0, 96, (3,), generator=g).tolist())
+        out.append(Step(env_id="E", game_id=i, player_id=0, turn_index=0, prompt_ids=prompt,
+                        completion_ids=completion, completion_logprobs=(-1.0,) * 3, reward=float(i % 3 - 1),
+                        final_reward=0.0, policy_version=0, format_ok=True, invalid=False, is_last=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def small_model_dir(tmp_path_factory) -> str:
+    config = transformers.Qwen3Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("small") / "qwen3"
+    transformers.Qwen3ForCausalLM(config).save_pretrained(path)
+    return str(path)
+
+
+def test_resumed_learner_continues_exactly_like_an_uninterrupted_one(small_model_dir, tmp_path):
+    """Optimiser moments, version and RNG come back from trainer_state.pt: step 3 after a restart at
+    ckpt-2 gives the same adapter as step 3 without a restart."""
+    kw = {"lora_cfg": {"lora_rank": 4}, "batch_size": 8, "mini_batch_size": 4, "learning_rate": 1e-2,
+          "gradient_checkpointing": False, "activation_checkpointing": False, "seed": 0}
+    straight = REINFORCELearner(small_model_dir, output_dir=str(tmp_path / "a"), **kw)
+    for k in range(3):
+        straight.update(_steps(k))
+    first = REINFORCELearner(small_model_dir, output_dir=str(tmp_path / "b"), **kw)
+    for k in range(2):
+        first.update(_steps(k))
+    version, path = ckpt.latest_complete(tmp_path / "b")
+    assert version == 2 and (path / "trainer_state.pt").is_file() and ckpt.is_complete(path)
+    resumed = REINFORCELearner(small_model_dir, output_dir=str(tmp_path / "b"), initial_lora_path=str(path),
+                               initial_version=version, restore_training_state=True, **kw)
+    assert resumed.update(_steps(2)).adapter_path.endswith("ckpt-3")
+    for p_straight, p_resumed in zip(straight.policy_params, resumed.policy_params, strict=True):
+        torch.testing.assert_close(p_resumed, p_straight)
+    with pytest.raises(ValueError, match=r"trainer_state\.pt"):
+        REINFORCELearner(small_model_dir, output_dir=str(tmp_path / "c"), initial_lora_path=str(tmp_path),
+                         restore_training_state=True, **kw)
+
+
+class DeadBackend:
+    """An inference actor's client whose actor is gone: every request fails; ``ready`` says how."""
+
+    name = "inference-fake"
+
+    def __init__(self, ready_error: Exception):
+        self.ready_error, self.requests = ready_error, 0
+
+    async def generate(self, request):
+        from unstable.inference.base import InferenceUnavailableError
+
+        self.requests += 1
+        raise InferenceUnavailableError("inference-fake: ActorUnavailableError")
+
+    async def ready(self):
+        raise self.ready_error
+
+    async def stats(self):
+        return {}
+
+
+def _local_collector(backend, **kwargs):
+    from unstable.collector import Collector
+    from unstable.registry import ModelRegistry
+    from unstable.samplers.env_samplers import UniformRandomEnvSampler
+    from unstable.samplers.model_samplers import BaseModelSampler
+    from unstable.scheduler import GameScheduler
+
+    registry = ModelRegistry()
+    registry.add_checkpoint(uid="base", path=None, iteration=0)
+    scheduler = GameScheduler(BaseModelSampler(registry), UniformRandomEnvSampler([unstable.TrainEnvSpec(num_actors=2,
+                                                                                                         **TTT)]))
+    return Collector(backends=[backend], buffer=StepBuffer(64), game_scheduler=scheduler, **kwargs), scheduler
+
+
+@pytest.mark.parametrize(("ready_error", "match"), [
+    (ray.exceptions.ActorDiedError(), "died and used up their restarts"),
+    (ray.exceptions.ActorUnavailableError("restarting", b"\0" * 16), "no inference actor answered for"),
+])
+def test_collection_stops_with_the_cause_when_no_inference_actor_comes_back(ready_error, match):
+    """No endless silent retry: games on a dead actor are dropped, none are sent to it again, and
+    collection raises once it is dead for good or silent for ``unavailable_timeout_s``."""
+    import asyncio
+
+    backend = DeadBackend(ready_error)
+    collector, scheduler = _local_collector(backend, unavailable_timeout_s=0.3, probe_interval_s=0.05)
+    with pytest.raises(RuntimeError, match=match):
+        asyncio.run(collector.collect(4, 0))
+    stats = collector.stats()
+    assert stats["dropped"] == 4 == backend.requests and stats["train_started"] == 4 and stats["failed"] == 0
+    assert stats["trajectories_sent"] == 0 and scheduler.stats()["games_dropped"] == 4
+
+
+# ---------------------------------------------------------------------------------- faults on local Ray
+@pytest.mark.slow
+def test_killed_inference_actor_is_restarted_and_only_its_games_are_dropped(ray_session, tiny_model_dir, tmp_path):
+    ray = ray_session
+    run = unstable.build(**run_kwargs(tiny_model_dir, tmp_path, "kill-inference"))
+    try:
+        run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2, block=False)
+        collector = run.actors.collector
+        assert eventually(lambda: ray.get(collector.stats.remote())["train_finished"] >= 4)
+        ray.kill(ray.get_actor("inference-0"), no_restart=False)  # Ray restarts it (max_restarts)
+        summary = run.wait()
+        counts = tracker_counts(ray, run, summary["collector"])
+    finally:
+        run.stop()
+    c = summary["collector"]
+    print("kill inference:", {k: c[k] for k in ("train_finished", "eval_finished", "failed", "dropped", "cancelled",
+                                                 "trajectories_sent", "inference_recovered")},
+          "received", summary["buffer"]["trajectories_received"], "duplicates", summary["buffer"]["duplicates"])
+    assert summary["checkpoints"][-3:] == ["ckpt-1", "ckpt-2", "ckpt-3"]  # the run finished
+    assert c["dropped"] >= 1 and c["failed"] == 0  # the games in flight on it, as dropped, not failed
+    assert c["inference_unavailable"] >= 1 and c["inference_recovered"] >= 1 and c["inference_dead"] == 0
+    check_books(c, summary["buffer"], counts)
+
+
+@pytest.mark.slow
+def test_env_errors_and_nan_losses_are_counted_and_the_run_finishes(ray_session, tiny_model_dir, tmp_path):
+    ray = ray_session
+    run = unstable.build(**run_kwargs(tiny_model_dir, tmp_path, "faults"))
+    try:
+        ray.get(run.actors.collector.__ray_call__.remote(raise_in_env_on_seeds, 4, 1))
+        ray.get(run.actors.learner.__ray_call__.remote(nan_loss_on_updates, {2, 3}))
+        summary = run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2)
+        counts = tracker_counts(ray, run, summary["collector"])
+    finally:
+        run.stop()
+    c = summary["collector"]
+    print("env faults + NaN:", {k: c[k] for k in ("train_finished", "failed", "dropped", "trajectories_sent")},
+          "received", summary["buffer"]["trajectories_received"], "duplicates", summary["buffer"]["duplicates"])
+    assert summary["checkpoints"][-3:] == ["ckpt-1", "ckpt-2", "ckpt-3"]
+    failed = read_jsonl(Path(run.run_dir) / "logs" / "failed_games.jsonl")
+    assert c["failed"] >= 1 and c["dropped"] == 0
+    assert len(failed) == c["failed"]  # each failure logged once, with its seed
+    assert all(f["seed"] % 4 == 1 and "injected env fault" in f["message"] and f["stage"] == "env" for f in failed)
+    transcripts = read_jsonl(Path(run.run_dir) / "games" / "transcripts.jsonl")
+    assert all(t["seed"] % 4 != 1 for t in transcripts if t["kind"] == "game" and not t["is_eval"])
+    check_books(c, summary["buffer"], counts)
+    train = [m for m in read_metrics(run.run_dir) if "train/skipped_nonfinite" in m]
+    assert [int(m["train/skipped_nonfinite"]) for m in train] == [0, 1, 1, 0, 0]
+    assert train[-1]["train/skipped_total"] == 2 and train[-1]["train/version"] == 3
+
+
+@pytest.mark.slow
+def test_a_failing_learner_stops_the_run_with_its_cause_and_keeps_the_checkpoints(ray_session, tiny_model_dir,
+                                                                                  tmp_path):
+    ray = ray_session
+    run = unstable.build(**run_kwargs(tiny_model_dir, tmp_path, "nan-forever"))
+    try:
+        ray.get(run.actors.learner.__ray_call__.remote(nan_loss_on_updates, None, 2))  # every update from the 2nd
+        with pytest.raises(ray.exceptions.RayTaskError, match="5 non-finite updates in a row"):
+            run.start(learning_steps=4, num_collection_workers=8, num_eval_workers=0)
+        assert ray.get(run.actors.registry.checkpoint_uids.remote()) == ["base", "ckpt-1"]
+    finally:
+        run.stop()
+    assert ckpt.latest_complete(Path(run.run_dir) / "checkpoints")[0] == 1
+    state = json.loads((Path(run.run_dir) / RUN_STATE_FILE).read_text())
+    assert state["learner_version"] == 1 and state["registry"]["current"] == "ckpt-1"
+    assert find_resume_point(run.run_dir).version == 1  # and it can be resumed from there
+
+
+# ---------------------------------------------------------------------------------- beyond one machine
+@pytest.mark.slow
+def test_losing_a_node_of_a_two_node_cluster_does_not_stop_the_run(tiny_model_dir, tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "scenario_two_nodes.py"), tiny_model_dir,
+                           str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    print("two nodes:", {k: out["collector"][k] for k in ("train_finished", "dropped", "failed", "trajectories_sent")},
+          "received", out["buffer"]["trajectories_received"], "duplicates", out["buffer"]["duplicates"])
+    nodes = out["inference_nodes"]
+    assert nodes["inference-0"] != nodes["inference-1"] and out["worker_node"] in nodes.values()  # one per node
+    assert out["checkpoints"][-3:] == ["ckpt-1", "ckpt-2", "ckpt-3"]  # the run finished without the node
+    c = out["collector"]
+    assert c["dropped"] >= 1 and c["failed"] == 0 and c["inference_unavailable"] >= 1
+    check_books(c, out["buffer"], out["tracker"])
+
+
+# ---------------------------------------------------------------------------------- kill -9 and --resume
+def _session_processes(sid: int) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # state, ppid, pgrp, session
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_finishes_the_run_with_its_registry(ray_session, tiny_model_dir, tmp_path):
+    from unstable.cli import main
+
+    ray_tmp = tempfile.mkdtemp(prefix="ray-k9-", dir="/tmp")  # its own Ray, in its own folder and session
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline"}
+    env.pop("RAY_ADDRESS", None)
+    settings = [f"model_name={tiny_model_dir}", f"runs_dir={tmp_path}", "learning_steps=6", "batch_size=16",
+                "mini_batch_size=8", "num_collection_workers=8", "num_eval_workers=2"]
+    args = [sys.executable, "-m", "unstable.cli", "train", "--config", "configs/tictactoe-tiny.yaml",
+            *[a for s in settings for a in ("--set", s)], "--run-name", "k9"]
+    run_dir = tmp_path / "k9"
+    with open(tmp_path / "train.log", "w") as log:
+        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        two = eventually(lambda: len(ckpt.list_checkpoints(run_dir / "checkpoints", complete_only=True)) >= 2
+                         or proc.poll() is not None, timeout=600, interval=0.1)
+        assert two and proc.poll() is None, (tmp_path / "train.log").read_text()[-3000:]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray it started
+        proc.wait()
+        orphans = eventually(lambda: not _session_processes(proc.pid), timeout=30) or _session_processes(proc.pid)
+        for pid in orphans if isinstance(orphans, list) else []:
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert orphans is True, f"Ray processes outlived kill -9 by 30 s: {orphans}"
+
+    before = find_resume_point(run_dir)
+    assert 2 <= before.version < 6
+    killed_state = json.loads((run_dir / RUN_STATE_FILE).read_text())
+    build, start = load_run_config(run_dir)  # config.json holds everything: build() and start() settings
+    assert start["learning_steps"] == 6 and build["batch_size"] == 16
+
+    assert main(["train", "--resume", str(run_dir)]) == 0
+    complete = ckpt.list_checkpoints(run_dir / "checkpoints", complete_only=True)
+    assert sorted(complete) == [1, 2, 3, 4, 5, 6]  # the learner went on from the newest complete checkpoint
+    state = torch.load(complete[before.version + 1] / "trainer_state.pt", weights_only=False)
+    assert state["version"] == before.version + 1
+    registry = json.loads((run_dir / "registry" / "registry.json").read_text())
+    models = {m["uid"]: m for m in registry["models"]}
+    assert [u for u in models if u.startswith("ckpt-")] == [f"ckpt-{v}" for v in range(1, 7)]
+    assert registry["current"] == "ckpt-6" and "base" in models and "random" in models
+    for old in killed_state["registry"]["models"]:  # registered before the kill: still there, ratings kept
+        now = models[old["uid"]]
+        assert now["games"] >= old["games"]
+        if not old["fixed"] and old["uid"] != killed_state["registry"]["current"]:  # older checkpoints play no more
+            assert (now["mu"], now["sigma"], now["games"]) == (old["mu"], old["sigma"], old["games"])
+    metrics = read_metrics(run_dir)
+    versions = [m["train/version"] for m in metrics if "train/version" in m and not m.get("train/skipped_nonfinite")]
+    assert versions[-1] == 6
+    game_ids = [t["game_id"] for t in read_jsonl(run_dir / "games" / "transcripts.jsonl")]
+    assert len(game_ids) == len(set(game_ids))  # no game id issued twice across the kill

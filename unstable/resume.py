@@ -1,0 +1,156 @@
+"""Resuming a stopped or killed run from its run directory.
+
+What a run directory keeps for this (all written atomically: temp file or dir, then ``os.replace``):
+
+* ``checkpoints/ckpt-N/``: the adapter, ``trainer_state.pt`` (optimiser and RNG states, the
+  version) and a ``COMPLETE`` marker, written by the learner after each update;
+* ``run_state.json``: the registry (every checkpoint, ratings, match counts), the scheduler
+  (game-id and seed counters, RNG states) and the tracker (learner step, counters), written by
+  :class:`RunStateWriter` after each checkpoint is registered and when the run ends;
+* ``config.json``: ``build()``'s settings plus ``start()``'s, so ``unstable train --resume RUN_DIR``
+  needs nothing else.
+
+:func:`find_resume_point` picks the newest complete checkpoint (temp dirs of an interrupted write
+are removed; a checkpoint is only registered once it is complete, so the registry never points at a
+partial one). A complete checkpoint newer than the state snapshot (killed between the two writes)
+is registered on resume. So a kill loses at most the learner step in progress, the games in flight
+and the buffer's contents (re-collected with the resumed policy).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from unstable.learners import checkpoints as ckpt
+from unstable.tracking.run_dir import CONFIG_FILE, atomic_write_json
+from unstable.utils.remote import call
+
+log = logging.getLogger(__name__)
+
+RUN_STATE_FILE = "run_state.json"
+REGISTRY_FILE = os.path.join("registry", "registry.json")
+_TAIL_BYTES = 4 << 20  # how much of the newest transcripts file is read to find the last game ids
+
+
+class RunStateWriter:
+    """Snapshots the registry, scheduler and tracker into ``<run_dir>/run_state.json``.
+
+    A plain object holding actor handles (or local objects), so it can be handed to the learner
+    as its ``on_checkpoint`` hook and called there after each registered checkpoint.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, registry: Any, scheduler: Any, tracker: Any):
+        self.run_dir = str(run_dir)
+        self.registry, self.scheduler, self.tracker = registry, scheduler, tracker
+
+    def __call__(self, learner_version: int) -> None:
+        state = {
+            "format": 1,
+            "time": time.time(),
+            "learner_version": int(learner_version),
+            "registry": call(self.registry, "state_dict"),
+            "scheduler": call(self.scheduler, "state_dict"),
+            "tracker": call(self.tracker, "state_dict"),
+        }
+        atomic_write_json(os.path.join(self.run_dir, REGISTRY_FILE), state["registry"])
+        atomic_write_json(os.path.join(self.run_dir, RUN_STATE_FILE), state)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resumed run starts: the newest complete checkpoint and the state snapshot."""
+
+    run_dir: Path
+    version: int  # 0: no checkpoint yet (start from the base weights)
+    checkpoint: Path | None
+    state: dict[str, Any] | None  # run_state.json (scheduler counters already moved past the last games)
+
+    @property
+    def complete_checkpoints(self) -> dict[int, Path]:
+        """Complete checkpoints up to :attr:`version`, by version."""
+        found = ckpt.list_checkpoints(self.run_dir / "checkpoints", complete_only=True)
+        return {v: p for v, p in sorted(found.items()) if v <= self.version}
+
+
+def find_resume_point(run_dir: str | os.PathLike) -> ResumePoint:
+    """Inspect ``run_dir`` and say where a resumed run starts; raises ``ValueError`` if it cannot."""
+    root = Path(run_dir).expanduser().resolve()
+    ckpt_dir = root / "checkpoints"
+    if not ckpt_dir.is_dir():
+        raise ValueError(f"{root} is not a run directory (it has no checkpoints/ folder)")
+    removed = ckpt.clean_partial(ckpt_dir)
+    if removed:
+        log.warning("resume: removed %d unfinished checkpoint write(s) in %s: %s", len(removed), ckpt_dir, removed)
+    latest = ckpt.latest_complete(ckpt_dir)
+    version, path = latest if latest is not None else (0, None)
+    unmarked = sorted(v for v in ckpt.list_checkpoints(ckpt_dir) if v > version)
+    if unmarked:
+        raise ValueError(f"{ckpt_dir} holds ckpt-{unmarked[0]} without a COMPLETE marker (not written by this "
+                         f"version of unstable); move it away to resume from ckpt-{version}")
+    if path is not None and not (path / "trainer_state.pt").is_file():
+        raise ValueError(f"{path} has no trainer_state.pt (optimiser state); it cannot be resumed from")
+    state = None
+    state_path = root / RUN_STATE_FILE
+    if state_path.is_file():
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        if state.get("format") != 1:
+            raise ValueError(f"{state_path}: unknown run state format {state.get('format')!r}")
+        if state["learner_version"] > version:
+            raise ValueError(f"{state_path} is from learner version {state['learner_version']} but the newest "
+                             f"complete checkpoint is ckpt-{version}; were checkpoints deleted?")
+        _skip_issued_games(state["scheduler"], root)
+    return ResumePoint(root, version, path, state)
+
+
+def _skip_issued_games(scheduler_state: dict[str, Any], run_dir: Path) -> None:
+    """Move the scheduler's game-id and seed counters past the games logged after the snapshot
+    (the transcripts hold every finished or failed game), so no id or seed is issued twice."""
+    from unstable.scheduler import EVAL_SEED_OFFSET
+
+    path = run_dir / "games" / "transcripts.jsonl"
+    if not path.is_file():
+        return
+    with open(path, "rb") as f:
+        f.seek(max(0, path.stat().st_size - _TAIL_BYTES))
+        lines = f.read().split(b"\n")[1:-1]  # the first may be cut by the seek, the last by a kill
+    for raw in lines:
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            continue
+        game_id, seed = line.get("game_id"), line.get("seed")
+        if isinstance(game_id, int):
+            scheduler_state["next_game_id"] = max(scheduler_state["next_game_id"], game_id + 1)
+        if isinstance(seed, int) and line.get("is_eval"):
+            scheduler_state["eval_idx"] = max(scheduler_state["eval_idx"], seed - EVAL_SEED_OFFSET + 1)
+        elif isinstance(seed, int):
+            scheduler_state["train_idx"] = max(scheduler_state["train_idx"], seed + 1)
+
+
+def load_run_config(run_dir: str | os.PathLike, overrides: list[str] | None = None) -> tuple[dict, dict]:
+    """``(build kwargs, start kwargs)`` from ``<run_dir>/config.json`` with ``key=value`` overrides,
+    checked like any config file (:func:`unstable.config.load_config`; JSON is YAML)."""
+    from unstable.config import load_config
+
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist: is {run_dir} a run directory?")
+    if json.loads(path.read_text(encoding="utf-8")).get("reward_transforms") is not None:
+        raise ValueError(f"{path}: the run used custom reward_transforms, which a config file cannot hold; "
+                         "resume it from Python: unstable.build(resume_from=..., reward_transforms=...)")
+    build, start = load_config(str(path), overrides)
+    build.pop("resume_from", None)
+    return build, start
+
+
+def record_start_settings(run_dir: str | os.PathLike, settings: dict[str, Any]) -> None:
+    """Add ``start()``'s settings to ``config.json``, which then holds everything a resume needs."""
+    path = Path(run_dir) / CONFIG_FILE
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    atomic_write_json(path, {**data, **settings})

@@ -1,0 +1,97 @@
+"""API keys: read from the environment only, and never written anywhere.
+
+A run's settings (``build()`` arguments, YAML configs) are saved to ``config.json`` and W&B, so a
+setting named like a key (``api_key``, ``openai_api_key``, ``token``...) is rejected with a message
+that names the environment variable to use. Text that leaves the process and may carry a key (an
+API error that echoes the request's key, a failed game's message and traceback, an API reply) goes
+through :func:`redact` first: it replaces the values of secret-looking environment variables
+(``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``) and key-shaped strings (``sk-...``,
+``Bearer ...``) with ``[REDACTED]``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "[REDACTED]"
+#: Environment variables API opponents read their key from (see :mod:`unstable.policies.api`).
+API_KEY_ENV_VARS = ("OPENROUTER_API_KEY", "OPENAI_API_KEY")
+#: Shorter values are not redacted (a placeholder key such as ``EMPTY`` would mangle ordinary text).
+MIN_SECRET_LEN = 8
+
+_SECRET_ENV_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_SECRET_SETTING = re.compile(
+    r"(?:^|[_-])(?:api[_-]?key|apikey|secret(?:[_-]key)?|password|passwd|token|access[_-]token|auth[_-]token)$",
+    re.IGNORECASE,
+)
+_KEY_SHAPES = (
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{12,}"),  # OpenAI / OpenRouter / Anthropic style
+    re.compile(r"(?i)\bBearer\s+[A-Za-z0-9_\-.=:+/]{8,}"),  # an Authorization header value
+)
+
+
+class SecretInConfigError(ValueError):
+    """A key was given as a setting; keys come only from environment variables."""
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of secret-looking environment variables, longest first (so overlaps redact fully).
+
+    Values that are existing paths (``GOOGLE_APPLICATION_CREDENTIALS=/home/me/creds.json``) are not
+    secrets themselves; treating them as such would refuse every run directory beneath them.
+    """
+    environ = os.environ if environ is None else environ
+    values = {v for k, v in environ.items()
+              if _SECRET_ENV_NAME.search(k) and len(v.strip()) >= MIN_SECRET_LEN and not os.path.exists(v)}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(text: str, extra: tuple[str, ...] = ()) -> str:
+    """``text`` with every known secret value and key-shaped string replaced by ``[REDACTED]``."""
+    if not isinstance(text, str) or not text:
+        return text
+    for value in (*secret_values(), *(e for e in extra if e and len(e) >= MIN_SECRET_LEN)):
+        text = text.replace(value, REDACTED)
+    for pattern in _KEY_SHAPES:
+        text = pattern.sub(REDACTED, text)
+    return text
+
+
+def is_secret_setting(name: Any) -> bool:
+    """Whether a setting's name is a key's (``api_key``, ``OPENAI_API_KEY``, ``hf_token``; not ``max_tokens``)."""
+    return isinstance(name, str) and bool(_SECRET_SETTING.search(name))
+
+
+def reject_secret_settings(settings: Any, where: str) -> None:
+    """Raise :class:`SecretInConfigError` if ``settings`` (nested mappings/lists) names a key or holds one.
+
+    ``where`` prefixes the path in the message (``"build() argument "``, ``"config file 'x.yaml': "``).
+    The message names the setting but never echoes its value.
+    """
+    secrets = secret_values()
+    for path, key, value in _walk(settings, ""):
+        if is_secret_setting(key):
+            raise SecretInConfigError(
+                f"{where}{path!s} looks like an API key setting; keys are never taken from configs or "
+                f"build() arguments (those are saved to config.json and W&B). Set the environment variable "
+                f"{' or '.join(API_KEY_ENV_VARS)} instead (an API opponent reads OPENROUTER_API_KEY)")
+        if isinstance(value, str) and any(s in value for s in secrets):
+            raise SecretInConfigError(
+                f"{where}{path!s} holds the value of a secret environment variable (an API key?); it would "
+                f"be saved to config.json and W&B. Keys are read from the environment only: remove it")
+
+
+def _walk(value: Any, path: str):
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else str(key)
+            yield sub, key, item
+            yield from _walk(item, sub)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            sub = f"{path}[{i}]"
+            yield sub, None, item
+            yield from _walk(item, sub)
