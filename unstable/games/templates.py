@@ -52,6 +52,25 @@ def _qwen3_reasoning(obs: str) -> str:
     return _qwen3_user(_ZERO_SUM, obs) + "<|im_start|>assistant\n<think>"
 
 
+_BOARD_MARKERS = ("Current Board:", "Board state:", "Current board:")
+
+
+def board_view(obs: str) -> str:
+    """The observation from its last board onwards (the board and the legal moves), or all of it.
+
+    TextArena's ``-train`` board wrappers end every observation with the current board and the
+    legal moves, after the game's rules and the move history; a small model needs only that part.
+    Who is to move is left out: in alternating games like TicTacToe it follows from the board, and
+    its digit ("Player 1") would sit among the move numbers a small model learns to pick from.
+    """
+    start = max(obs.rfind(marker) for marker in _BOARD_MARKERS)
+    return obs[start:].strip() if start >= 0 else obs
+
+
+def _qwen3_board(obs: str) -> str:
+    return f"<|im_start|>user\n{board_view(obs)}\nAnswer in \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
+
+
 def _gemma3_zs(obs: str) -> str:
     return (
         f"<start_of_turn>user\n{_ZERO_SUM}\nObservation: {obs}\n{_REASON_THEN_BOX}<end_of_turn>\n<start_of_turn>model\n"
@@ -119,6 +138,7 @@ for _name, _fn, _desc in [
     ("qwen3-reasoning", _qwen3_reasoning, "Qwen3 chat turn with the assistant opening a <think> block"),
     ("gemma3-zs", _gemma3_zs, "Gemma 3 chat turn, two-player zero-sum game"),
     ("llama-instruct-zs", _llama_instruct_zs, "Llama 3 instruct turn with a system message"),
+    ("qwen3-board", _qwen3_board, "Qwen3 chat turn with only the current board and moves (small models)"),
 ]:
     register_template(_name, _fn, description=_desc)
 

@@ -1,0 +1,274 @@
+"""Warm start: teach a freshly built model to read a board and answer with a legal move.
+
+A real base model arrives at RL able to follow the answer format and read a game's state; the
+tiny models are random weights. :func:`warm_start` closes that gap the way a pretraining stage
+would, on text the library generates itself: it plays random games with the scripted
+random-legal-move player, renders every position with the run's prompt template, and fine-tunes
+all weights to answer ``\\boxed{move}``. The target at the move token is the **uniform distribution
+over the legal moves** (a soft label), so the warm-started model plays like the random baseline:
+legal moves, no strategy. Whatever it wins beyond random play later is learned by RL.
+
+The result is an ordinary Hugging Face directory, cached by :func:`warm_start_path` under a key of
+the base model and every setting, so later runs (and the evaluation of the initial checkpoint)
+reuse it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import textarena as ta
+import torch
+
+from unstable.games.envs import check_env_id
+from unstable.games.extraction import extract_boxed_action
+from unstable.games.templates import get_template, render_prompt
+from unstable.policies.scripted import legal_moves
+from unstable.utils.checks import check_int, check_positive
+
+WARM_START_VERSION = 2
+"""Bump when the recipe changes: cached warm starts are keyed by it."""
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """Settings of :func:`warm_start` (all part of the cache key)."""
+
+    env_id: str = "TicTacToe-v0-train"
+    """The game whose positions are generated (it needs a scripted legal-move reader)."""
+    prompt_template: str = "qwen3-board"
+    """How positions are rendered: use the template the run will use."""
+    positions: int = 20_480
+    """Training examples: positions from random games (after ``few_moves_bias``), seen once each."""
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    """Peak AdamW learning rate (all weights), with linear warm-up and cosine decay to 10%."""
+    warmup_steps: int = 30
+    few_moves_bias: float = 1.0
+    """Keep a position with k legal moves with probability min(1, few_moves_bias / k) (0: keep all).
+
+    Random games are mostly openings, where nearly every move is legal and a board-blind model is
+    right; keeping positions in inverse proportion to their legal moves makes the examples that
+    need the board common. Measured on TicTacToe with the 1M model and 160 steps: sampled legal
+    moves 64% (0), 76% (3), 94% (1); greedy 87%, 95%, 100%."""
+    weight_decay: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_env_id(self.env_id)
+        get_template(self.prompt_template)
+        check_int("positions", self.positions, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        check_positive("learning_rate", self.learning_rate)
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """One position of a random game: what the player to move saw and the moves it could play."""
+
+    observation: str
+    moves: tuple[str, ...]
+
+
+def random_game_positions(env_id: str, count: int, seed: int = 0, num_players: int = 2,
+                          few_moves_bias: float = 0.0) -> list[Position]:
+    """``count`` positions from games between random-legal-move players, in a fixed order.
+
+    ``few_moves_bias`` > 0 keeps a position with ``k`` legal moves with probability
+    ``min(1, few_moves_bias / k)``: fewer openings, more late positions, where picking a legal move
+    actually depends on the board. TextArena's ``reset`` seeds the global ``random`` module; the
+    caller's state is restored.
+    """
+    rng = random.Random(f"warm-start/{env_id}/{seed}")
+    saved = random.getstate()
+    positions: list[Position] = []
+    try:
+        game = 0
+        while len(positions) < count:
+            env = ta.make(env_id)
+            env.reset(num_players=num_players, seed=seed * 1_000_003 + game)
+            game += 1
+            done = False
+            while not done and len(positions) < count:
+                player, observation = env.get_observation()
+                moves = tuple(legal_moves(env_id, env, player))
+                if few_moves_bias <= 0 or rng.random() < few_moves_bias / len(moves):
+                    positions.append(Position(observation, moves))
+                done, _ = env.step(rng.choice(moves))
+            env.close()
+    finally:
+        random.setstate(saved)
+    return positions
+
+
+def answer_text(move: str) -> str:
+    """The completion that plays ``move``: ``[4]`` -> ``\\boxed{4}`` (extraction restores the brackets)."""
+    inner = move[1:-1] if move.startswith("[") and move.endswith("]") and move.count("[") == 1 else move
+    return f"\\boxed{{{inner}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Example:
+    ids: list[int]  # prompt + answer + end-of-turn token
+    prompt_len: int
+    choice_pos: int | None  # index in ids of the token that names the move (soft label), or None
+    choice_ids: tuple[int, ...]  # the legal moves' token ids at choice_pos
+
+
+def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: random.Random) -> _Example:
+    """Tokenize a position with every legal answer; if they differ in one token, label it softly."""
+    prompt_ids = tokenizer(render_prompt(prompt_template, position.observation), add_special_tokens=False).input_ids
+    answers = [tokenizer(answer_text(m) + end, add_special_tokens=False).input_ids for m in position.moves]
+    for move, ids in zip(position.moves, answers, strict=True):
+        text = tokenizer.decode(ids)
+        if extract_boxed_action(text).action != move:
+            raise ValueError(f"answer {text!r} does not extract to the move {move!r}")
+    first = answers[0]
+    differing = {i for ids in answers for i in range(len(first)) if len(ids) != len(first) or ids[i] != first[i]}
+    if len(position.moves) > 1 and all(len(a) == len(first) for a in answers) and len(differing) == 1:
+        pos = differing.pop()
+        return _Example(prompt_ids + first, len(prompt_ids), len(prompt_ids) + pos, tuple(a[pos] for a in answers))
+    return _Example(prompt_ids + rng.choice(answers), len(prompt_ids), None, ())
+
+
+def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy on the answer tokens; at the move token, against the uniform legal-move target.
+
+    Rows are left-padded so every answer ends at the last column, and only the last columns' logits
+    are computed (``logits_to_keep``): the vocabulary projection of the prompt tokens is skipped.
+    """
+    width = max(len(e.ids) for e in batch)
+    keep = max(len(e.ids) - e.prompt_len for e in batch) + 1
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    rows, cols, targets, soft = [], [], [], []  # cols: index into the kept logits predicting the token
+    for row, e in enumerate(batch):
+        offset = width - len(e.ids)
+        ids[row, offset:] = torch.tensor(e.ids)
+        mask[row, offset:] = 1
+        for t in range(e.prompt_len, len(e.ids)):
+            rows.append(row)
+            cols.append(offset + t - 1 - (width - keep))
+            targets.append(e.ids[t])
+            soft.append(e.choice_ids if t == e.choice_pos else ())
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
+    logp = torch.log_softmax(logits[torch.tensor(rows), torch.tensor(cols)].float(), dim=-1)  # (N, vocab)
+    is_soft = torch.tensor([bool(c) for c in soft])
+    nll = -logp.gather(1, torch.tensor(targets)[:, None])[:, 0]
+    stats = {"legal_mass": math.nan}
+    if is_soft.any():
+        width_k = max(len(c) for c in soft)
+        choices = torch.tensor([list(c) + [0] * (width_k - len(c)) for c in soft if c])
+        valid = torch.tensor([[1.0] * len(c) + [0.0] * (width_k - len(c)) for c in soft if c])
+        picked = logp[is_soft].gather(1, choices)
+        nll[is_soft] = -(picked * valid).sum(1) / valid.sum(1)
+        stats["legal_mass"] = float((picked.detach().exp() * valid).sum(1).mean())
+    return nll.mean(), stats
+
+
+def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: WarmStartConfig | None = None, *,
+               progress: Callable[[int, int, dict[str, float]], None] | None = None) -> Path:
+    """Fine-tune ``base_model`` on random-game positions and save the result to ``out_dir``.
+
+    ``progress(step, total_steps, stats)`` is called every few steps (stats: ``loss``,
+    ``legal_mass``: the probability the model puts on legal moves at the move token).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = cfg or WarmStartConfig()
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(str(base_model))
+    model = AutoModelForCausalLM.from_pretrained(str(base_model), dtype=torch.float32)
+    model.train()
+    end = tokenizer.eos_token or ""
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    examples = [_encode(tokenizer, cfg.prompt_template, p, end, rng)
+                for p in random_game_positions(cfg.env_id, cfg.positions, cfg.seed,
+                                                     few_moves_bias=cfg.few_moves_bias)]
+    rng.shuffle(examples)
+    steps = math.ceil(len(examples) / cfg.batch_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+
+    def lr_at(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        frac = (step - cfg.warmup_steps) / max(1, steps - cfg.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    for step in range(steps):
+        batch = examples[step * cfg.batch_size: (step + 1) * cfg.batch_size]
+        loss, stats = _loss(model, batch, pad_id)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        if progress is not None and (step % 10 == 0 or step == steps - 1):
+            progress(step + 1, steps, {"loss": float(loss.detach()), **stats})
+    model.eval()
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "warm_start.json").write_text(json.dumps({"version": WARM_START_VERSION, "base_model": str(base_model),
+                                                         **asdict(cfg)}, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _fingerprint(base_model: Path) -> str:
+    """A hash of the base model's weights and config, so a rebuilt base invalidates the cache."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(base_model)):
+        if name.endswith((".json", ".safetensors", ".bin")):
+            h.update(name.encode())
+            h.update((base_model / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def warm_start_path(base_model: str | os.PathLike, cfg: WarmStartConfig | None = None, *,
+                    cache_dir: str | os.PathLike | None = None,
+                    progress: Callable[[int, int, dict[str, float]], None] | None = None) -> tuple[Path, bool]:
+    """The cached warm start of ``base_model`` under ``cfg``, built first if missing.
+
+    Returns ``(path, cached)``; ``cached`` says whether an earlier build was reused.
+    """
+    from unstable.models.tiny import _default_cache_root
+
+    cfg = cfg or WarmStartConfig()
+    base = Path(base_model)
+    if not (base / "config.json").is_file():
+        raise FileNotFoundError(f"warm start needs a local model directory with config.json, got {base_model!r}")
+    key = hashlib.sha256(json.dumps({"v": WARM_START_VERSION, "base": _fingerprint(base), **asdict(cfg)},
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    root = Path(cache_dir) if cache_dir is not None else _default_cache_root().parent / "warm-starts"
+    path = root / f"{base.name}-{cfg.env_id}-{key}"
+    if (path / "warm_start.json").is_file():
+        return path, True
+    started = time.perf_counter()
+    warm_start(base, path, cfg, progress=progress)
+    (path / "build_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
+    return path, False
