@@ -109,6 +109,7 @@ BUILD_CASES = [
     ("learning_rate string", {"learning_rate": "fast"}, "learning_rate must be a number > 0"),
     ("learning_rate inf", {"learning_rate": float("inf")}, "learning_rate must be a number > 0"),
     ("learning_rate zero", {"learning_rate": 0}, "learning_rate must be a number > 0"),
+    ("lr_schedule unknown", {"lr_schedule": "cosine"}, "lr_schedule must be one of"),
     ("gradient_clipping zero", {"gradient_clipping": 0.0}, "gradient_clipping must be a number > 0"),
     ("gradient_clipping string", {"gradient_clipping": "0.2"}, "gradient_clipping must be a number > 0"),
     ("temperature negative", {"temperature": -0.1}, "temperature must be a finite number"),

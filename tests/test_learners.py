@@ -350,3 +350,18 @@ def test_train_loop_with_episode_batches_and_hooks(model_dir, tmp_path):
     assert [c["uid"] for c in registry.calls] == ["ckpt-1", "ckpt-2"]
     assert [c["train/skipped_nonfinite"] for c in tracker.calls] == [0, 1, 0]
     assert buffer.polls >= 2
+
+
+def test_linear_lr_schedule_decays_to_zero_over_the_trained_steps(model_dir, tmp_path):
+    eps = episodes()
+    buffer = FakeBuffer([eps] * 4)
+    lrn = learner(REINFORCELearner, model_dir, tmp_path, poll_interval_s=0.01, buffer=buffer, lr_schedule="linear",
+                  learning_rate=1e-3)
+    results = lrn.train(4)
+    assert [r.metrics["train/lr"] for r in results] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+    # the schedule ends at 0 after the last step train() was asked for
+    assert lrn.current_lr() == 0.0 and lrn.last_version == 4
+    constant = learner(REINFORCELearner, model_dir, tmp_path, learning_rate=1e-3)
+    assert constant.update(eps).metrics["train/lr"] == 1e-3
+    with pytest.raises(ValueError, match="lr_schedule"):
+        learner(REINFORCELearner, model_dir, tmp_path, lr_schedule="cosine")

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
+from unstable.learners.config import LR_SCHEDULES
 from unstable.utils.checks import check_bool, check_choice, check_int, check_number, check_positive, check_str
 
 log = logging.getLogger(__name__)
@@ -185,6 +186,7 @@ class BuildConfig:
     mini_batch_size: int = 1
     learning_rate: float = 1e-5
     gradient_clipping: float = 0.2
+    lr_schedule: str = "constant"  # ours: or "linear", decaying to 0 over learning_steps
     activation_checkpointing: bool = True
     gradient_checkpointing: bool = True
     use_trainer_cache: bool = False
@@ -239,6 +241,7 @@ class BuildConfig:
         check_int("max_staleness", self.max_staleness, 0, allow_none=True)
         check_int("seed", self.seed, 0)
         check_positive("learning_rate", self.learning_rate)
+        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_positive("gradient_clipping", self.gradient_clipping)
         check_number("temperature", self.temperature, 0, allow_none=True)
         if self.batch_size % self.mini_batch_size:

@@ -179,6 +179,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     learner = learner_cls.options(num_cpus=1, num_gpus=learner_gpus, **_near(driver_node, 1, learner_gpus)).remote(
         model_name=cfg.model_name, lora_cfg=cfg.lora, batch_size=cfg.batch_size,
         mini_batch_size=cfg.mini_batch_size, learning_rate=cfg.learning_rate, grad_clip=cfg.gradient_clipping,
+        lr_schedule=cfg.lr_schedule,
         buffer=buffer, tracker=tracker, model_registry=registry,
         activation_checkpointing=cfg.activation_checkpointing, gradient_checkpointing=cfg.gradient_checkpointing,
         output_dir=ray.get(tracker.get_checkpoints_dir.remote()), device=cfg.learner_device, seed=cfg.seed,

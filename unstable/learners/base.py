@@ -113,6 +113,7 @@ class BaseLearner(metaclass=RemoteCapable):
         self.version = cfg.initial_version
         self.adapter_path: str | None = cfg.initial_lora_path
         self.skipped_total = 0
+        self.last_version: int | None = None  # where a "linear" lr schedule reaches 0; set by train()
 
     # ------------------------------------------------------------------------------ setup, loop
     def initialize_algorithm(self, max_train_len: int | None = None, max_generation_len: int = 4096) -> None:
@@ -124,7 +125,15 @@ class BaseLearner(metaclass=RemoteCapable):
 
         See :func:`unstable.learners.loop.run_training` for the duck-typed hooks it calls.
         """
+        self.last_version = self.version + iterations
         return run_training(self, iterations)
+
+    def current_lr(self) -> float:
+        """The policy learning rate of the next update under ``config.lr_schedule``."""
+        cfg = self.config
+        if cfg.lr_schedule == "constant" or self.last_version is None or self.last_version <= 0:
+            return cfg.learning_rate
+        return cfg.learning_rate * max(0.0, 1.0 - self.version / self.last_version)
 
     # ---------------------------------------------------------------------------------- update
     def update(self, steps: Sequence[Step]) -> UpdateResult:
@@ -144,6 +153,8 @@ class BaseLearner(metaclass=RemoteCapable):
             norms = self._clip_gradients()
         except NonFiniteError as err:
             return self._skip(steps, trained_version, str(err), start)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.current_lr()
         for optimizer in self._optimizers():
             optimizer.step()
         self._zero_grad()

@@ -17,6 +17,9 @@ def _default_lora_cfg() -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, list) else v) for k, v in DEFAULT_LORA_CFG.items()}
 
 
+LR_SCHEDULES = ("constant", "linear")
+
+
 @dataclass
 class LearnerConfig:
     """Settings of :class:`~unstable.learners.REINFORCELearner` (and the base of A2C's)."""
@@ -31,7 +34,11 @@ class LearnerConfig:
     mini_batch_size: int = 1
     """Steps per forward/backward; ``batch_size // mini_batch_size`` micro-steps are accumulated."""
     learning_rate: float = 1e-5
-    """AdamW learning rate of the policy adapter (constant; no schedule)."""
+    """AdamW learning rate of the policy adapter (see ``lr_schedule``)."""
+    lr_schedule: str = "constant"
+    """``"constant"``, or ``"linear"``: decay from ``learning_rate`` towards 0 over the run, the
+    update to version ``v`` using ``learning_rate * (1 - v / N)`` where ``train(n)`` sets the
+    last version ``N = version + n`` (so a resumed run continues the same schedule)."""
     grad_clip: float = 0.2
     """Global gradient-norm clip (``clip_grad_norm_``)."""
     weight_decay: float = 0.0
@@ -86,6 +93,8 @@ class LearnerConfig:
                 f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                 f"({self.mini_batch_size}); pick mini_batch_size from its divisors"
             )
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         for name in ("learning_rate", "grad_clip", "poll_interval_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
