@@ -61,12 +61,22 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> int:
-    print("unstable quickstart: the tiny model plays TicTacToe against the random-legal-move baseline.")
-    print("(It is untrained: random weights lose almost every game by making illegal moves.)\n")
-    args.env, args.opponent, args.adapter = "TicTacToe-v0-train", "random", None
-    args.template, args.temperature, args.top_p, args.max_new_tokens = "qwen3-zs", 1.0, 1.0, 32
-    args.concurrency = 16
-    return _cmd_play(args)
+    from dataclasses import replace
+
+    from unstable.quickstart import QuickstartConfig, default_out_dir, run_quickstart
+
+    cfg = QuickstartConfig(out=args.out or default_out_dir())
+    changes = {k: getattr(args, k) for k in ("learning_steps", "batch_size", "eval_games", "eval_workers", "seed")
+               if getattr(args, k) is not None}
+    if "batch_size" in changes:
+        changes["mini_batch_size"] = min(cfg.mini_batch_size, changes["batch_size"])
+    cfg = replace(cfg, **changes)
+    if args.warm_start_positions is not None:
+        cfg = replace(cfg, warm_start=replace(cfg.warm_start, positions=args.warm_start_positions))
+    print(f"unstable quickstart: self-play on {cfg.env_id} with the tiny {cfg.model_size} model -> {cfg.out}",
+          flush=True)
+    summary = run_quickstart(cfg, say=lambda line: print(line, flush=True))
+    return 0 if summary["learner_steps"] == cfg.learning_steps else 1
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -111,10 +121,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import unstable
     from unstable.config import load_config
 
-    build_kwargs, start_kwargs = load_config(args.config, args.set)
-    if args.run_name:
-        build_kwargs["run_name"] = args.run_name
-    print(f"unstable train: {args.config} -> {start_kwargs['learning_steps']} learner steps", flush=True)
+    if args.resume:
+        from unstable.resume import load_run_config
+
+        if args.run_name:
+            raise ValueError("--run-name cannot be combined with --resume (the run keeps its directory)")
+        if args.config:
+            build_kwargs, start_kwargs = load_config(args.config, args.set)
+        else:
+            build_kwargs, start_kwargs = load_run_config(args.resume, args.set)
+        build_kwargs["resume_from"] = args.resume
+        source = f"resuming {args.resume}"
+    elif args.config:
+        build_kwargs, start_kwargs = load_config(args.config, args.set)
+        if args.run_name:
+            build_kwargs["run_name"] = args.run_name
+        source = args.config
+    else:
+        raise ValueError("give --config FILE (a new run) or --resume RUN_DIR (continue a run)")
+    print(f"unstable train: {source} -> {start_kwargs['learning_steps']} learner steps in all", flush=True)
     run = unstable.build(**build_kwargs)
     try:
         summary = run.start(**start_kwargs)
@@ -165,8 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=_cmd_play)
 
-    p = sub.add_parser("train", help="train from a YAML config (build() and start() settings)")
-    p.add_argument("--config", required=True, help="YAML file; see configs/ for examples")
+    p = sub.add_parser("train", help="train from a YAML config (build() and start() settings), or resume a run")
+    p.add_argument("--config", default=None, help="YAML file; see configs/ for examples")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="continue this run from its newest complete checkpoint (settings from RUN_DIR/config.json, "
+                        "or --config; learning_steps counts the steps already made)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
     p.add_argument("--run-name", default=None)
     p.set_defaults(fn=_cmd_train)
@@ -212,10 +240,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-chars", type=int, default=1500, help="cut longer texts in the middle (0: never)")
     p.set_defaults(fn=_cmd_replay)
 
-    p = sub.add_parser("quickstart", help="the default CPU job")
-    p.add_argument("--model", default="tiny")
-    p.add_argument("--games", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("quickstart", help="the default CPU job: warm start, self-play training, evaluation, plots")
+    p.add_argument("--out", default=None, help="run directory (default: runs/quickstart-<date>-<time>)")
+    p.add_argument("--learning-steps", type=int, default=None, help="learner updates")
+    p.add_argument("--batch-size", type=int, default=None, help="moves per learner update")
+    p.add_argument("--eval-games", type=int, default=None, help="games per evaluation of each checkpoint")
+    p.add_argument("--eval-workers", type=int, default=None, help="evaluation processes")
+    p.add_argument("--warm-start-positions", type=int, default=None, help="warm-start examples (random-game positions)")
+    p.add_argument("--seed", type=int, default=None)
     p.set_defaults(fn=_cmd_quickstart)
     return parser
 

@@ -1,0 +1,167 @@
+"""The warm start and the default job (``unstable quickstart``), shortened to seconds."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import textarena as ta
+import torch
+
+from unstable.games.extraction import extract_boxed_action
+from unstable.games.templates import board_view, render_prompt
+from unstable.models.warmstart import (
+    Position,
+    WarmStartConfig,
+    _encode,
+    _loss,
+    answer_text,
+    random_game_positions,
+    warm_start_path,
+)
+from unstable.policies.scripted import legal_moves
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    return AutoTokenizer.from_pretrained(tiny_model_dir), AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+
+
+def test_board_view_keeps_the_last_board_and_moves_only():
+    env = ta.make("TicTacToe-v0-train")
+    env.reset(num_players=2, seed=3)
+    env.step("[4]")
+    _, obs = env.get_observation()
+    view = board_view(obs)
+    assert view.splitlines()[0] == "Current Board:"
+    assert "Available Moves: '[0]', '[1]', '[2]', '[3]', '[5]'" in view
+    assert "three in a row" not in view and "placed their symbol" not in view
+    assert board_view("no board here\njust text") == "no board here\njust text"
+    assert render_prompt("qwen3-board", obs).endswith("<|im_start|>assistant\n")
+
+
+def test_random_game_positions_hold_the_legal_moves_and_keep_the_global_rng():
+    random.seed(123)
+    before = random.random()
+    random.seed(123)
+    positions = random_game_positions("TicTacToe-v0-train", 40, seed=1)
+    assert random.random() == before  # TextArena's reseeding did not leak out
+    assert len(positions) == 40
+    assert positions == random_game_positions("TicTacToe-v0-train", 40, seed=1)
+    env = ta.make("TicTacToe-v0-train")
+    env.reset(num_players=2, seed=0)
+    pid, obs = env.get_observation()
+    assert random_game_positions("TicTacToe-v0-train", 1, seed=0)[0] == Position(obs, tuple(legal_moves(
+        "TicTacToe-v0-train", env, pid)))
+
+
+def test_few_moves_bias_keeps_late_positions_more_often():
+    plain = random_game_positions("TicTacToe-v0-train", 400, seed=5)
+    biased = random_game_positions("TicTacToe-v0-train", 400, seed=5, few_moves_bias=1.0)
+    mean_moves = [sum(len(p.moves) for p in ps) / len(ps) for ps in (plain, biased)]
+    assert mean_moves[1] < mean_moves[0] - 1.0  # 5.5 legal moves on average in random games, 4.0 biased
+    share_one_move = [sum(len(p.moves) == 1 for p in ps) / len(ps) for ps in (plain, biased)]
+    assert share_one_move[1] > 2 * share_one_move[0]
+
+
+def test_answers_extract_to_their_moves():
+    assert answer_text("[4]") == "\\boxed{4}"
+    assert answer_text("[bet]") == "\\boxed{bet}"
+    assert answer_text("[col 3]") == "\\boxed{col 3}"
+    for move in ("[4]", "[bet]", "[col 3]", "[A1 B2]"):
+        assert extract_boxed_action(answer_text(move)).action == move
+
+
+def test_each_position_is_labelled_with_all_its_legal_moves(tiny):
+    tok, _ = tiny
+    position = random_game_positions("TicTacToe-v0-train", 3, seed=2)[2]
+    ex = _encode(tok, "qwen3-board", position, tok.eos_token, random.Random(0))
+    assert len(ex.choice_ids) == len(position.moves) == 7
+    assert tok.decode(ex.ids[: ex.prompt_len]) == render_prompt("qwen3-board", position.observation)
+    for choice, move in zip(ex.choice_ids, position.moves, strict=True):
+        ids = list(ex.ids)
+        ids[ex.choice_pos] = choice
+        assert extract_boxed_action(tok.decode(ids[ex.prompt_len:])).action == move
+    # a single legal move has no choice to spread: it is an ordinary (hard) label
+    single = _encode(tok, "qwen3-board", Position(position.observation, ("[5]",)), tok.eos_token, random.Random(0))
+    assert single.choice_pos is None
+
+
+def test_loss_is_cross_entropy_with_a_uniform_target_over_the_legal_moves(tiny):
+    tok, model = tiny
+    rng = random.Random(0)
+    batch = [_encode(tok, "qwen3-board", p, tok.eos_token, rng)
+             for p in random_game_positions("TicTacToe-v0-train", 5, seed=4)]
+    with torch.no_grad():
+        loss, stats = _loss(model, batch, tok.pad_token_id)
+        terms, mass = [], []
+        for e in batch:  # one unpadded row at a time, all logits
+            logp = torch.log_softmax(model(input_ids=torch.tensor([e.ids])).logits[0].float(), -1)
+            for t in range(e.prompt_len, len(e.ids)):
+                if t == e.choice_pos:
+                    terms.append(-logp[t - 1, list(e.choice_ids)].mean())
+                    mass.append(logp[t - 1, list(e.choice_ids)].exp().sum())
+                else:
+                    terms.append(-logp[t - 1, e.ids[t]])
+    assert loss.item() == pytest.approx(torch.stack(terms).mean().item(), abs=1e-4)
+    assert stats["legal_mass"] == pytest.approx(torch.stack(mass).mean().item(), abs=1e-5)
+
+
+def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
+    cfg = WarmStartConfig(positions=512, batch_size=32, learning_rate=3e-3, warmup_steps=2)
+    seen = []
+    path, cached = warm_start_path(tiny_model_dir, cfg, cache_dir=tmp_path, progress=lambda *a: seen.append(a))
+    assert not cached and (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
+    assert json.loads((path / "warm_start.json").read_text())["positions"] == 512
+    first, last = seen[0][2], seen[-1][2]
+    assert seen[-1][:2] == (16, 16)
+    assert last["loss"] < first["loss"] - 1.0 and last["legal_mass"] > 5 * first["legal_mass"]
+    again, cached = warm_start_path(tiny_model_dir, cfg, cache_dir=tmp_path)
+    assert cached and again == path
+    other, cached = warm_start_path(tiny_model_dir, WarmStartConfig(positions=64, batch_size=32), cache_dir=tmp_path)
+    assert not cached and other != path
+
+
+def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="positions"):
+        WarmStartConfig(positions=0)
+    with pytest.raises(ValueError, match="template"):
+        WarmStartConfig(prompt_template="nope")
+    with pytest.raises(ValueError):
+        WarmStartConfig(env_id="NotAGame-v0")
+    with pytest.raises(FileNotFoundError, match=r"config\.json"):
+        warm_start_path(tmp_path / "missing", cache_dir=tmp_path)
+
+
+@pytest.mark.slow
+def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
+    """A few learner steps of the default job: summary, evaluations, plots, transcripts, replay."""
+    from unstable.cli import main
+
+    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "qs"
+    assert main(["quickstart", "--out", str(out), "--learning-steps", "2", "--eval-games", "8",
+                 "--warm-start-positions", "256", "--batch-size", "16", "--eval-workers", "1"]) == 0
+    text = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env_id"] == "TicTacToe-v0-train" and summary["learner_steps"] == 2
+    for which in ("initial", "final"):
+        e = summary["eval"][which]
+        assert e["games"] == 8 and 0 <= e["ci95"][0] <= e["win_rate"] <= e["ci95"][1] <= 1
+    assert summary["eval"]["final"]["adapter"].endswith("ckpt-2")
+    assert summary["wall_s"] > 0 and isinstance(summary["improved"], bool)
+    assert (out / "checkpoints" / "ckpt-2" / "adapter_config.json").is_file()
+    assert {p.name for p in (out / "plots").glob("*.png")} >= {"training.png", "move_quality.png"}
+    assert "learner step   2/2" in text and "win rate vs the random-legal-move baseline" in text
+    assert json.loads((out / "eval_final.json").read_text())["overall"]["games"] == 8
+    # the run directory is a Tracker run: replay reads its games
+    assert main(["replay", str(out), "--last", "1"]) == 0
+    assert "TicTacToe-v0-train" in capsys.readouterr().out
+    with pytest.raises(FileExistsError):
+        from unstable.quickstart import QuickstartConfig, run_quickstart
+
+        run_quickstart(QuickstartConfig(out=str(out)), say=lambda _: None)

@@ -1,0 +1,284 @@
+"""The default CPU job: warm-start a tiny model, train it by self-play, and measure the difference.
+
+``unstable quickstart --out RUN_DIR`` (or :func:`run_quickstart`) does, on a laptop CPU:
+
+1. builds (or reuses) the tiny 1M-parameter Qwen3-architecture model;
+2. warm-starts it (cached): supervised fine-tuning on positions from random TicTacToe games, with
+   the uniform distribution over the legal moves as the target, so it arrives like a pretrained
+   base model does, reading the board and answering ``\\boxed{move}`` with a legal move, but with
+   no strategy: it plays like the random-legal-move baseline (see :mod:`unstable.models.warmstart`);
+3. evaluates that starting checkpoint against the random baseline;
+4. trains a LoRA adapter by **asynchronous mirror self-play** through :func:`unstable.build`
+   (REINFORCE, the SPIRAL role baseline, a penalty on each invalid move, per-env z-scores);
+5. evaluates the final checkpoint the same way and writes ``RUN_DIR/summary.json`` and plots.
+
+RUN_DIR is also the run's Tracker directory, so ``unstable dashboard RUN_DIR`` watches it live and
+``unstable replay RUN_DIR`` shows its games. Evaluation decodes greedily (temperature 0): the
+policy's most likely move, which is what one would deploy; training samples at temperature 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unstable.models.warmstart import WarmStartConfig
+from unstable.utils.checks import check_int, check_positive
+
+Printer = Callable[[str], None]
+
+
+@dataclass
+class QuickstartConfig:
+    """Settings of the default job; the defaults are what ``unstable quickstart`` runs."""
+
+    out: str = "runs/quickstart"
+    """The run directory (must not hold an earlier run)."""
+    env_id: str = "TicTacToe-v0-train"
+    model_size: str = "1m"
+    prompt_template: str = "qwen3-board"
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    learning_steps: int = 40
+    batch_size: int = 384
+    mini_batch_size: int = 128
+    learning_rate: float = 1e-3
+    """Learning rate of the LoRA adapter (constant)."""
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    invalid_move_penalty: float = -1.0
+    """Added to the reward of each invalid move (PenaltyForInvalidMove), on top of the game's outcome."""
+    train_error_allowance: int = 2
+    """Invalid moves in a row a player may retry in training games (evaluation allows none): an
+    invalid move costs its penalty without ending the game, so game outcomes teach strategy."""
+    num_collection_workers: int = 64
+    num_eval_workers: int = 4
+    """Eval games (vs random, sampled) kept in flight during training: the learning curve's data."""
+    eval_games: int = 400
+    """Games per evaluation of the initial and of the final checkpoint (seats alternate)."""
+    eval_workers: int = 2
+    max_new_tokens: int = 16
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("learning_steps", "batch_size", "mini_batch_size", "num_collection_workers", "eval_games",
+                     "eval_workers", "max_new_tokens", "lora_rank", "lora_alpha"):
+            check_int(name, getattr(self, name), 1)
+        check_int("num_eval_workers", self.num_eval_workers, 0)
+        check_int("train_error_allowance", self.train_error_allowance, 0)
+        check_int("seed", self.seed, 0)
+        check_positive("learning_rate", self.learning_rate)
+        if self.batch_size % self.mini_batch_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
+                             f"({self.mini_batch_size})")
+        if self.warm_start.env_id != self.env_id or self.warm_start.prompt_template != self.prompt_template:
+            raise ValueError("warm_start.env_id and warm_start.prompt_template must match env_id and prompt_template")
+
+
+def _check_out_dir(out: str) -> Path:
+    path = Path(out)
+    if path.exists() and any(path.iterdir()):
+        raise FileExistsError(f"{out!r} already holds files; choose a new --out directory")
+    return path
+
+
+def _eval(model: str, adapter: str | None, cfg: QuickstartConfig, label: str, say: Printer) -> Any:
+    from unstable.evaluation import evaluate
+    from unstable.inference.base import SamplingParams
+
+    done = [0]
+    step = max(1, cfg.eval_games // 4)
+
+    def progress(_record: Any) -> None:
+        done[0] += 1
+        if done[0] % step == 0:
+            say(f"  {label}: {done[0]}/{cfg.eval_games} games")
+
+    return evaluate(model, cfg.env_id, opponent="random", games=cfg.eval_games, adapter=adapter,
+                    prompt_template=cfg.prompt_template, greedy=True, num_workers=cfg.eval_workers,
+                    sampling=SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=cfg.max_new_tokens),
+                    seed=cfg.seed + 10_000, on_done=progress)
+
+
+def _transforms(cfg: QuickstartConfig) -> tuple:
+    import unstable.reward_transformations as retra
+
+    return (
+        retra.ComposeFinalRewardTransforms([retra.RoleAdvantageByEnvFormatter()]),
+        retra.ComposeStepRewardTransforms([retra.PenaltyForInvalidMove(0.0, cfg.invalid_move_penalty)]),
+        retra.ComposeSamplingRewardTransforms([retra.NormalizeRewardsByEnv(True)]),
+    )
+
+
+def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tuple[str, int]:
+    """Self-play training through build(); returns the last checkpoint's path and the learner steps."""
+    import unstable
+
+    run = unstable.build(
+        model_name=model,
+        train_envs=[unstable.TrainEnvSpec(cfg.env_id, 2, num_actors=2, prompt_template=cfg.prompt_template,
+                                          error_allowance=cfg.train_error_allowance)],
+        eval_envs=[unstable.EvalEnvSpec(cfg.env_id, 2, cfg.prompt_template, fixed_opponent="random")]
+        if cfg.num_eval_workers else None,
+        opponent_sampling_strategy="mirror",
+        algorithm="reinforce",
+        batch_size=cfg.batch_size,
+        mini_batch_size=cfg.mini_batch_size,
+        learning_rate=cfg.learning_rate,
+        gradient_clipping=1.0,
+        max_generation_len=cfg.max_new_tokens,
+        lora_config={"lora_rank": cfg.lora_rank, "lora_alpha": cfg.lora_alpha},
+        activation_checkpointing=False,
+        gradient_checkpointing=False,
+        temperature=1.0,
+        reward_transforms=_transforms(cfg),
+        wandb_project=None,
+        runs_dir=str(run_dir.parent),
+        run_name=run_dir.name,
+        seed=cfg.seed,
+    )
+    try:
+        run.start(cfg.learning_steps, cfg.num_collection_workers, cfg.num_eval_workers, block=False)
+        _wait_with_progress(run, cfg.learning_steps, say)
+    finally:
+        run.stop()
+    checkpoints = sorted(Path(run.run_dir, "checkpoints").glob("ckpt-*"), key=lambda p: int(p.name.split("-")[1]))
+    if not checkpoints:
+        raise RuntimeError(f"training finished without a checkpoint in {run.run_dir}/checkpoints")
+    return str(checkpoints[-1]), int(checkpoints[-1].name.split("-")[1])
+
+
+def _wait_with_progress(run: Any, total: int, say: Printer, every_s: float = 5.0) -> None:
+    """``run.wait()`` in a thread while this one prints a line per learner step from the Tracker."""
+    import threading
+
+    import ray
+
+    outcome: dict[str, Any] = {}
+
+    def wait() -> None:
+        try:
+            outcome["summary"] = run.wait()
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            outcome["error"] = exc
+
+    waiter = threading.Thread(target=wait, name="quickstart-wait", daemon=True)
+    waiter.start()
+    t0 = time.perf_counter()
+    last = -1
+    while True:
+        waiter.join(every_s)
+        try:  # the actors live until run.stop(), so this also reports the last step
+            info = ray.get(run.actors.tracker.get_interface_info.remote(), timeout=10)
+        except ray.exceptions.RayError:
+            info = None  # an actor died; the waiter has the cause
+        if info is not None and info["learner_step"] != last:
+            last = info["learner_step"]
+            say(_train_line(info, total, time.perf_counter() - t0))
+        if not waiter.is_alive():
+            break
+    if "error" in outcome:
+        raise outcome["error"]
+
+
+def _train_line(info: dict, total: int, elapsed: float) -> str:
+    means = {k: v for group in info["means"].values() for k, v in group.items()}
+    games = sum(info["games_per_env"].get("collect", {}).values())
+    parts = [f"  learner step {info['learner_step']:>3}/{total}", f"{elapsed:5.0f}s", f"{games} games"]
+    if "train/loss" in means:
+        parts.append(f"loss {means['train/loss']:+.3f}")
+    invalid = next((v for k, v in means.items() if k.startswith("collect/") and k.endswith("invalid_move_rate")), None)
+    if invalid is not None:
+        parts.append(f"invalid moves {invalid:.1%}")
+    win = [v for k, v in means.items() if k.startswith("eval/") and k.endswith("/win_rate")]
+    if win:
+        parts.append(f"eval win rate vs random (sampled) {sum(win) / len(win):.2f}")
+    return ", ".join(parts)
+
+
+def _summary_entry(result: Any, adapter: str | None) -> dict[str, Any]:
+    o = result.overall
+    return {"win_rate": o.win_rate, "ci95": list(o.win_rate_ci95), "games": o.games, "draw_rate": o.draw_rate,
+            "loss_rate": o.loss_rate, "invalid_move_rate": o.invalid_move_rate, "adapter": adapter,
+            "per_seat": {str(seat): {"win_rate": s.win_rate, "ci95": list(s.win_rate_ci95), "games": s.games}
+                         for seat, s in result.per_seat.items()}}
+
+
+def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) -> dict[str, Any]:
+    """Run the default job and return the summary it writes to ``cfg.out/summary.json``."""
+    from unstable.models.tiny import tiny_model_path
+    from unstable.models.warmstart import warm_start_path
+    from unstable.plots import plot_run
+    from unstable.tracking.run_dir import atomic_write_json
+
+    cfg = cfg or QuickstartConfig()
+    run_dir = _check_out_dir(cfg.out).resolve()
+    t0 = time.perf_counter()
+    say(f"[1/5] tiny model ({cfg.model_size})")
+    base = tiny_model_path(cfg.model_size, seed=cfg.seed)
+    say(f"[2/5] warm start on {cfg.warm_start.positions} random-game positions of {cfg.env_id}")
+    last_print = [0.0]
+
+    def ws_progress(step: int, total: int, stats: dict[str, float]) -> None:
+        if time.perf_counter() - last_print[0] > 10 or step == total:
+            last_print[0] = time.perf_counter()
+            say(f"  step {step}/{total}: loss {stats['loss']:.3f}, "
+                f"probability on legal moves {stats['legal_mass']:.1%}")
+
+    model, cached = warm_start_path(base, cfg.warm_start, progress=ws_progress)
+    say(f"  {'reused the cached' if cached else 'saved the'} warm start: {model}")
+    say(f"[3/5] evaluating the starting checkpoint: {cfg.eval_games} greedy games vs random")
+    initial = _eval(str(model), None, cfg, "initial", say)
+    say(f"  win rate {_fmt(initial)}")
+    say(f"[4/5] self-play training: {cfg.learning_steps} learner steps of {cfg.batch_size} moves "
+        f"(watch it: unstable dashboard {run_dir})")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t_train = time.perf_counter()
+    adapter, steps = _train(str(model), cfg, run_dir, say)
+    train_s = time.perf_counter() - t_train
+    say(f"[5/5] evaluating the final checkpoint ({Path(adapter).name}): {cfg.eval_games} greedy games vs random")
+    final = _eval(str(model), adapter, cfg, "final", say)
+    say(f"  win rate {_fmt(final)}")
+    summary = {
+        "env_id": cfg.env_id,
+        "learner_steps": steps,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "train_wall_s": round(train_s, 1),
+        "model": str(model),
+        "warm_start_cached": cached,
+        "eval": {"initial": _summary_entry(initial, None), "final": _summary_entry(final, adapter),
+                 "opponent": "random", "decoding": "greedy"},
+        "improved": final.overall.win_rate_ci95[0] > initial.overall.win_rate_ci95[1],
+        "config": _jsonable(asdict(cfg)),
+    }
+    atomic_write_json(run_dir / "summary.json", summary)
+    atomic_write_json(run_dir / "eval_initial.json", initial.to_dict())
+    atomic_write_json(run_dir / "eval_final.json", final.to_dict())
+    plots = plot_run(run_dir)
+    say("")
+    say(f"win rate vs the random-legal-move baseline ({cfg.eval_games} games each, 95% intervals):")
+    say(f"  initial (warm start)    {_fmt(initial)}")
+    say(f"  final ({steps} steps)   {_fmt(final)}")
+    verdict = "the intervals do not overlap" if summary["improved"] else "the intervals overlap"
+    say(f"  {verdict}; done in {summary['wall_s']:.0f}s")
+    say(f"summary: {run_dir / 'summary.json'}; plots: {', '.join(p.name for p in plots)} in {run_dir / 'plots'}")
+    say(f"next: unstable replay {run_dir} --last 3")
+    return summary
+
+
+def _fmt(result: Any) -> str:
+    o = result.overall
+    lo, hi = o.win_rate_ci95
+    return f"{o.win_rate:.3f} [{lo:.3f}, {hi:.3f}] (draws {o.draw_rate:.2f}, invalid moves {o.invalid_move_rate:.1%})"
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def default_out_dir(runs_dir: str = "runs") -> str:
+    return os.path.join(runs_dir, time.strftime("quickstart-%Y%m%d-%H%M%S"))
