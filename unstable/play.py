@@ -1,6 +1,6 @@
 """Play a model against an opponent for a number of games and summarise the results.
 
-This is what ``unstable play`` (and, until training lands in it, ``unstable quickstart``) runs.
+This is what ``unstable play`` runs.
 Seats alternate between games so both sides of an asymmetric game are covered.
 """
 
