@@ -21,7 +21,6 @@ import math
 import os
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,6 +32,7 @@ import torch
 from unstable.games.envs import check_env_id
 from unstable.games.extraction import extract_boxed_action
 from unstable.games.templates import get_template, render_prompt
+from unstable.learners.checkpoints import atomic_save
 from unstable.policies.scripted import legal_moves
 from unstable.utils.checks import check_int, check_positive
 
@@ -129,14 +129,27 @@ class _Example:
     choice_ids: tuple[int, ...]  # the legal moves' token ids at choice_pos
 
 
-def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: random.Random) -> _Example:
-    """Tokenize a position with every legal answer; if they differ in one token, label it softly."""
+def _answer_ids(tokenizer, move: str, end: str) -> list[int]:
+    """The answer's token ids for ``move``, checked to extract back to ``move``."""
+    ids = tokenizer(answer_text(move) + end, add_special_tokens=False).input_ids
+    text = tokenizer.decode(ids)
+    if extract_boxed_action(text).action != move:
+        raise ValueError(f"answer {text!r} does not extract to the move {move!r}")
+    return ids
+
+
+def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: random.Random,
+            answer_cache: dict[str, list[int]] | None = None) -> _Example:
+    """Tokenize a position with every legal answer; if they differ in one token, label it softly.
+
+    ``answer_cache`` (move -> answer ids) lets many positions share one tokenization per move.
+    """
+    cache = {} if answer_cache is None else answer_cache
     prompt_ids = tokenizer(render_prompt(prompt_template, position.observation), add_special_tokens=False).input_ids
-    answers = [tokenizer(answer_text(m) + end, add_special_tokens=False).input_ids for m in position.moves]
-    for move, ids in zip(position.moves, answers, strict=True):
-        text = tokenizer.decode(ids)
-        if extract_boxed_action(text).action != move:
-            raise ValueError(f"answer {text!r} does not extract to the move {move!r}")
+    for move in position.moves:
+        if move not in cache:
+            cache[move] = _answer_ids(tokenizer, move, end)
+    answers = [cache[m] for m in position.moves]
     first = answers[0]
     differing = {i for ids in answers for i in range(len(first)) if len(ids) != len(first) or ids[i] != first[i]}
     if len(position.moves) > 1 and all(len(a) == len(first) for a in answers) and len(differing) == 1:
@@ -198,7 +211,8 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
     model.train()
     end = tokenizer.eos_token or ""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    examples = [_encode(tokenizer, cfg.prompt_template, p, end, rng)
+    answer_cache: dict[str, list[int]] = {}
+    examples = [_encode(tokenizer, cfg.prompt_template, p, end, rng, answer_cache)
                 for p in random_game_positions(cfg.env_id, cfg.positions, cfg.seed,
                                                      few_moves_bias=cfg.few_moves_bias)]
     rng.shuffle(examples)
@@ -224,18 +238,16 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
             progress(step + 1, steps, {"loss": float(loss.detach()), **stats})
     model.eval()
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "warm_start.json").write_text(json.dumps({"version": WARM_START_VERSION, "base_model": str(base_model),
                                                          **asdict(cfg)}, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    if out.exists():
+        shutil.rmtree(out)
+    atomic_save(out, write)
     return out
 
 
