@@ -19,7 +19,6 @@ policy's most likely move, which is what one would deploy; training samples at t
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -117,6 +116,7 @@ def _transforms(cfg: QuickstartConfig) -> tuple:
 def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tuple[str, int]:
     """Self-play training through build(); returns the last checkpoint's path and the learner steps."""
     import unstable
+    from unstable.learners.checkpoints import latest_complete
 
     run = unstable.build(
         model_name=model,
@@ -146,10 +146,10 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         _wait_with_progress(run, cfg.learning_steps, say)
     finally:
         run.stop()
-    checkpoints = sorted(Path(run.run_dir, "checkpoints").glob("ckpt-*"), key=lambda p: int(p.name.split("-")[1]))
-    if not checkpoints:
+    latest = latest_complete(Path(run.run_dir, "checkpoints"))
+    if latest is None:
         raise RuntimeError(f"training finished without a checkpoint in {run.run_dir}/checkpoints")
-    return str(checkpoints[-1]), int(checkpoints[-1].name.split("-")[1])
+    return str(latest[1]), latest[0]
 
 
 def _wait_with_progress(run: Any, total: int, say: Printer, every_s: float = 5.0) -> None:
@@ -253,7 +253,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
         "eval": {"initial": _summary_entry(initial, None), "final": _summary_entry(final, adapter),
                  "opponent": "random", "decoding": "greedy"},
         "improved": final.overall.win_rate_ci95[0] > initial.overall.win_rate_ci95[1],
-        "config": _jsonable(asdict(cfg)),
+        "config": asdict(cfg),
     }
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_json(run_dir / "eval_initial.json", initial.to_dict())
@@ -274,10 +274,6 @@ def _fmt(result: Any) -> str:
     o = result.overall
     lo, hi = o.win_rate_ci95
     return f"{o.win_rate:.3f} [{lo:.3f}, {hi:.3f}] (draws {o.draw_rate:.2f}, invalid moves {o.invalid_move_rate:.1%})"
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
 
 
 def default_out_dir(runs_dir: str = "runs") -> str:
