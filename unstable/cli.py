@@ -165,6 +165,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def add_dashboard_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The dashboard's arguments, shared by ``unstable dashboard`` and ``python -m unstable.terminal_interface``."""
+    parser.add_argument("run_dir", nargs="?", default=None, help="the run directory (default: live run, or newest)")
+    parser.add_argument("--source", choices=("auto", "ray", "files"), default="auto")
+    parser.add_argument("--address", default=None, help="Ray address (default: the local cluster)")
+    parser.add_argument("--runs-dir", default="runs", help="where to look for the newest run")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between updates")
+    parser.add_argument("--once", action="store_true", help="print one frame and exit")
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="unstable", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -222,12 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_plot)
 
     p = sub.add_parser("dashboard", help="live terminal dashboard of a run (via Ray, or from its run directory)")
-    p.add_argument("run_dir", nargs="?", default=None, help="the run directory (default: the live run, or the newest)")
-    p.add_argument("--source", choices=("auto", "ray", "files"), default="auto")
-    p.add_argument("--address", default=None, help="Ray address (default: the local cluster)")
-    p.add_argument("--runs-dir", default="runs", help="where to look for the newest run")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between updates")
-    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    add_dashboard_arguments(p)
     p.set_defaults(fn=_cmd_dashboard)
 
     p = sub.add_parser("replay", help="print a run's game transcripts")

@@ -212,15 +212,11 @@ def open_source(args: argparse.Namespace) -> RaySource | RunReader:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    from unstable.cli import add_dashboard_arguments
+
     parser = parser or argparse.ArgumentParser(prog="python -m unstable.terminal_interface", description=__doc__,
                                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", nargs="?", default=None, help="the run directory (default: live run, or newest)")
-    parser.add_argument("--source", choices=("auto", "ray", "files"), default="auto")
-    parser.add_argument("--address", default=None, help="Ray address (default: the local cluster)")
-    parser.add_argument("--runs-dir", default="runs", help="where to look for the newest run")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between updates")
-    parser.add_argument("--once", action="store_true", help="print one frame and exit")
-    return parser
+    return add_dashboard_arguments(parser)
 
 
 def run(args: argparse.Namespace, console: Console | None = None) -> int:
