@@ -33,6 +33,27 @@ def make_adapter(model_dir: str, out_dir, seed: int, rank: int = 4) -> str:
     return str(out_dir)
 
 
+TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
+
+
+def small_run_kwargs(model_dir, runs_dir, run_name: str = "t", **overrides) -> dict:
+    """build() settings for a seconds-long mirror self-play run of TicTacToe with the tiny model."""
+    import unstable
+
+    kwargs = dict(
+        model_name=model_dir,
+        train_envs=[unstable.TrainEnvSpec(num_actors=2, **TTT)],
+        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **TTT)],
+        opponent_sampling_strategy="mirror",
+        batch_size=16, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16,
+        lora_config={"lora_rank": 4, "lora_alpha": 8},
+        activation_checkpointing=False, gradient_checkpointing=False,
+        wandb_project=None, runs_dir=str(runs_dir), run_name=run_name, inference_backend="transformers",
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
 @pytest.fixture(scope="session")
 def adapters(tiny_model_dir, tmp_path_factory) -> tuple[str, str]:
     root = tmp_path_factory.mktemp("adapters")

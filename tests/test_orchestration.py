@@ -3,28 +3,12 @@
 import os
 
 import pytest
+from conftest import small_run_kwargs
 
 import unstable
 import unstable.reward_transformations as retra
 from unstable.runtime import BuildConfig
 from unstable.tracking import read_metrics
-
-TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
-
-
-def small_run_kwargs(model_dir, runs_dir, **overrides):
-    kwargs = dict(
-        model_name=model_dir,
-        train_envs=[unstable.TrainEnvSpec(num_actors=2, **TTT)],
-        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **TTT)],
-        opponent_sampling_strategy="mirror",
-        batch_size=16, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16,
-        lora_config={"lora_rank": 4, "lora_alpha": 8},
-        activation_checkpointing=False, gradient_checkpointing=False,
-        wandb_project=None, runs_dir=str(runs_dir), run_name="t", inference_backend="transformers",
-    )
-    kwargs.update(overrides)
-    return kwargs
 
 
 @pytest.mark.parametrize(

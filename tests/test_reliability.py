@@ -24,6 +24,7 @@ import pytest
 import ray.cloudpickle
 import torch
 import transformers
+from conftest import TTT, small_run_kwargs
 
 import unstable
 from unstable.buffers import StepBuffer
@@ -37,23 +38,7 @@ from unstable.tracking.run_dir import read_jsonl
 # the fault injectors below run inside actor processes, which cannot import this test module
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
 REPO = Path(__file__).resolve().parent.parent
-
-
-def run_kwargs(model_dir, runs_dir, run_name, **overrides):
-    kwargs = dict(
-        model_name=model_dir,
-        train_envs=[unstable.TrainEnvSpec(num_actors=2, **TTT)],
-        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **TTT)],
-        opponent_sampling_strategy="mirror",
-        batch_size=16, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16,
-        lora_config={"lora_rank": 4, "lora_alpha": 8},
-        activation_checkpointing=False, gradient_checkpointing=False,
-        wandb_project=None, runs_dir=str(runs_dir), run_name=run_name, inference_backend="transformers",
-    )
-    kwargs.update(overrides)
-    return kwargs
 
 
 def eventually(fn, timeout=120.0, interval=0.2):
@@ -265,7 +250,7 @@ def test_collection_stops_with_the_cause_when_no_inference_actor_comes_back(read
 @pytest.mark.slow
 def test_killed_inference_actor_is_restarted_and_only_its_games_are_dropped(ray_session, tiny_model_dir, tmp_path):
     ray = ray_session
-    run = unstable.build(**run_kwargs(tiny_model_dir, tmp_path, "kill-inference"))
+    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "kill-inference"))
     try:
         run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2, block=False)
         collector = run.actors.collector
@@ -288,7 +273,7 @@ def test_killed_inference_actor_is_restarted_and_only_its_games_are_dropped(ray_
 @pytest.mark.slow
 def test_env_errors_and_nan_losses_are_counted_and_the_run_finishes(ray_session, tiny_model_dir, tmp_path):
     ray = ray_session
-    run = unstable.build(**run_kwargs(tiny_model_dir, tmp_path, "faults"))
+    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "faults"))
     try:
         ray.get(run.actors.collector.__ray_call__.remote(raise_in_env_on_seeds, 4, 1))
         ray.get(run.actors.learner.__ray_call__.remote(nan_loss_on_updates, {2, 3}))
@@ -316,7 +301,7 @@ def test_env_errors_and_nan_losses_are_counted_and_the_run_finishes(ray_session,
 def test_a_failing_learner_stops_the_run_with_its_cause_and_keeps_the_checkpoints(ray_session, tiny_model_dir,
                                                                                   tmp_path):
     ray = ray_session
-    run = unstable.build(**run_kwargs(tiny_model_dir, tmp_path, "nan-forever"))
+    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "nan-forever"))
     try:
         ray.get(run.actors.learner.__ray_call__.remote(nan_loss_on_updates, None, 2))  # every update from the 2nd
         with pytest.raises(ray.exceptions.RayTaskError, match="5 non-finite updates in a row"):
