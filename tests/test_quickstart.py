@@ -165,3 +165,23 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
         from unstable.quickstart import QuickstartConfig, run_quickstart
 
         run_quickstart(QuickstartConfig(out=str(out)), say=lambda _: None)
+
+
+def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, capsys):
+    from dataclasses import replace
+
+    from unstable.cli import main
+    from unstable.quickstart import QuickstartConfig
+
+    with pytest.raises(ValueError, match="learning_steps"):
+        QuickstartConfig(learning_steps=0)
+    with pytest.raises(ValueError, match="multiple of mini_batch_size"):
+        QuickstartConfig(batch_size=100, mini_batch_size=64)
+    with pytest.raises(ValueError, match=r"warm_start\.env_id"):
+        QuickstartConfig(warm_start=replace(WarmStartConfig(), env_id="KuhnPoker-v0-train"))
+    assert main(["quickstart", "--out", str(tmp_path / "q"), "--learning-steps", "0"]) == 2
+    assert "learning_steps" in capsys.readouterr().err
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "summary.json").write_text("{}")
+    assert main(["quickstart", "--out", str(tmp_path / "used")]) == 2
+    assert "already holds files" in capsys.readouterr().err
