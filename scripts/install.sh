@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create ./.venv and install unstable into it (editable), without pulling CUDA packages on CPU.
 #
-#   bash scripts/install.sh          # the library and its CLI
+#   bash scripts/install.sh          # the library, its CLI and matplotlib (the default job plots)
 #   bash scripts/install.sh --dev    # plus the test and lint tools
 #
 # torch is installed first, pinned, so that nothing later resolves a newer multi-GB CUDA build.
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras=""
+extras="[plot]"  # the default job ends with learning-curve plots
 for arg in "$@"; do
   case "$arg" in
     --dev) extras="[dev]" ;;

@@ -32,7 +32,7 @@ _MIN_GAMES_PER_BIN = 8  # eval games pooled per point of the win-rate curve (at 
 _MAX_BINS = 25
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib
     except ImportError as exc:
@@ -217,7 +217,7 @@ def plot_run(run_dir: str | os.PathLike) -> list[Path]:
     rows = read_metrics(root) if (root / METRICS_FILE).is_file() else []
     registry_path = root / REGISTRY_FILE
     registry = json.loads(registry_path.read_text(encoding="utf-8")) if registry_path.is_file() else None
-    plt = _pyplot()
+    plt = pyplot()
     written = []
     for name, draw in _PLOTS.items():
         fig = draw(plt, rows, registry)

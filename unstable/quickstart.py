@@ -212,11 +212,12 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     """Run the default job and return the summary it writes to ``cfg.out/summary.json``."""
     from unstable.models.tiny import tiny_model_path
     from unstable.models.warmstart import warm_start_path
-    from unstable.plots import plot_run
+    from unstable.plots import plot_run, pyplot
     from unstable.tracking.run_dir import atomic_write_json
 
     cfg = cfg or QuickstartConfig()
     run_dir = _check_out_dir(cfg.out).resolve()
+    pyplot()  # the job ends with plots: without matplotlib, fail now rather than after the training
     t0 = time.perf_counter()
     say(f"[1/5] tiny model ({cfg.model_size})")
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
