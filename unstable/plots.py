@@ -33,6 +33,7 @@ _MAX_BINS = 25
 
 
 def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or an ImportError saying which extra to install."""
     try:
         import matplotlib
     except ImportError as exc:
