@@ -155,6 +155,10 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
     assert summary["eval"]["final"]["adapter"].endswith("ckpt-2")
     assert summary["wall_s"] > 0 and isinstance(summary["improved"], bool)
     assert (out / "checkpoints" / "ckpt-2" / "adapter_config.json").is_file()
+    # the default schedule decays linearly: the second (last) of two updates runs at half the peak
+    lrs = [row["train/lr"] for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+           if "train/lr" in row]
+    assert lrs == pytest.approx([summary["config"]["learning_rate"], summary["config"]["learning_rate"] / 2])
     assert {p.name for p in (out / "plots").glob("*.png")} >= {"training.png", "move_quality.png"}
     assert "learner step   2/2" in text and "win rate vs the random-legal-move baseline" in text
     assert json.loads((out / "eval_final.json").read_text())["overall"]["games"] == 8
@@ -175,6 +179,8 @@ def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, caps
 
     with pytest.raises(ValueError, match="learning_steps"):
         QuickstartConfig(learning_steps=0)
+    with pytest.raises(ValueError, match="lr_schedule"):
+        QuickstartConfig(lr_schedule="cosine")
     with pytest.raises(ValueError, match="multiple of mini_batch_size"):
         QuickstartConfig(batch_size=100, mini_batch_size=64)
     with pytest.raises(ValueError, match=r"warm_start\.env_id"):

@@ -66,7 +66,8 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     from unstable.quickstart import QuickstartConfig, default_out_dir, run_quickstart
 
     cfg = QuickstartConfig(out=args.out or default_out_dir())
-    changes = {k: getattr(args, k) for k in ("learning_steps", "batch_size", "eval_games", "eval_workers", "seed")
+    changes = {k: getattr(args, k) for k in ("learning_steps", "batch_size", "learning_rate", "lr_schedule",
+                                             "eval_games", "eval_workers", "seed")
                if getattr(args, k) is not None}
     if "batch_size" in changes:
         changes["mini_batch_size"] = min(cfg.mini_batch_size, changes["batch_size"])
@@ -250,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run directory (default: runs/quickstart-<date>-<time>)")
     p.add_argument("--learning-steps", type=int, default=None, help="learner updates")
     p.add_argument("--batch-size", type=int, default=None, help="moves per learner update")
+    p.add_argument("--learning-rate", type=float, default=None, help="peak learning rate of the LoRA adapter")
+    p.add_argument("--lr-schedule", choices=("linear", "constant"), default=None,
+                   help="linear: decay to 0 over the run (default); constant")
     p.add_argument("--eval-games", type=int, default=None, help="games per evaluation of each checkpoint")
     p.add_argument("--eval-workers", type=int, default=None, help="evaluation processes")
     p.add_argument("--warm-start-positions", type=int, default=None, help="warm-start examples (random-game positions)")

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
 from unstable.utils.checks import check_int, check_positive
 
@@ -42,11 +43,14 @@ class QuickstartConfig:
     model_size: str = "1m"
     prompt_template: str = "qwen3-board"
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
-    learning_steps: int = 40
+    learning_steps: int = 20
+    """Learner updates. Longer runs at these settings drift: see the README's "The default job"."""
     batch_size: int = 384
     mini_batch_size: int = 128
     learning_rate: float = 1e-3
-    """Learning rate of the LoRA adapter (constant)."""
+    """Peak learning rate of the LoRA adapter (see ``lr_schedule``)."""
+    lr_schedule: str = "linear"
+    """``"linear"``: decay from ``learning_rate`` towards 0 over the run; or ``"constant"``."""
     lora_rank: int = 8
     lora_alpha: int = 16
     invalid_move_penalty: float = -1.0
@@ -57,7 +61,7 @@ class QuickstartConfig:
     num_collection_workers: int = 64
     num_eval_workers: int = 4
     """Eval games (vs random, sampled) kept in flight during training: the learning curve's data."""
-    eval_games: int = 400
+    eval_games: int = 2000
     """Games per evaluation of the initial and of the final checkpoint (seats alternate)."""
     eval_workers: int = 2
     max_new_tokens: int = 16
@@ -71,6 +75,8 @@ class QuickstartConfig:
         check_int("train_error_allowance", self.train_error_allowance, 0)
         check_int("seed", self.seed, 0)
         check_positive("learning_rate", self.learning_rate)
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")
@@ -129,6 +135,7 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         batch_size=cfg.batch_size,
         mini_batch_size=cfg.mini_batch_size,
         learning_rate=cfg.learning_rate,
+        lr_schedule=cfg.lr_schedule,
         gradient_clipping=1.0,
         max_generation_len=cfg.max_new_tokens,
         lora_config={"lora_rank": cfg.lora_rank, "lora_alpha": cfg.lora_alpha},
