@@ -63,6 +63,21 @@ def test_missing_data_skips_only_that_plot(tmp_path):
     assert _is_png(paths[0])
 
 
+def test_quickstart_summary_adds_its_harness_evals_to_the_win_rate_plot(tmp_path):
+    from unstable.plots import _harness_points
+
+    summary = {"learner_steps": 20, "eval": {
+        "initial": {"win_rate": 0.5, "ci95": [0.48, 0.52], "games": 2000},
+        "final": {"win_rate": 0.7, "ci95": [0.68, 0.72], "games": 2000}, "opponent": "random", "decoding": "greedy"}}
+    assert _harness_points(summary) == [("initial", 0, 0.5, [0.48, 0.52], 2000), ("final", 20, 0.7, [0.68, 0.72], 2000)]
+    assert _harness_points({"learner_steps": 3, "eval": {"initial": summary["eval"]["initial"]}}) == [
+        ("initial", 0, 0.5, [0.48, 0.52], 2000)]  # a run stopped before its final evaluation
+    assert _harness_points(None) == [] and _harness_points({}) == []
+    (tmp_path / "summary.json").write_text(json.dumps(summary))  # no metrics: the summary alone is data
+    paths = plot_run(tmp_path)
+    assert [p.name for p in paths] == ["eval_win_rate.png"] and _is_png(paths[0])
+
+
 def test_empty_run_dir_writes_nothing(tmp_path):
     assert plot_run(tmp_path) == []
     assert not (tmp_path / "plots").exists()

@@ -5,7 +5,9 @@ its ``learner_step``; a game's line holds that game's values) and ``registry/reg
 TrueSkill ratings saved when the run stops). The files, each written only when its data exists:
 
 * ``eval_win_rate.png``: win rate of the eval games per env and opponent over learner steps, games
-  pooled into bins along the steps, with the 95% Wilson interval of each bin as a band;
+  pooled into bins along the steps, with the 95% Wilson interval of each bin as a band; where the
+  run holds a ``summary.json`` (``unstable quickstart``), also its harness evaluations of the
+  initial and final checkpoints, as points with their 95% intervals;
 * ``trueskill.png``: TrueSkill mu +- sigma of every checkpoint by iteration, fixed opponents as bands;
 * ``move_quality.png``: format-ok and invalid-move rates of the collected (training) games;
 * ``game_length.png``: turns per collected game;
@@ -28,6 +30,7 @@ from unstable.tracking.run_dir import METRICS_FILE, read_metrics
 
 PLOTS_DIR = "plots"
 REGISTRY_FILE = os.path.join("registry", "registry.json")
+SUMMARY_FILE = "summary.json"  # written by ``unstable quickstart``
 _MIN_GAMES_PER_BIN = 8  # eval games pooled per point of the win-rate curve (at least)
 _MAX_BINS = 25
 
@@ -160,10 +163,20 @@ def _win_rate_bins(steps: list[int], wins: list[float], games: list[int]) -> lis
     return [(s / n, round(w), n) for s, w, n in bins]
 
 
-def _eval_win_rate(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
+def _harness_points(summary: dict[str, Any] | None) -> list[tuple[str, int, float, list[float], int]]:
+    """``(label, learner step, win rate, ci95, games)`` of a quickstart summary's initial and final evals."""
+    evals = (summary or {}).get("eval") or {}
+    steps = {"initial": 0, "final": (summary or {}).get("learner_steps")}
+    return [(which, steps[which], e["win_rate"], e["ci95"], e["games"]) for which in ("initial", "final")
+            if isinstance(e := evals.get(which), dict) and steps[which] is not None]
+
+
+def _eval_win_rate(plt: Any, rows: list[dict[str, Any]], registry: Any,
+                   summary: dict[str, Any] | None = None) -> Any | None:
     series = {key: _by_step(rows, key) for key in _keys(rows, "eval/", "/win_rate")}
     series = {key: data for key, data in series.items() if data[0]}
-    if not series:
+    harness = _harness_points(summary)
+    if not series and not harness:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for key, data in series.items():
@@ -172,9 +185,19 @@ def _eval_win_rate(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any |
         x = [b[0] for b in bins]
         ci = [wilson_interval(w, n) for _, w, n in bins]
         (line,) = ax.plot(x, [w / n for _, w, n in bins], marker="o", markersize=3,
-                          label=f"{env} vs {opponent} ({sum(b[2] for b in bins)} games)")
+                          label=f"{env} vs {opponent}, eval games during training ({sum(b[2] for b in bins)})")
         ax.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], color=line.get_color(), alpha=0.15)
-    _style(ax, "learner step", "win rate (band: 95% interval)", RATE)
+    if harness:
+        decoding = (summary.get("eval") or {}).get("decoding", "")
+        opponent = (summary.get("eval") or {}).get("opponent", "")
+        ax.errorbar([h[1] for h in harness], [h[2] for h in harness],
+                    yerr=[[h[2] - h[3][0] for h in harness], [h[3][1] - h[2] for h in harness]],
+                    fmt="s", color="black", capsize=5, markersize=6,
+                    label=f"{' / '.join(h[0] for h in harness)} checkpoint vs {opponent}, {decoding} "
+                          f"({harness[0][4]} games each)")
+        for _, step, rate, _, _ in harness:
+            ax.annotate(f"{rate:.3f}", (step, rate), textcoords="offset points", xytext=(8, -4), fontsize=9)
+    _style(ax, "learner step", "win rate (band / bars: 95% interval)", RATE)
     ax.set_title("Evaluation win rate")
     fig.tight_layout()
     return fig
@@ -218,10 +241,12 @@ def plot_run(run_dir: str | os.PathLike) -> list[Path]:
     rows = read_metrics(root) if (root / METRICS_FILE).is_file() else []
     registry_path = root / REGISTRY_FILE
     registry = json.loads(registry_path.read_text(encoding="utf-8")) if registry_path.is_file() else None
+    summary_path = root / SUMMARY_FILE
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
     plt = pyplot()
     written = []
     for name, draw in _PLOTS.items():
-        fig = draw(plt, rows, registry)
+        fig = draw(plt, rows, registry, summary) if name == "eval_win_rate" else draw(plt, rows, registry)
         if fig is None:
             continue
         path = root / PLOTS_DIR / f"{name}.png"
