@@ -154,6 +154,10 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
         assert e["games"] == 8 and 0 <= e["ci95"][0] <= e["win_rate"] <= e["ci95"][1] <= 1
     assert summary["eval"]["final"]["adapter"].endswith("ckpt-2")
     assert summary["wall_s"] > 0 and isinstance(summary["improved"], bool)
+    # 256 warm-start positions are too few to learn the rules: the job says so, in the summary too
+    short = summary["eval"]["initial"]["invalid_move_rate"] > 0.01
+    assert ("warning: the warm start still makes invalid moves" in text) == short
+    assert bool(summary["warnings"]) == short
     assert (out / "checkpoints" / "ckpt-2" / "adapter_config.json").is_file()
     # the default schedule decays linearly: the second (last) of two updates runs at half the peak
     lrs = [row["train/lr"] for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())

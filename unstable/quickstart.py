@@ -32,6 +32,9 @@ from unstable.utils.checks import check_int, check_positive
 
 Printer = Callable[[str], None]
 
+WARM_START_MAX_INVALID = 0.01
+"""Above this rate of invalid greedy moves at the start, the job warns that the warm start is short."""
+
 
 @dataclass
 class QuickstartConfig:
@@ -242,6 +245,13 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     say(f"[3/5] evaluating the starting checkpoint: {cfg.eval_games} greedy games vs random")
     initial = _eval(str(model), None, cfg, "initial", say)
     say(f"  win rate {_fmt(initial)}")
+    warnings = []
+    if initial.overall.invalid_move_rate > WARM_START_MAX_INVALID:
+        warnings.append(
+            f"the warm start still makes invalid moves ({initial.overall.invalid_move_rate:.1%} of greedy moves): "
+            f"self-play will spend its steps on legality rather than strategy; a longer warm start helps "
+            f"(--warm-start-positions {2 * cfg.warm_start.positions})")
+        say(f"  warning: {warnings[-1]}")
     say(f"[4/5] self-play training: {cfg.learning_steps} learner steps of {cfg.batch_size} moves "
         f"(watch it: unstable dashboard {run_dir})")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -261,6 +271,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
         "eval": {"initial": _summary_entry(initial, None), "final": _summary_entry(final, adapter),
                  "opponent": "random", "decoding": "greedy"},
         "improved": final.overall.win_rate_ci95[0] > initial.overall.win_rate_ci95[1],
+        "warnings": warnings,
         "config": asdict(cfg),
     }
     atomic_write_json(run_dir / "summary.json", summary)
