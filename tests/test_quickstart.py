@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -133,6 +134,9 @@ def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
         WarmStartConfig(prompt_template="nope")
     with pytest.raises(ValueError):
         WarmStartConfig(env_id="NotAGame-v0")
+    for name, bad in (("weight_decay", -0.1), ("weight_decay", math.nan), ("few_moves_bias", -1.0)):
+        with pytest.raises(ValueError, match=name):
+            WarmStartConfig(**{name: bad})
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         warm_start_path(tmp_path / "missing", cache_dir=tmp_path)
 

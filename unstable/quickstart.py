@@ -28,7 +28,7 @@ from typing import Any
 
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
-from unstable.utils.checks import check_int, check_positive
+from unstable.utils.checks import check_choice, check_int, check_positive
 
 Printer = Callable[[str], None]
 
@@ -78,8 +78,7 @@ class QuickstartConfig:
         check_int("train_error_allowance", self.train_error_allowance, 0)
         check_int("seed", self.seed, 0)
         check_positive("learning_rate", self.learning_rate)
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")

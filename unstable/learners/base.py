@@ -153,8 +153,9 @@ class BaseLearner(metaclass=RemoteCapable):
             norms = self._clip_gradients()
         except NonFiniteError as err:
             return self._skip(steps, trained_version, str(err), start)
+        lr = self.current_lr()
         for group in self.optimizer.param_groups:
-            group["lr"] = self.current_lr()
+            group["lr"] = lr
         for optimizer in self._optimizers():
             optimizer.step()
         self._zero_grad()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from unstable.utils.checks import check_choice
+
 DEFAULT_LORA_CFG: dict[str, Any] = {
     "lora_rank": 32,
     "lora_alpha": 32,
@@ -93,8 +95,7 @@ class LearnerConfig:
                 f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                 f"({self.mini_batch_size}); pick mini_batch_size from its divisors"
             )
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         for name in ("learning_rate", "grad_clip", "poll_interval_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

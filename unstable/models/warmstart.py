@@ -34,7 +34,7 @@ from unstable.games.extraction import extract_boxed_action
 from unstable.games.templates import get_template, render_prompt
 from unstable.learners.checkpoints import atomic_save
 from unstable.policies.scripted import legal_moves
-from unstable.utils.checks import check_int, check_positive
+from unstable.utils.checks import check_int, check_number, check_positive
 
 WARM_START_VERSION = 2
 """Bump when the recipe changes: cached warm starts are keyed by it."""
@@ -72,8 +72,8 @@ class WarmStartConfig:
         check_int("warmup_steps", self.warmup_steps, minimum=0)
         check_int("seed", self.seed, minimum=0)
         check_positive("learning_rate", self.learning_rate)
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        check_number("weight_decay", self.weight_decay, 0)
+        check_number("few_moves_bias", self.few_moves_bias, 0)
 
 
 @dataclass(frozen=True, slots=True)
