@@ -23,7 +23,7 @@ import json
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from unstable.intervals import wilson_interval
 from unstable.tracking.run_dir import METRICS_FILE, read_metrics
@@ -33,6 +33,14 @@ REGISTRY_FILE = os.path.join("registry", "registry.json")
 SUMMARY_FILE = "summary.json"  # written by ``unstable quickstart``
 _MIN_GAMES_PER_BIN = 8  # eval games pooled per point of the win-rate curve (at least)
 _MAX_BINS = 25
+
+
+class RunData(NamedTuple):
+    """What a run directory holds for the plots; each plot reads the parts it needs."""
+
+    rows: list[dict[str, Any]]  # metrics.jsonl
+    registry: dict[str, Any] | None  # registry/registry.json
+    summary: dict[str, Any] | None  # summary.json (``unstable quickstart``)
 
 
 def pyplot() -> Any:
@@ -126,7 +134,8 @@ def _envs(rows: list[dict[str, Any]], suffix: str) -> list[str]:
     return [k.split("/")[1] for k in _keys(rows, "collect/", f"/{suffix}")]
 
 
-def _move_quality(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
+def _move_quality(plt: Any, run: RunData) -> Any | None:
+    rows = run.rows
     return _curves_figure(plt, rows, "Move quality in training games", [
         ("format-ok rate (share of moves)", {e: f"collect/{e}/format_ok_rate" for e in _envs(rows, "format_ok_rate")},
          RATE),
@@ -135,14 +144,15 @@ def _move_quality(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | 
     ])
 
 
-def _game_length(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
+def _game_length(plt: Any, run: RunData) -> Any | None:
+    rows = run.rows
     return _curves_figure(plt, rows, "Game length in training games", [
         ("turns per game (all seats)", {e: f"collect/{e}/game_length" for e in _envs(rows, "game_length")}, FROM_ZERO),
     ])
 
 
-def _training(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
-    return _curves_figure(plt, rows, "Learner", [
+def _training(plt: Any, run: RunData) -> Any | None:
+    return _curves_figure(plt, run.rows, "Learner", [
         ("loss", {"policy loss": "train/loss", "critic loss": "train/value_loss"}, (None, None)),
         ("gradient norm (before clipping)", {"policy": "train/grad_norm", "critic": "train/critic_grad_norm"},
          FROM_ZERO),
@@ -171,11 +181,11 @@ def _harness_points(summary: dict[str, Any] | None) -> list[tuple[str, int, floa
             if isinstance(e := evals.get(which), dict) and steps[which] is not None]
 
 
-def _eval_win_rate(plt: Any, rows: list[dict[str, Any]], registry: Any,
-                   summary: dict[str, Any] | None = None) -> Any | None:
+def _eval_win_rate(plt: Any, run: RunData) -> Any | None:
+    rows = run.rows
     series = {key: _by_step(rows, key) for key in _keys(rows, "eval/", "/win_rate")}
     series = {key: data for key, data in series.items() if data[0]}
-    harness = _harness_points(summary)
+    harness = _harness_points(run.summary)
     if not series and not harness:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -188,8 +198,8 @@ def _eval_win_rate(plt: Any, rows: list[dict[str, Any]], registry: Any,
                           label=f"{env} vs {opponent}, eval games during training ({sum(b[2] for b in bins)})")
         ax.fill_between(x, [c[0] for c in ci], [c[1] for c in ci], color=line.get_color(), alpha=0.15)
     if harness:
-        decoding = (summary.get("eval") or {}).get("decoding", "")
-        opponent = (summary.get("eval") or {}).get("opponent", "")
+        evals = run.summary.get("eval") or {}
+        decoding, opponent = evals.get("decoding", ""), evals.get("opponent", "")
         ax.errorbar([h[1] for h in harness], [h[2] for h in harness],
                     yerr=[[h[2] - h[3][0] for h in harness], [h[3][1] - h[2] for h in harness]],
                     fmt="s", color="black", capsize=5, markersize=6,
@@ -203,8 +213,8 @@ def _eval_win_rate(plt: Any, rows: list[dict[str, Any]], registry: Any,
     return fig
 
 
-def _trueskill(plt: Any, rows: list[dict[str, Any]], registry: Any) -> Any | None:
-    models = (registry or {}).get("models") or []
+def _trueskill(plt: Any, run: RunData) -> Any | None:
+    models = (run.registry or {}).get("models") or []
     ckpts = sorted((m for m in models if not m.get("fixed") and m.get("iteration") is not None),
                    key=lambda m: m["iteration"])
     fixed = [m for m in models if m.get("fixed")]
@@ -233,20 +243,21 @@ _PLOTS = {
 }
 
 
+def _read_json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def plot_run(run_dir: str | os.PathLike) -> list[Path]:
     """Write the plots whose data ``run_dir`` holds into ``run_dir/plots/``; return their paths."""
     root = Path(run_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"run directory {str(root)!r} does not exist")
-    rows = read_metrics(root) if (root / METRICS_FILE).is_file() else []
-    registry_path = root / REGISTRY_FILE
-    registry = json.loads(registry_path.read_text(encoding="utf-8")) if registry_path.is_file() else None
-    summary_path = root / SUMMARY_FILE
-    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
+    run = RunData(read_metrics(root) if (root / METRICS_FILE).is_file() else [],
+                  _read_json(root / REGISTRY_FILE), _read_json(root / SUMMARY_FILE))
     plt = pyplot()
     written = []
     for name, draw in _PLOTS.items():
-        fig = draw(plt, rows, registry, summary) if name == "eval_win_rate" else draw(plt, rows, registry)
+        fig = draw(plt, run)
         if fig is None:
             continue
         path = root / PLOTS_DIR / f"{name}.png"
