@@ -231,19 +231,17 @@ def test_build_trains_with_vllm_and_plays_the_new_adapter(ray_session, tiny_mode
     ``max_staleness=0`` makes the second update train only on turns sampled with ``ckpt-1``, so the
     run cannot finish unless the collector played games with the new adapter through vLLM.
     """
+    from conftest import TTT, small_run_kwargs
+
     import unstable
     from unstable.tracking import read_metrics
     from unstable.tracking.transcripts import read_transcripts
 
-    ttt = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
-    run = unstable.build(
-        model_name=tiny_model_dir, train_envs=[unstable.TrainEnvSpec(num_actors=1, **ttt)],
-        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **ttt)], opponent_sampling_strategy="fixed",
-        batch_size=8, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16, max_staleness=0,
-        lora_config={"lora_rank": 4, "lora_alpha": 8}, activation_checkpointing=False,
-        gradient_checkpointing=False, wandb_project=None, runs_dir=str(tmp_path), run_name="vllm",
+    run = unstable.build(**small_run_kwargs(
+        tiny_model_dir, tmp_path, "vllm", train_envs=[unstable.TrainEnvSpec(num_actors=1, **TTT)],
+        opponent_sampling_strategy="fixed", batch_size=8, mini_batch_size=8, max_staleness=0,
         inference_backend="vllm",
-    )
+    ))
     try:
         summary = run.start(learning_steps=2, num_collection_workers=8, num_eval_workers=1)
     finally:
