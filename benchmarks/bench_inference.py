@@ -110,7 +110,7 @@ def measure(backend, prompts: list[str], adapter: str | None, batch: int, sampli
 
 def collector_delivery(backend, model_path: str, adapter: str, max_new_tokens: int, seconds: float) -> dict:
     """Delivered tokens/s while an in-process Collector plays TicTacToe (LLM with ``adapter`` vs random)."""
-    from unstable.collector import Collector, InferenceConfig
+    from unstable.collection.collector import Collector, InferenceConfig
 
     def probe() -> dict[str, float]:
         s = backend.stats()

@@ -7,9 +7,9 @@ by side on the same games in one run:
 
 * ``bare TextArena``: ``ta.make`` per game, ``reset``, ``get_observation``, ``step`` with a random
   legal move (the same legal-move reader the scripted policy uses), ``close``: the floor.
-* ``play_games``: :func:`unstable.games.rollout.play_games` (turn records, per-game random state,
+* ``play_games``: :func:`unstable.collection.rollout.play_games` (turn records, per-game random state,
   invalid-move watch), 32 games in flight.
-* ``Collector``: :class:`unstable.collector.Collector` in one process, 32 train games in flight,
+* ``Collector``: :class:`unstable.collection.collector.Collector` in one process, 32 train games in flight,
   with a scheduler (fixed "random" opponent), registry (TrueSkill), StepBuffer and, in the
   ``+ Tracker`` row, a Tracker writing metrics.jsonl and transcripts.
 * ``Collector on Ray``: the same components as Ray actors, wired as ``unstable.build()`` does.
@@ -40,8 +40,8 @@ quiet_libraries()
 
 import textarena as ta  # noqa: E402
 
-from unstable.collector import Collector  # noqa: E402
-from unstable.games.rollout import play_games  # noqa: E402
+from unstable.collection.collector import Collector  # noqa: E402
+from unstable.collection.rollout import play_games  # noqa: E402
 from unstable.policies.scripted import RandomLegalPolicy, legal_moves  # noqa: E402
 from unstable.records import AgentSpec, GameSpec, PolicyRef  # noqa: E402
 
@@ -109,7 +109,7 @@ def collector_local(env_id: str, seconds: float, with_tracker: bool) -> dict[str
 
 
 def collector_ray(env_id: str, seconds: float) -> dict[str, float]:
-    """The components as Ray actors (num_cpus=0, as unstable.wiring starts them)."""
+    """The components as Ray actors (num_cpus=0, as unstable.run.wiring starts them)."""
     import ray
 
     from unstable.buffers import StepBuffer

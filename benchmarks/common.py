@@ -209,9 +209,9 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def counting_scheduler_cls() -> type:
-    """:class:`~unstable.scheduler.GameScheduler` that also counts the finished games and their turns."""
+    """:class:`~unstable.collection.scheduler.GameScheduler` that also counts the finished games and their turns."""
+    from unstable.collection.scheduler import GameScheduler
     from unstable.records import GameRecord
-    from unstable.scheduler import GameScheduler
 
     class CountingScheduler(GameScheduler):
         games = 0

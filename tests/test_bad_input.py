@@ -24,8 +24,8 @@ import sys
 import pytest
 
 import unstable
-from unstable.config import ConfigError, load_config
-from unstable.runtime import Run
+from unstable.run.build import Run
+from unstable.run.config_file import ConfigError, load_config
 
 TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
 TRAIN = {**TTT, "num_actors": 2}
@@ -268,7 +268,7 @@ CASES = [_case(kind, row) for kind, rows in [("build", BUILD_CASES), ("train_env
 
 
 def test_the_table_covers_every_setting():
-    from unstable.config import START_KEYS, build_keys
+    from unstable.run.config_file import START_KEYS, build_keys
 
     assert len(CASES) >= 60
     text = repr([c.values for c in CASES])
@@ -314,13 +314,13 @@ def _fill(value, subs: dict[str, str]):
 @pytest.fixture
 def no_ray(monkeypatch):
     """Fail the test if a failed validation ever reached Ray or the actors."""
-    import unstable.wiring
+    import unstable.run.wiring
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("Ray or its actors were started before validation finished")
 
-    monkeypatch.setattr(unstable.wiring, "start_actors", must_not_run)
-    monkeypatch.setattr(unstable.wiring, "ensure_ray", must_not_run)
+    monkeypatch.setattr(unstable.run.wiring, "start_actors", must_not_run)
+    monkeypatch.setattr(unstable.run.wiring, "ensure_ray", must_not_run)
     for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
 
@@ -349,7 +349,7 @@ def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_di
 
 def test_valid_inputs_still_pass(tiny_model_dir, bad_paths, tmp_path, no_ray, monkeypatch):
     """The checks are not stricter than the settings users write: paths, names and YAML's 1e-3."""
-    from unstable.runtime import BuildConfig
+    from unstable.run.build import BuildConfig
 
     subs = {"$MODEL": tiny_model_dir, "$TMP": bad_paths}
     ok = BuildConfig(**_fill({**VALID, "fixed_opponents": "random", "opponent_sampling_strategy": "fixed",

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from unstable.cli import main
+from unstable.cli.commands import main
 
 
 def test_tiny_model_then_play(tmp_path, capsys):

@@ -4,9 +4,9 @@ import logging
 
 import pytest
 
-from unstable.cli import main
-from unstable.config import ConfigError, load_config
-from unstable.wiring import _ANNOUNCED, choose_backend
+from unstable.cli.commands import main
+from unstable.run.config_file import ConfigError, load_config
+from unstable.run.wiring import _ANNOUNCED, choose_backend
 
 
 def write(tmp_path, text):
@@ -42,9 +42,9 @@ def test_missing_config_file_is_a_clear_cli_error(capsys):
 
 
 def test_bad_value_in_config_is_reported_before_ray_starts(tmp_path, capsys, monkeypatch):
-    import unstable.wiring
+    import unstable.run.wiring
 
-    monkeypatch.setattr(unstable.wiring, "start_actors", lambda *a, **k: pytest.fail("actors started"))
+    monkeypatch.setattr(unstable.run.wiring, "start_actors", lambda *a, **k: pytest.fail("actors started"))
     path = write(tmp_path, "model_name: tiny\ntrain_envs: [{env_id: Wordle-v0, num_players: 2, num_actors: 2, "
                            "prompt_template: qwen3-zs}]\n")
     assert main(["train", "--config", path]) == 2
@@ -53,7 +53,7 @@ def test_bad_value_in_config_is_reported_before_ray_starts(tmp_path, capsys, mon
 
 def test_auto_backend_says_once_that_transformers_serves(caplog):
     _ANNOUNCED.clear()
-    with caplog.at_level(logging.WARNING, logger="unstable.wiring"):
+    with caplog.at_level(logging.WARNING, logger="unstable.run.wiring"):
         assert choose_backend("auto") == "transformers"
         assert choose_backend("auto") == "transformers"
     assert sum("transformers backend serves" in r.getMessage() for r in caplog.records) == 1

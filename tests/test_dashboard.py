@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from unstable.dashboard import WAITING, rate, render, sparkline
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef, Turn
 from unstable.registry import ModelRegistry
-from unstable.terminal_interface import SystemSampler, latest_run, main
 from unstable.tracking import Tracker
 from unstable.tracking.diversity import diversity_stats
 from unstable.tracking.run_reader import RunReader
+from unstable.ui.dashboard import WAITING, rate, render, sparkline
+from unstable.ui.terminal_interface import SystemSampler, latest_run, main
 
 ENV = "TicTacToe-v0"
 REPO = Path(__file__).resolve().parents[1]
@@ -195,7 +195,7 @@ def test_dashboard_once_and_newest_run(recorded_run, tmp_path, capsys, monkeypat
     monkeypatch.setenv("COLUMNS", "150")
     assert main([str(run_dir), "--source", "files", "--once"]) == 0
     assert "games: 12 train, 2 eval" in capsys.readouterr().out
-    from unstable.cli import main as unstable
+    from unstable.cli.commands import main as unstable
 
     assert unstable(["dashboard", str(run_dir), "--source", "files", "--once"]) == 0
     assert "TrueSkill" in capsys.readouterr().out
@@ -227,7 +227,7 @@ def test_dashboard_in_a_real_terminal_shows_updating_numbers(tmp_path):
         deadline = time.monotonic() + 30
         while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        command = f"{sys.executable} -m unstable.terminal_interface {run_dir} --source files --interval 0.5"
+        command = f"{sys.executable} -m unstable.ui.terminal_interface {run_dir} --source files --interval 0.5"
         subprocess.run([*tmux, "new-session", "-d", "-s", "dash", "-x", "150", "-y", "60", "-c", str(REPO),
                         f"{command} 2>{errors}"], check=True)  # fmt: skip
 
@@ -253,7 +253,7 @@ def test_dashboard_in_a_real_terminal_shows_updating_numbers(tmp_path):
 @pytest.mark.slow
 def test_live_source_through_named_ray_actors_falls_back_to_files(recorded_run, ray_session):
     from unstable.buffers import StepBuffer
-    from unstable.terminal_interface import NAMESPACE, connect_ray
+    from unstable.ui.terminal_interface import NAMESPACE, connect_ray
 
     ray = ray_session
     run_dir, tracker, _ = recorded_run

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from unstable.cli import main
-from unstable.evaluation import EvalResult, OutcomeStats, evaluate
+from unstable.cli.commands import main
+from unstable.eval.evaluation import EvalResult, OutcomeStats, evaluate
+from unstable.eval.intervals import Z95, mean_interval, t_quantile, wilson_interval
 from unstable.inference.base import SamplingParams
-from unstable.intervals import Z95, mean_interval, t_quantile, wilson_interval
 from unstable.records import AgentSpec, GameRecord, GameSpec, PolicyRef, Turn
 
 ENV = "TicTacToe-v0-train"

@@ -7,8 +7,8 @@ import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
+from unstable.collection.rollout import play_game_sync, play_games
 from unstable.games.extraction import INVALID_ACTION
-from unstable.games.rollout import play_game_sync, play_games
 from unstable.inference.base import GenerationResult, SamplingParams
 from unstable.policies.llm import LLMPolicy
 from unstable.policies.scripted import RandomLegalPolicy

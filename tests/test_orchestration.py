@@ -7,7 +7,7 @@ from conftest import small_run_kwargs
 
 import unstable
 import unstable.reward_transformations as retra
-from unstable.runtime import BuildConfig
+from unstable.run.build import BuildConfig
 from unstable.tracking import read_metrics
 
 
@@ -35,12 +35,12 @@ from unstable.tracking import read_metrics
     ],
 )
 def test_bad_build_arguments_raise_before_any_actor_starts(override, match, tiny_model_dir, tmp_path, monkeypatch):
-    import unstable.wiring
+    import unstable.run.wiring
 
     def must_not_start(*args, **kwargs):
         raise AssertionError("Ray actors were started before validation finished")
 
-    monkeypatch.setattr(unstable.wiring, "start_actors", must_not_start)
+    monkeypatch.setattr(unstable.run.wiring, "start_actors", must_not_start)
     with pytest.raises(ValueError, match=match):
         unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, **override))
 

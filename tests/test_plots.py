@@ -7,10 +7,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from unstable.cli import main
-from unstable.plots import _moving_average, _win_rate_bins, plot_run
+from unstable.cli.commands import main
 from unstable.registry.model_registry import ModelRegistry
 from unstable.tracking.tracker import Tracker
+from unstable.ui.plots import _moving_average, _win_rate_bins, plot_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ENV = "TicTacToe-v0-train"
@@ -64,7 +64,7 @@ def test_missing_data_skips_only_that_plot(tmp_path):
 
 
 def test_quickstart_summary_adds_its_harness_evals_to_the_win_rate_plot(tmp_path):
-    from unstable.plots import _harness_points
+    from unstable.ui.plots import _harness_points
 
     summary = {"learner_steps": 20, "eval": {
         "initial": {"win_rate": 0.5, "ci95": [0.48, 0.52], "games": 2000},

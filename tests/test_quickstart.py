@@ -144,7 +144,7 @@ def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
 @pytest.mark.slow
 def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
     """A few learner steps of the default job: summary, evaluations, plots, transcripts, replay."""
-    from unstable.cli import main
+    from unstable.cli.commands import main
 
     monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "qs"
@@ -174,7 +174,7 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
     assert main(["replay", str(out), "--last", "1"]) == 0
     assert "TicTacToe-v0-train" in capsys.readouterr().out
     with pytest.raises(FileExistsError):
-        from unstable.quickstart import QuickstartConfig, run_quickstart
+        from unstable.cli.quickstart import QuickstartConfig, run_quickstart
 
         run_quickstart(QuickstartConfig(out=str(out)), say=lambda _: None)
 
@@ -182,8 +182,8 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
 def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, capsys):
     from dataclasses import replace
 
-    from unstable.cli import main
-    from unstable.quickstart import QuickstartConfig
+    from unstable.cli.commands import main
+    from unstable.cli.quickstart import QuickstartConfig
 
     with pytest.raises(ValueError, match="learning_steps"):
         QuickstartConfig(learning_steps=0)

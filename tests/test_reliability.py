@@ -31,7 +31,7 @@ from unstable.buffers import StepBuffer
 from unstable.learners import REINFORCELearner
 from unstable.learners import checkpoints as ckpt
 from unstable.records import Step
-from unstable.resume import RUN_STATE_FILE, find_resume_point, load_run_config
+from unstable.run.resume import RUN_STATE_FILE, find_resume_point, load_run_config
 from unstable.tracking import read_metrics
 from unstable.tracking.run_dir import read_jsonl
 
@@ -215,11 +215,11 @@ class DeadBackend:
 
 
 def _local_collector(backend, **kwargs):
-    from unstable.collector import Collector
+    from unstable.collection.collector import Collector
+    from unstable.collection.scheduler import GameScheduler
     from unstable.registry import ModelRegistry
     from unstable.samplers.env_samplers import UniformRandomEnvSampler
     from unstable.samplers.model_samplers import BaseModelSampler
-    from unstable.scheduler import GameScheduler
 
     registry = ModelRegistry()
     registry.add_checkpoint(uid="base", path=None, iteration=0)
@@ -352,14 +352,14 @@ def _session_processes(sid: int) -> list[int]:
 
 @pytest.mark.slow
 def test_kill_9_then_resume_finishes_the_run_with_its_registry(ray_session, tiny_model_dir, tmp_path):
-    from unstable.cli import main
+    from unstable.cli.commands import main
 
     ray_tmp = tempfile.mkdtemp(prefix="ray-k9-", dir="/tmp")  # its own Ray, in its own folder and session
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline"}
     env.pop("RAY_ADDRESS", None)
     settings = [f"model_name={tiny_model_dir}", f"runs_dir={tmp_path}", "learning_steps=6", "batch_size=16",
                 "mini_batch_size=8", "num_collection_workers=8", "num_eval_workers=2"]
-    args = [sys.executable, "-m", "unstable.cli", "train", "--config", "configs/tictactoe-tiny.yaml",
+    args = [sys.executable, "-m", "unstable.cli.commands", "train", "--config", "configs/tictactoe-tiny.yaml",
             *[a for s in settings for a in ("--set", s)], "--run-name", "k9"]
     run_dir = tmp_path / "k9"
     with open(tmp_path / "train.log", "w") as log:

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from unstable.games.rollout import play_game, play_game_sync, play_games
+from unstable.collection.rollout import play_game, play_game_sync, play_games
 from unstable.policies.base import PolicyOutput
 from unstable.policies.scripted import RandomLegalPolicy
 from unstable.records import AgentSpec, FailedGame, GameFailedError, GameRecord, GameSpec, PolicyRef

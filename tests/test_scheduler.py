@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 
+from unstable.collection.scheduler import EVAL_SEED_OFFSET, GameScheduler
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.records import FailedGame, GameRecord, GameSpec, PolicyRef
 from unstable.registry import ModelRegistry
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
 from unstable.samplers.model_samplers import BaseModelSampler, FixedOpponentModelSampler
-from unstable.scheduler import EVAL_SEED_OFFSET, GameScheduler
 
 GEMINI = "google/gemini-2.0-flash-lite-001"
 MIRROR_TTT = TrainEnvSpec(env_id="TicTacToe-v0-train", num_players=2, num_actors=2, prompt_template="qwen3-zs")

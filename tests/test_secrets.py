@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from unstable.config import ConfigError, load_config
+from unstable.run.config_file import ConfigError, load_config
 from unstable.utils.secrets import REDACTED, SecretInConfigError, is_secret_setting, redact, reject_secret_settings
 
 OPENAI_KEY = "sk-planted-SECRET-1234"
@@ -111,9 +111,9 @@ def test_ordinary_settings_are_not_keys(name):
 def test_a_key_in_a_config_or_build_argument_is_refused_without_echoing_it(planted, tmp_path, tiny_model_dir,
                                                                            monkeypatch):
     import unstable
-    import unstable.wiring
+    import unstable.run.wiring
 
-    monkeypatch.setattr(unstable.wiring, "start_actors", lambda *a, **k: pytest.fail("actors started"))
+    monkeypatch.setattr(unstable.run.wiring, "start_actors", lambda *a, **k: pytest.fail("actors started"))
     path = tmp_path / "c.yaml"
     path.write_text(f"model_name: {tiny_model_dir}\ntrain_envs: [{json.dumps({**TTT, 'num_actors': 2})}]\n"
                     f"openrouter_api_key: {ROUTER_KEY}\n")
@@ -138,7 +138,7 @@ def test_a_key_in_a_config_or_build_argument_is_refused_without_echoing_it(plant
 def test_the_saved_config_of_a_run_cannot_hold_a_key(planted, tiny_model_dir):
     """config.json and the W&B config are ``BuildConfig.to_dict()``: no field can carry the key."""
     import unstable
-    from unstable.runtime import BuildConfig
+    from unstable.run.build import BuildConfig
 
     cfg = BuildConfig(model_name=tiny_model_dir, train_envs=[unstable.TrainEnvSpec(num_actors=1, **TTT)],
                       eval_envs=[unstable.EvalEnvSpec(fixed_opponent="google/gemini-2.0-flash-lite-001", **TTT)])

@@ -8,7 +8,6 @@ import pytest
 from rich.console import Console
 
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef, Turn
-from unstable.replay import clip, replay, select
 from unstable.tracking import Tracker
 from unstable.tracking.transcripts import (
     TranscriptConfig,
@@ -17,6 +16,7 @@ from unstable.tracking.transcripts import (
     transcript_files,
     transcript_line,
 )
+from unstable.ui.replay import clip, replay, select
 
 ENV = "TicTacToe-v0"
 CKPT = PolicyRef("ckpt-2", adapter_path="/tmp/ckpt-2", version=2)
@@ -141,7 +141,7 @@ def test_replay_prints_a_known_game(tmp_path):
 
 
 def test_unstable_replay_command(tmp_path, capsys):
-    from unstable.cli import main
+    from unstable.cli.commands import main
 
     tracker = Tracker("t", run_dir=str(tmp_path / "run"), use_wandb=False)
     tracker.log_game(known_game(11))

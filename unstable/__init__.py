@@ -19,9 +19,9 @@ _LAZY = {
     "available_templates": "unstable.games.templates",
     "register_action_extraction": "unstable.games.extraction",
     "check_env_id": "unstable.games.envs",
-    "play_game": "unstable.games.rollout",
-    "play_game_sync": "unstable.games.rollout",
-    "play_games": "unstable.games.rollout",
+    "play_game": "unstable.collection.rollout",
+    "play_game_sync": "unstable.collection.rollout",
+    "play_games": "unstable.collection.rollout",
     # records
     "GameSpec": "unstable.records",
     "AgentSpec": "unstable.records",
@@ -47,17 +47,17 @@ _LAZY = {
     "REINFORCELearner": "unstable.learners",
     "A2CLearner": "unstable.learners",
     # orchestration
-    "build": "unstable.runtime",
-    "BuildConfig": "unstable.runtime",
-    "Run": "unstable.runtime",
+    "build": "unstable.run.build",
+    "BuildConfig": "unstable.run.build",
+    "Run": "unstable.run.build",
     "ModelRegistry": "unstable.registry",
-    "GameScheduler": "unstable.scheduler",
-    "Collector": "unstable.collector",
+    "GameScheduler": "unstable.collection.scheduler",
+    "Collector": "unstable.collection.collector",
     "InferenceActor": "unstable.inference.actor",
     "Tracker": "unstable.tracking",
     # evaluation and plots
-    "evaluate": "unstable.evaluation",
-    "plot_run": "unstable.plots",
+    "evaluate": "unstable.eval.evaluation",
+    "plot_run": "unstable.ui.plots",
 }
 
 # Submodules reachable as attributes, as in the seed (``unstable.samplers.env_samplers...``).

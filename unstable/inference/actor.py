@@ -4,7 +4,7 @@
 so requests from every game routed to it meet in the backend's batching queue. The collector
 gives each game one actor (round-robin), which keeps a game's adapters on one cache.
 
-The collector starts these actors with ``max_restarts`` (see ``unstable.collector``): if one dies,
+The collector starts these actors with ``max_restarts`` (see ``unstable.collection.collector``): if one dies,
 Ray starts it again (loading the model anew). Requests that were in flight, or sent while it
 restarts, fail; :class:`RemoteBackend` turns Ray's error into :class:`InferenceUnavailableError`
 so the game is recorded as dropped, never retried.

@@ -1,7 +1,7 @@
 """Read a run directory into the dashboard's data, incrementally, while the run writes it (or after).
 
 :meth:`RunReader.info` returns the shape of :meth:`Tracker.get_interface_info` (see
-:mod:`unstable.dashboard`) rebuilt from the files alone, so the dashboard works for a run on
+:mod:`unstable.ui.dashboard`) rebuilt from the files alone, so the dashboard works for a run on
 another machine (a synced folder) or one that has finished:
 
 * ``metrics.jsonl``: moving means over the last ``window`` values of each key, latest values,

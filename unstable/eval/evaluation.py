@@ -40,8 +40,8 @@ from typing import Any
 
 from rich.markup import escape
 
+from unstable.eval.intervals import mean_interval, wilson_interval
 from unstable.inference.base import SamplingParams
-from unstable.intervals import mean_interval, wilson_interval
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
 
 
@@ -230,7 +230,7 @@ def _policies(job: EvalJob, backend: Any) -> Callable[[GameSpec], dict[int, Any]
 def _play(job: EvalJob, indices: Sequence[int], backend: Any, on_done: Callable | None = None) -> list:
     import torch
 
-    from unstable.games.rollout import play_games
+    from unstable.collection.rollout import play_games
 
     torch.manual_seed(job.seed * 1_000_003 + indices[0])
     specs = [job.game_spec(i) for i in indices]

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from unstable.games.rollout import play_game
+from unstable.collection.rollout import play_game
 from unstable.inference.base import SamplingParams
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
@@ -110,7 +110,7 @@ class Collector(metaclass=RemoteCapable):
             if inference is None:
                 if vllm_config is None:
                     raise ValueError("Collector needs vllm_config, inference=InferenceConfig(...) or backends=[...]")
-                from unstable.wiring import choose_backend
+                from unstable.run.wiring import choose_backend
 
                 inference = InferenceConfig.from_vllm_config(vllm_config, backend=choose_backend("auto"))
             import ray

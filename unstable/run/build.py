@@ -85,7 +85,7 @@ def _check_lora_config(lora: Any) -> None:
 def _check_vllm_config(vllm: Any, model_name: str) -> None:
     if vllm is None:
         return
-    from unstable.collector import InferenceConfig
+    from unstable.collection.collector import InferenceConfig
 
     if not isinstance(vllm, dict):
         raise ValueError(f"vllm_config must be a dict or None, got {type(vllm).__name__}")
@@ -208,7 +208,7 @@ class BuildConfig:
     use_wandb: bool | None = None  # None: on if wandb imports and wandb_project is set
     learner_device: str | None = None
     reward_transforms: Any = None  # (final, step, sampling); None: the seed's default chain
-    resume_from: str | None = None  # a run directory: continue that run (see unstable.resume)
+    resume_from: str | None = None  # a run directory: continue that run (see unstable.run.resume)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -303,7 +303,7 @@ def build(**kwargs: Any) -> Run:
     checkpoint; settings not given are read from ``RUN_DIR/config.json``.
     """
     if kwargs.get("resume_from") is not None:
-        from unstable.resume import load_run_config
+        from unstable.run.resume import load_run_config
 
         saved, _ = load_run_config(_check_resume_from(kwargs["resume_from"]))
         if "reward_transforms" not in kwargs:
@@ -319,7 +319,7 @@ class Run:
     """The handle build() returns: ``start()``, ``wait()``, ``stop()``, plus the actor handles."""
 
     def __init__(self, cfg: BuildConfig):
-        from unstable.wiring import start_actors
+        from unstable.run.wiring import start_actors
 
         self.config = cfg
         if cfg.resume_from:
@@ -342,7 +342,7 @@ class Run:
         check_int("learning_steps", learning_steps, 1)
         check_int("num_collection_workers", num_collection_workers, 1)
         check_int("num_eval_workers", num_eval_workers, 0)
-        from unstable.resume import record_start_settings
+        from unstable.run.resume import record_start_settings
 
         record_start_settings(self.run_dir, {"learning_steps": learning_steps,
                                              "num_collection_workers": num_collection_workers,
@@ -388,7 +388,7 @@ class Run:
         import ray
 
         from unstable.learners.checkpoints import latest_complete
-        from unstable.resume import RunStateWriter
+        from unstable.run.resume import RunStateWriter
 
         a = self.actors
         try:

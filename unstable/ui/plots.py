@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from unstable.intervals import wilson_interval
+from unstable.eval.intervals import wilson_interval
 from unstable.tracking.run_dir import METRICS_FILE, read_metrics
 
 PLOTS_DIR = "plots"

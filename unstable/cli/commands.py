@@ -31,9 +31,9 @@ def _print_game(record) -> None:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
+    from unstable.eval.play import play_vs_opponent
     from unstable.inference.base import SamplingParams
     from unstable.models.resolve import resolve_model_name
-    from unstable.play import play_vs_opponent
 
     t0 = time.perf_counter()
     print(f"resolving model {args.model!r} ...", flush=True)
@@ -63,7 +63,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
 def _cmd_quickstart(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from unstable.quickstart import QuickstartConfig, default_out_dir, run_quickstart
+    from unstable.cli.quickstart import QuickstartConfig, default_out_dir, run_quickstart
 
     cfg = QuickstartConfig(out=args.out or default_out_dir())
     changes = {k: getattr(args, k) for k in ("learning_steps", "batch_size", "learning_rate", "lr_schedule",
@@ -81,7 +81,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from unstable.evaluation import evaluate
+    from unstable.eval.evaluation import evaluate
     from unstable.inference.base import SamplingParams
     from unstable.tracking.run_dir import atomic_write_json
 
@@ -108,7 +108,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from unstable.plots import plot_run
+    from unstable.ui.plots import plot_run
 
     paths = plot_run(args.run_dir)
     for path in paths:
@@ -120,10 +120,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     import unstable
-    from unstable.config import load_config
+    from unstable.run.config_file import load_config
 
     if args.resume:
-        from unstable.resume import load_run_config
+        from unstable.run.resume import load_run_config
 
         if args.run_name:
             raise ValueError("--run-name cannot be combined with --resume (the run keeps its directory)")
@@ -152,7 +152,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from unstable.terminal_interface import run
+    from unstable.ui.terminal_interface import run
 
     try:
         return run(args)
@@ -161,13 +161,13 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from unstable.replay import run
+    from unstable.ui.replay import run
 
     return run(args)
 
 
 def add_dashboard_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The dashboard's arguments, shared by ``unstable dashboard`` and ``python -m unstable.terminal_interface``."""
+    """The dashboard's arguments, shared by ``unstable dashboard`` and ``python -m unstable.ui.terminal_interface``."""
     parser.add_argument("run_dir", nargs="?", default=None, help="the run directory (default: live run, or newest)")
     parser.add_argument("--source", choices=("auto", "ray", "files"), default="auto")
     parser.add_argument("--address", default=None, help="Ray address (default: the local cluster)")

@@ -6,9 +6,9 @@ one GPU. On a 2-core laptop that is one core generating and one core learning, c
 
 On a cluster the light actors live on the driver's node (which the run cannot outlive anyway), and
 so does the learner when that node has the CPU/GPU it needs; the inference actors spread over the
-nodes and restart (see :mod:`unstable.collector`) if theirs dies. So losing a node that only runs
+nodes and restart (see :mod:`unstable.collection.collector`) if theirs dies. So losing a node that only runs
 inference actors costs the games in flight there, not the run. ``resume_from`` restores the run's state first
-(see :mod:`unstable.resume`).
+(see :mod:`unstable.run.resume`).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _model_sampler(cfg, registry):
 
 
 def inference_config(cfg, backend: str, num_actors: int, gpus_per_actor: float):
-    from unstable.collector import InferenceConfig
+    from unstable.collection.collector import InferenceConfig
 
     base = {"model_name": cfg.model_name, "max_tokens": cfg.max_generation_len, "lora_config": cfg.lora}
     base.update(cfg.vllm_config or {})
@@ -108,20 +108,20 @@ def inference_config(cfg, backend: str, num_actors: int, gpus_per_actor: float):
 
 
 def start_actors(cfg, run_name: str) -> Actors:
-    """Start every actor of a run from a validated :class:`~unstable.runtime.BuildConfig`."""
+    """Start every actor of a run from a validated :class:`~unstable.run.build.BuildConfig`."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from unstable.buffers import EpisodeBuffer, StepBuffer
-    from unstable.collector import Collector
+    from unstable.collection.collector import Collector
+    from unstable.collection.scheduler import GameScheduler
     from unstable.learners import A2CLearner, REINFORCELearner
     from unstable.learners.checkpoints import list_checkpoints
     from unstable.registry import ModelRegistry
     from unstable.registry.model_registry import fixed_policy_ref
-    from unstable.resume import RunStateWriter, find_resume_point
     from unstable.reward_transformations import default_transforms
+    from unstable.run.resume import RunStateWriter, find_resume_point
     from unstable.samplers.env_samplers import UniformRandomEnvSampler
-    from unstable.scheduler import GameScheduler
     from unstable.tracking import Tracker
 
     backend = choose_backend(cfg.inference_backend)

@@ -2,7 +2,7 @@
 
 ``render(info)`` draws everything; ``info`` is :meth:`Tracker.get_interface_info` (live, through
 Ray) or :meth:`RunReader.info` (from a run directory), plus what the terminal adds: ``source``,
-``system`` (GPU or CPU stats, see :mod:`unstable.terminal_interface`), ``history``
+``system`` (GPU or CPU stats, see :mod:`unstable.ui.terminal_interface`), ``history``
 (``collect_games``: ``[time, total]`` points; ``train/loss``: values) and ``config``. Every key is
 optional: a panel without its data says "waiting for data". The layout is chosen when Rich draws
 it, from the width it gets: two columns from 140 characters, one below.

@@ -94,7 +94,7 @@ def _check_out_dir(out: str) -> Path:
 
 
 def _eval(model: str, adapter: str | None, cfg: QuickstartConfig, label: str, say: Printer) -> Any:
-    from unstable.evaluation import evaluate
+    from unstable.eval.evaluation import evaluate
     from unstable.inference.base import SamplingParams
 
     done = [0]
@@ -221,8 +221,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     """Run the default job and return the summary it writes to ``cfg.out/summary.json``."""
     from unstable.models.tiny import tiny_model_path
     from unstable.models.warmstart import warm_start_path
-    from unstable.plots import plot_run, pyplot
     from unstable.tracking.run_dir import atomic_write_json
+    from unstable.ui.plots import plot_run, pyplot
 
     cfg = cfg or QuickstartConfig()
     run_dir = _check_out_dir(cfg.out).resolve()

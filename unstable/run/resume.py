@@ -111,7 +111,7 @@ def find_resume_point(run_dir: str | os.PathLike) -> ResumePoint:
 def _skip_issued_games(scheduler_state: dict[str, Any], run_dir: Path) -> None:
     """Move the scheduler's game-id and seed counters past the games logged after the snapshot
     (the transcripts hold every finished or failed game), so no id or seed is issued twice."""
-    from unstable.scheduler import EVAL_SEED_OFFSET
+    from unstable.collection.scheduler import EVAL_SEED_OFFSET
 
     path = run_dir / "games" / "transcripts.jsonl"
     if not path.is_file():
@@ -135,8 +135,8 @@ def _skip_issued_games(scheduler_state: dict[str, Any], run_dir: Path) -> None:
 
 def load_run_config(run_dir: str | os.PathLike, overrides: list[str] | None = None) -> tuple[dict, dict]:
     """``(build kwargs, start kwargs)`` from ``<run_dir>/config.json`` with ``key=value`` overrides,
-    checked like any config file (:func:`unstable.config.load_config`; JSON is YAML)."""
-    from unstable.config import load_config
+    checked like any config file (:func:`unstable.run.config_file.load_config`; JSON is YAML)."""
+    from unstable.run.config_file import load_config
 
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from unstable.evaluation import EvalJob, OutcomeStats, play_eval_games
+from unstable.eval.evaluation import EvalJob, OutcomeStats, play_eval_games
 from unstable.games.specs import EvalEnvSpec
 from unstable.inference.base import SamplingParams
 from unstable.records import FailedGame, GameRecord
@@ -29,9 +29,9 @@ def play_vs_opponent(
 ) -> tuple[list[GameRecord | FailedGame], OutcomeStats]:
     """Play ``games`` games of ``model_name`` (+ optional LoRA adapter) against ``opponent``, in this process.
 
-    A thin front of the evaluation harness (:mod:`unstable.evaluation`), which ``unstable eval``
+    A thin front of the evaluation harness (:mod:`unstable.eval.evaluation`), which ``unstable eval``
     uses with confidence intervals and per-seat results. Returns every result (failed games
-    included) and the model's :class:`~unstable.evaluation.OutcomeStats` over the finished ones.
+    included) and the model's :class:`~unstable.eval.evaluation.OutcomeStats` over the finished ones.
     """
     spec = EvalEnvSpec(env_id=env_id, num_players=2, prompt_template=prompt_template, fixed_opponent=opponent)
     sampling = sampling or SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=64)

@@ -1,0 +1,1 @@
+"""The ``unstable`` command line (``unstable.cli.commands.main``) and the default job (``quickstart``)."""
