@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-name", default=None)
     p.set_defaults(fn=_cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a model against an opponent: win/draw/loss with 95% intervals, per seat")
+    p = sub.add_parser("eval", help="evaluate a model against an opponent: win/draw/loss with 95%% intervals, per seat")
     p.add_argument("--model", required=True, help="HF id, local path, or tiny / tiny:<size>")
     p.add_argument("--adapter", default=None, help="a PEFT LoRA adapter directory to apply")
     p.add_argument("--env", default="TicTacToe-v0-train")
