@@ -110,7 +110,8 @@ def measure(backend, prompts: list[str], adapter: str | None, batch: int, sampli
 
 def collector_delivery(backend, model_path: str, adapter: str, max_new_tokens: int, seconds: float) -> dict:
     """Delivered tokens/s while an in-process Collector plays TicTacToe (LLM with ``adapter`` vs random)."""
-    from unstable.collection.collector import Collector, InferenceConfig
+    from unstable.collection.collector import Collector
+    from unstable.inference.config import InferenceConfig
 
     def probe() -> dict[str, float]:
         s = backend.stats()
@@ -120,8 +121,8 @@ def collector_delivery(backend, model_path: str, adapter: str, max_new_tokens: i
     with tempfile.TemporaryDirectory(prefix="bench-inf-") as tmp:
         parts = local_components(["TicTacToe-v0-train"], tmp, adapter_path=adapter)
         inference = InferenceConfig(model_name=model_path, max_tokens=max_new_tokens)
-        collector = Collector(tracker=parts["tracker"], buffer=parts["buffer"],
-                                      game_scheduler=parts["scheduler"], inference=inference, backends=[backend])
+        collector = Collector(tracker=parts["tracker"], buffer=parts["buffer"], game_scheduler=parts["scheduler"],
+                              sampling=inference.sampling, backends=[backend])
         out = asyncio.run(run_collector_for(collector, 32, seconds, warmup_s=min(5.0, seconds / 3), probe=probe))
         parts["tracker"].close()
     return out

@@ -116,25 +116,27 @@ def collector_ray(env_id: str, seconds: float) -> dict[str, float]:
     from unstable.games.specs import TrainEnvSpec
     from unstable.registry import ModelRegistry
     from unstable.reward_transformations import default_transforms
+    from unstable.run.remote import actor_class
     from unstable.samplers.env_samplers import UniformRandomEnvSampler
     from unstable.samplers.model_samplers import FixedOpponentModelSampler
     from unstable.tracking import Tracker
 
     light = {"num_cpus": 0}
     with tempfile.TemporaryDirectory(prefix="bench-orch-") as tmp:
-        tracker = Tracker.options(**light).remote(run_name="bench", wandb_project=None, run_dir=tmp, use_wandb=False)
-        registry = ModelRegistry.options(**light).remote(tracker=tracker)
+        tracker = actor_class(Tracker).options(**light).remote(run_name="bench", wandb_project=None, run_dir=tmp,
+                                                               use_wandb=False)
+        registry = actor_class(ModelRegistry).options(**light).remote(tracker=tracker)
         ray.get(registry.add_checkpoint.remote(uid="base", path=None, iteration=0))
         ray.get(registry.add_fixed.remote(name="random"))
         spec = TrainEnvSpec(env_id=env_id, num_players=2, num_actors=1, prompt_template="qwen3-zs")
-        scheduler = counting_scheduler_cls().options(**light).remote(
+        scheduler = actor_class(counting_scheduler_cls()).options(**light).remote(
             model_sampler=FixedOpponentModelSampler(model_registry=registry, rng_seed=0),
             env_sampler=UniformRandomEnvSampler(train_env_specs=[spec], rng_seed=0), seed=0)
         final, step, sampling = default_transforms()
-        buffer = StepBuffer.options(**light).remote(
+        buffer = actor_class(StepBuffer).options(**light).remote(
             max_buffer_size=10**9, tracker=tracker, final_reward_transformation=final,
             step_reward_transformation=step, sampling_reward_transformation=sampling)
-        collector = ScriptedCollector.options(**light, max_concurrency=1000).remote(
+        collector = actor_class(ScriptedCollector).options(**light, max_concurrency=1000).remote(
             tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=[NoModel()])
         done = collector.collect.remote(WORKERS, 0)
         time.sleep(min(2.0, seconds / 3))

@@ -349,7 +349,7 @@ def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_di
 
 def test_valid_inputs_still_pass(tiny_model_dir, bad_paths, tmp_path, no_ray, monkeypatch):
     """The checks are not stricter than the settings users write: paths, names and YAML's 1e-3."""
-    from unstable.run.build import BuildConfig
+    from unstable.run.config import BuildConfig
 
     subs = {"$MODEL": tiny_model_dir, "$TMP": bad_paths}
     ok = BuildConfig(**_fill({**VALID, "fixed_opponents": "random", "opponent_sampling_strategy": "fixed",

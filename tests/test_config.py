@@ -5,8 +5,8 @@ import logging
 import pytest
 
 from unstable.cli.commands import main
+from unstable.inference.config import _ANNOUNCED, choose_backend
 from unstable.run.config_file import ConfigError, load_config
-from unstable.run.wiring import _ANNOUNCED, choose_backend
 
 
 def write(tmp_path, text):

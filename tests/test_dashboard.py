@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+import unstable
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef, Turn
 from unstable.registry import ModelRegistry
 from unstable.tracking import Tracker
@@ -252,15 +253,14 @@ def test_dashboard_in_a_real_terminal_shows_updating_numbers(tmp_path):
 
 @pytest.mark.slow
 def test_live_source_through_named_ray_actors_falls_back_to_files(recorded_run, ray_session):
-    from unstable.buffers import StepBuffer
     from unstable.ui.terminal_interface import NAMESPACE, connect_ray
 
     ray = ray_session
     run_dir, tracker, _ = recorded_run
     tracker.close()
-    live = Tracker.options(name="Tracker", namespace=NAMESPACE, num_cpus=0).remote(
+    live = unstable.Tracker.options(name="Tracker", namespace=NAMESPACE, num_cpus=0).remote(
         run_name="dash-run", run_dir=str(run_dir), use_wandb=False)
-    buffer = StepBuffer.options(name="Buffer", namespace=NAMESPACE, num_cpus=0).remote(max_buffer_size=16)
+    buffer = unstable.StepBuffer.options(name="Buffer", namespace=NAMESPACE, num_cpus=0).remote(max_buffer_size=16)
     try:
         ray.get(live.log.remote({"train/loss": 0.125, "train/version": 3}))
         assert connect_ray(None, run_dir.parent / "another-run") is None  # a live run, but not that one

@@ -7,7 +7,7 @@ from conftest import small_run_kwargs
 
 import unstable
 import unstable.reward_transformations as retra
-from unstable.run.build import BuildConfig
+from unstable.run.config import BuildConfig
 from unstable.tracking import read_metrics
 
 

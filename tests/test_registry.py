@@ -8,6 +8,7 @@ import os
 import pytest
 import trueskill
 
+import unstable
 from unstable.records import AgentSpec, GameRecord, GameSpec, PolicyRef
 from unstable.registry import DEFAULT_DRAW_PROBABILITY, ModelRegistry, fixed_policy_ref, score_ranks
 
@@ -237,10 +238,10 @@ def test_save_load_round_trip(tmp_path):
 def test_registry_as_ray_actor_with_plain_sampler(ray_session, tmp_path):
     """The seed's wiring: the registry is an actor, the sampler a plain object that calls it via ``call``."""
     from unstable.samplers.model_samplers import FixedOpponentModelSampler
-    from unstable.utils.remote import call
+    from unstable.utils.calls import call
 
     ray = ray_session
-    handle = ModelRegistry.options(name="ModelRegistry-test_registry").remote()
+    handle = unstable.ModelRegistry.options(name="ModelRegistry-test_registry").remote()
     try:
         ray.get(handle.add_checkpoint.remote(uid="base", path=None, iteration=0))
         ray.get(handle.add_fixed.remote(name="random"))

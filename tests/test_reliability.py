@@ -28,6 +28,7 @@ from conftest import TTT, small_run_kwargs
 
 import unstable
 from unstable.buffers import StepBuffer
+from unstable.inference.base import InferenceDeadError, InferenceUnavailableError
 from unstable.learners import REINFORCELearner
 from unstable.learners import checkpoints as ckpt
 from unstable.records import Step
@@ -229,8 +230,8 @@ def _local_collector(backend, **kwargs):
 
 
 @pytest.mark.parametrize(("ready_error", "match"), [
-    (ray.exceptions.ActorDiedError(), "died and used up their restarts"),
-    (ray.exceptions.ActorUnavailableError("restarting", b"\0" * 16), "no inference actor answered for"),
+    (InferenceDeadError("inference-fake: dead"), "died and used up their restarts"),
+    (InferenceUnavailableError("inference-fake: restarting"), "no inference actor answered for"),
 ])
 def test_collection_stops_with_the_cause_when_no_inference_actor_comes_back(ready_error, match):
     """No endless silent retry: games on a dead actor are dropped, none are sent to it again, and
@@ -244,6 +245,35 @@ def test_collection_stops_with_the_cause_when_no_inference_actor_comes_back(read
     stats = collector.stats()
     assert stats["dropped"] == 4 == backend.requests and stats["train_started"] == 4 and stats["failed"] == 0
     assert stats["trajectories_sent"] == 0 and scheduler.stats()["games_dropped"] == 4
+
+
+@pytest.mark.parametrize(("ray_error", "expected"), [
+    (ray.exceptions.ActorDiedError(), InferenceDeadError),
+    (ray.exceptions.ActorUnavailableError("restarting", b"\0" * 16), InferenceUnavailableError),
+])
+def test_remote_backend_turns_ray_actor_errors_into_the_cores(ray_error, expected):
+    """The collector knows no Ray: the wiring's client translates an actor's death (restarts used up)
+    and its unavailability (restarting) into the inference layer's own errors."""
+    import asyncio
+
+    from unstable.run.remote import RemoteBackend
+
+    class Method:
+        def remote(self, *args):
+            async def fail():
+                raise ray_error
+
+            return fail()
+
+    class Handle:
+        ready = generate = stats = Method()
+
+    backend = RemoteBackend(Handle(), name="inference-7")
+    with pytest.raises(expected, match="inference-7") as info:
+        asyncio.run(backend.ready())
+    assert info.value.__cause__ is ray_error
+    with pytest.raises(InferenceUnavailableError):
+        asyncio.run(backend.stats())
 
 
 # ---------------------------------------------------------------------------------- faults on local Ray

@@ -138,7 +138,7 @@ def test_a_key_in_a_config_or_build_argument_is_refused_without_echoing_it(plant
 def test_the_saved_config_of_a_run_cannot_hold_a_key(planted, tiny_model_dir):
     """config.json and the W&B config are ``BuildConfig.to_dict()``: no field can carry the key."""
     import unstable
-    from unstable.run.build import BuildConfig
+    from unstable.run.config import BuildConfig
 
     cfg = BuildConfig(model_name=tiny_model_dir, train_envs=[unstable.TrainEnvSpec(num_actors=1, **TTT)],
                       eval_envs=[unstable.EvalEnvSpec(fixed_opponent="google/gemini-2.0-flash-lite-001", **TTT)])

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import unstable
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef, Turn
 from unstable.tracking import Tracker, game_samples, read_metrics
 
@@ -252,7 +253,8 @@ def test_wandb_offline_honours_the_project(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_tracker_as_a_named_ray_actor(tmp_path, ray_session):
     ray = ray_session
-    tracker = Tracker.options(name="TrackerUnderTest", num_cpus=0).remote(run_name="r", run_dir=str(tmp_path / "run"))
+    tracker = unstable.Tracker.options(name="TrackerUnderTest", num_cpus=0).remote(run_name="r",
+                                                                                  run_dir=str(tmp_path / "run"))
     try:
         assert ray.get(tracker.get_log_dir.remote()) == str(tmp_path / "run" / "logs")
         ray.get(tracker.log.remote({"train/loss": 2.0}, step=5))

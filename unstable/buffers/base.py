@@ -25,8 +25,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from unstable.records import GameRecord, PlayerTrajectory, Step, player_trajectories
+from unstable.utils.calls import fire
 from unstable.utils.checks import check_int
-from unstable.utils.remote import RemoteCapable, fire, is_actor
 
 FinalFn = Callable[[float, int, str | None], float]
 StepFn = Callable[[PlayerTrajectory, int, float], float]
@@ -113,7 +113,7 @@ def swap_pop(items: list[T], index: int) -> T:
     return item
 
 
-class BufferBase(metaclass=RemoteCapable):
+class BufferBase:
     """Counters, transforms, staleness and back-pressure; subclasses store Steps or episodes."""
 
     def __init__(
@@ -130,7 +130,7 @@ class BufferBase(metaclass=RemoteCapable):
         check_int("max_buffer_size", max_buffer_size, 1)
         check_int("max_staleness", max_staleness, 0, allow_none=True)
         check_int("seed", seed, -(2**63), allow_none=True)
-        if tracker is not None and not is_actor(tracker) and not callable(getattr(tracker, "log", None)):
+        if tracker is not None and not callable(getattr(tracker, "log", None)):  # an actor handle's too
             raise ValueError(f"tracker must have a log(dict) method, got {tracker!r}")
         for name, fn in [
             ("final_reward_transformation", final_reward_transformation),

@@ -18,7 +18,7 @@ Back-pressure: no new *train* game starts while the buffer is full (``buffer.is_
 collection never runs far ahead of the learner; eval games keep going. ``buffer.stop()`` (sent by
 the learner when it is done) or :meth:`stop` ends collection.
 
-The collaborators may be plain objects or Ray actor handles (see ``unstable.utils.remote``).
+The collaborators may be plain objects or Ray actor handles (see ``unstable.utils.calls``).
 """
 
 from __future__ import annotations
@@ -26,101 +26,38 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from unstable.collection.rollout import play_game
-from unstable.inference.base import SamplingParams
+from unstable.inference.base import InferenceDeadError, InferenceUnavailableError, SamplingParams
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
 from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, player_trajectories
-from unstable.utils.remote import RemoteCapable, acall, fire
+from unstable.utils.calls import acall, fire
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class InferenceConfig:
-    """How the collector serves model calls (mapped from the seed's ``vllm_config`` keys)."""
+class Collector:
+    """See the module docstring.
 
-    model_name: str
-    backend: str = "transformers"  # "transformers" | "vllm"
-    num_actors: int = 1
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_tokens: int = 4096  # the seed's max_generation_len
-    max_parallel_seq: int = 128  # rows per batch
-    max_loras: int = 8
-    max_model_len: int = 8192
-    lora_config: dict | None = None
-    actor_num_cpus: float = 1.0
-    actor_num_gpus: float = 0.0
-    backend_kwargs: dict | None = None
-    max_restarts: int = 3  # Ray restarts of each inference actor before it counts as dead for good
+    ``backends`` are the inference backends games are routed to: local objects, or clients of
+    inference actors that raise :class:`~unstable.inference.base.InferenceUnavailableError` when
+    their actor is gone (the wiring, :mod:`unstable.run`, starts them; the seed's
+    ``unstable.Collector(vllm_config=...)`` does so from a ``vllm_config``). ``sampling`` is what
+    model seats sample with.
+    """
 
-    @classmethod
-    def from_vllm_config(cls, cfg: dict, **overrides: Any) -> InferenceConfig:
-        known = {"model_name", "temperature", "top_p", "max_tokens", "max_parallel_seq", "max_loras",
-                 "max_model_len", "lora_config"}
-        unknown = set(cfg) - known
-        if unknown:
-            raise ValueError(f"unknown vllm_config keys {sorted(unknown)}; known: {sorted(known)}")
-        if "model_name" not in cfg:
-            raise ValueError("vllm_config needs 'model_name'")
-        return cls(**{**cfg, **overrides})
-
-    @property
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_tokens)
-
-
-def start_inference_actors(cfg: InferenceConfig, *, use_ray: bool) -> list[Any]:
-    """Start ``cfg.num_actors`` backends: Ray actors (``use_ray``) or local objects."""
-    from unstable.inference.actor import InferenceActor, RemoteBackend, make_backend
-
-    kwargs: dict[str, Any] = {"max_batch_size": cfg.max_parallel_seq, "max_loras": cfg.max_loras}
-    if cfg.backend == "vllm":
-        kwargs.update(max_model_len=cfg.max_model_len, max_lora_rank=(cfg.lora_config or {}).get("lora_rank", 32))
-    kwargs.update(cfg.backend_kwargs or {})
-    if not use_ray:
-        return [make_backend(cfg.backend, cfg.model_name, **kwargs) for _ in range(cfg.num_actors)]
-    backends = []
-    # SPREAD: several actors go to different nodes where they fit (one node lost, not all of them)
-    placement = {"scheduling_strategy": "SPREAD"} if cfg.num_actors > 1 else {}
-    for i in range(cfg.num_actors):
-        handle = InferenceActor.options(
-            name=f"inference-{i}", num_cpus=cfg.actor_num_cpus, num_gpus=cfg.actor_num_gpus, max_concurrency=10_000,
-            max_restarts=cfg.max_restarts, max_task_retries=0, **placement,
-        ).remote(cfg.backend, cfg.model_name, name=f"inference-{i}", default_sampling=cfg.sampling, **kwargs)
-        backends.append(RemoteBackend(handle, name=f"inference-{i}"))
-    return backends
-
-
-class Collector(metaclass=RemoteCapable):
-    """See the module docstring. ``vllm_config`` is the seed's dict; ``inference`` our dataclass."""
-
-    def __init__(self, vllm_config: dict | None = None, tracker: Any = None, buffer: Any = None,
-                 game_scheduler: Any = None, *, inference: InferenceConfig | None = None,
-                 backends: list[Any] | None = None, stats_every_s: float = 10.0,
+    def __init__(self, tracker: Any = None, buffer: Any = None, game_scheduler: Any = None, *,
+                 backends: list[Any], sampling: SamplingParams | None = None, stats_every_s: float = 10.0,
                  unavailable_timeout_s: float = 900.0, probe_interval_s: float = 1.0):
         if game_scheduler is None or buffer is None:
             raise ValueError("Collector needs a game_scheduler and a buffer")
-        self.tracker, self.buffer, self.scheduler = tracker, buffer, game_scheduler
-        if backends is None:
-            if inference is None:
-                if vllm_config is None:
-                    raise ValueError("Collector needs vllm_config, inference=InferenceConfig(...) or backends=[...]")
-                from unstable.run.wiring import choose_backend
-
-                inference = InferenceConfig.from_vllm_config(vllm_config, backend=choose_backend("auto"))
-            import ray
-
-            backends = start_inference_actors(inference, use_ray=ray.is_initialized())
         if not backends:
             raise ValueError("Collector needs at least one inference backend")
-        self.inference = inference
-        self.sampling = inference.sampling if inference else SamplingParams()
-        self.backends = backends
+        self.tracker, self.buffer, self.scheduler = tracker, buffer, game_scheduler
+        self.sampling = sampling or SamplingParams()
+        self.backends = list(backends)
         self._next_backend = 0
         self._healthy = [True] * len(backends)
         self._dead: set[int] = set()
@@ -159,19 +96,17 @@ class Collector(metaclass=RemoteCapable):
         self._probes[idx] = asyncio.create_task(self._probe(idx))
 
     async def _probe(self, idx: int) -> None:
-        from ray.exceptions import ActorDiedError, RayActorError
-
         backend = self.backends[idx]
         try:
             while not self._stop:
                 try:
                     await acall(backend, "ready")
-                except ActorDiedError as exc:  # restarts used up: dead for good
+                except InferenceDeadError as exc:  # restarts used up: dead for good
                     self._dead.add(idx)
                     self._counts["inference_dead"] += 1
                     log.error("inference actor %s is dead for good: %s", getattr(backend, "name", idx), exc)
                     return
-                except RayActorError:  # restarting (reloading the model) or its node is gone
+                except InferenceUnavailableError:  # restarting (reloading the model) or its node is gone
                     await asyncio.sleep(self.probe_interval_s)
                     continue
                 self._healthy[idx] = True

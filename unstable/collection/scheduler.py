@@ -28,13 +28,12 @@ from typing import Any
 
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
 from unstable.registry.model_registry import fixed_policy_ref
-from unstable.utils.remote import RemoteCapable
 
 EVAL_SEED_OFFSET = 2**31
 MIRROR = "self"  # the opponent label of a game with no opponent seats
 
 
-class GameScheduler(metaclass=RemoteCapable):
+class GameScheduler:
     """See the module docstring. ``seed`` seeds seat shuffling only."""
 
     def __init__(self, model_sampler: Any, env_sampler: Any, logging_dir: str | None = None, seed: int = 0):

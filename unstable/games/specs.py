@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from unstable.games.envs import check_env_id
 from unstable.games.extraction import get_action_extraction
+from unstable.games.legal_moves import SCRIPTED_POLICIES, check_scripted_opponent
 from unstable.games.templates import get_template
 from unstable.utils.checks import check_int, check_str
 
@@ -72,7 +73,5 @@ class EvalEnvSpec:
         _check_common(self)
         if not isinstance(self.fixed_opponent, str) or not self.fixed_opponent.strip():
             raise ValueError(f"fixed_opponent must be a non-empty string, got {self.fixed_opponent!r}")
-        from unstable.policies.scripted import SCRIPTED_POLICIES, make_scripted_policy
-
         if self.fixed_opponent in SCRIPTED_POLICIES:
-            make_scripted_policy(self.fixed_opponent, self.env_id)  # raises for unsupported games
+            check_scripted_opponent(self.fixed_opponent, self.env_id)  # raises for unsupported games

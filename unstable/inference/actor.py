@@ -1,21 +1,18 @@
-"""An inference backend hosted in a Ray actor, and the client that lets policies use it.
+"""One inference backend (one model and its adapter cache) behind the methods an actor serves.
 
-``InferenceActor`` is an async actor: Ray runs many ``generate`` calls on its event loop at once,
-so requests from every game routed to it meet in the backend's batching queue. The collector
-gives each game one actor (round-robin), which keeps a game's adapters on one cache.
-
-The collector starts these actors with ``max_restarts`` (see ``unstable.collection.collector``): if one dies,
-Ray starts it again (loading the model anew). Requests that were in flight, or sent while it
-restarts, fail; :class:`RemoteBackend` turns Ray's error into :class:`InferenceUnavailableError`
-so the game is recorded as dropped, never retried.
+``InferenceActor`` is a plain class; the wiring (:mod:`unstable.run.wiring`) starts it as an async
+Ray actor, so many ``generate`` calls run on its event loop at once and requests from every game
+routed to it meet in the backend's batching queue. The collector gives each game one actor
+(round-robin), which keeps a game's adapters on one cache. Ray's side of it, restarts and the
+client that turns Ray's errors into :class:`~unstable.inference.base.InferenceUnavailableError`,
+is :class:`unstable.run.remote.RemoteBackend`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from unstable.inference.base import GenerationRequest, GenerationResult, InferenceUnavailableError, SamplingParams
-from unstable.utils.remote import RemoteCapable
+from unstable.inference.base import GenerationRequest, GenerationResult, SamplingParams
 
 
 def make_backend(kind: str, model_name: str, **kwargs: Any):
@@ -31,7 +28,7 @@ def make_backend(kind: str, model_name: str, **kwargs: Any):
     raise ValueError(f"unknown inference backend {kind!r}; known: 'transformers', 'vllm'")
 
 
-class InferenceActor(metaclass=RemoteCapable):
+class InferenceActor:
     """One backend (one model + its adapter cache) serving many concurrent games."""
 
     def __init__(self, backend: str = "transformers", model_name: str = "", name: str = "inference-0",
@@ -53,28 +50,3 @@ class InferenceActor(metaclass=RemoteCapable):
 
     def ready(self) -> bool:
         return True
-
-
-class RemoteBackend:
-    """Client side of an :class:`InferenceActor` handle, with the backend protocol."""
-
-    def __init__(self, handle: Any, name: str = "inference"):
-        self.handle = handle
-        self.name = name
-
-    async def generate(self, request: GenerationRequest) -> GenerationResult:
-        from ray.exceptions import RayActorError
-
-        try:
-            return await self.handle.generate.remote(request)
-        except RayActorError as exc:
-            raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
-
-    async def stats(self) -> dict[str, Any]:
-        """Awaitable (the actor answers remotely); ``unstable.utils.remote.acall`` awaits either kind."""
-        return await self.handle.stats.remote()
-
-    async def ready(self) -> bool:
-        """True once the actor answers; raises Ray's ``ActorDiedError`` if it is dead for good and
-        ``ActorUnavailableError`` while it is restarting."""
-        return await self.handle.ready.remote()

@@ -67,6 +67,10 @@ class InferenceUnavailableError(RuntimeError):
     """The inference server a request went to died or is restarting; the game using it is dropped."""
 
 
+class InferenceDeadError(InferenceUnavailableError):
+    """The inference server is gone for good (its restarts are used up): stop routing games to it."""
+
+
 @runtime_checkable
 class InferenceBackend(Protocol):
     """Serves many concurrent requests, batching them; LoRA adapters are chosen per request."""

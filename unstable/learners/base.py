@@ -31,7 +31,6 @@ from unstable.learners.batching import TokenBatch, collate, micro_batches, valid
 from unstable.learners.config import LearnerConfig
 from unstable.learners.loop import run_training
 from unstable.records import Step
-from unstable.utils.remote import RemoteCapable
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ class NonFiniteError(ArithmeticError):
     """Internal: a loss or gradient was NaN/inf; the update is skipped (never escapes ``update``)."""
 
 
-class BaseLearner(metaclass=RemoteCapable):
+class BaseLearner:
     """Trains a LoRA adapter on batches of :class:`~unstable.records.Step` records.
 
     Construct with the 0.2 keyword arguments (see :class:`LearnerConfig` for every field and its

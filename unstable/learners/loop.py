@@ -1,7 +1,7 @@
 """The learner's ``train`` loop: wait for a batch, update, publish the checkpoint.
 
 Collaborators are duck-typed and may be plain objects or Ray actor handles (every call goes
-through :func:`unstable.utils.remote.call`):
+through :func:`unstable.utils.calls.call`):
 
 * ``buffer.size() -> int`` and ``buffer.get_batch(n)`` (required), returning ``list[Step]`` (a step
   buffer) or ``list[list[Step]]`` (an episode buffer's whole episodes; flattened here);
@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from unstable.utils.remote import call
+from unstable.utils.calls import call
 
 if TYPE_CHECKING:
     from unstable.learners.base import BaseLearner, UpdateResult

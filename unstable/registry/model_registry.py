@@ -37,8 +37,9 @@ from typing import Any
 
 import trueskill
 
+from unstable.games.legal_moves import SCRIPTED_POLICIES
 from unstable.records import GameRecord, PolicyKind, PolicyRef
-from unstable.utils.remote import RemoteCapable, call
+from unstable.utils.calls import call
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,6 @@ _TALLY = {"win": "wins", "draw": "draws", "loss": "losses"}  # outcome -> ModelE
 
 def fixed_policy_ref(name: str) -> PolicyRef:
     """How a fixed opponent's name is played: the one place the uid and kind rules live."""
-    from unstable.policies.scripted import SCRIPTED_POLICIES
-
     if name in SCRIPTED_POLICIES:
         return PolicyRef(uid=name, kind="scripted")
     if os.path.isdir(name):
@@ -87,7 +86,7 @@ class ModelEntry:
         setattr(self, field, getattr(self, field) + 1)
 
 
-class ModelRegistry(metaclass=RemoteCapable):
+class ModelRegistry:
     """See the module docstring. ``tracker`` (optional) gets :meth:`interface_info` through
     ``tracker.log_registry(info)`` after each new checkpoint and every ``log_every`` recorded games
     (the Tracker logs ``registry/<uid>/mu|sigma`` from it and keeps it for the dashboard)."""

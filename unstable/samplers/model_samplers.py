@@ -1,7 +1,7 @@
 """Model samplers: who sits in the non-learner seats of a train game.
 
 Each sampler reads the :class:`~unstable.registry.ModelRegistry` through
-:func:`~unstable.utils.remote.call`, so the registry may be a plain object or a Ray actor handle
+:func:`~unstable.utils.calls.call`, so the registry may be a plain object or a Ray actor handle
 (the seed's standard script passes a handle to a plain sampler living in the scheduler).
 Answers are :class:`~unstable.records.PolicyRef`: ``kind="checkpoint"`` with the adapter path and
 ``version`` = iteration for learner checkpoints, ``"scripted"`` or ``"api"`` for fixed models.
@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 from unstable.records import GameRecord, PolicyRef
-from unstable.utils.remote import call
+from unstable.utils.calls import call
 
 
 class BaseModelSampler:

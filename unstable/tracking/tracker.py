@@ -36,7 +36,6 @@ from unstable.tracking.run_dir import JsonlWriter, RunDir, atomic_write_json
 from unstable.tracking.timings import timing_samples
 from unstable.tracking.transcripts import TranscriptConfig, TranscriptWriter
 from unstable.tracking.wandb_writer import WandbWriter, import_wandb
-from unstable.utils.remote import RemoteCapable
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ def _mean(values: Any) -> float:
     return sum(values) / len(values)
 
 
-class Tracker(metaclass=RemoteCapable):
+class Tracker:
     """Records a run's metrics; see the module docstring.
 
     :param run_name: the run's name (W&B run name; default folder ``./runs/<run_name>``).

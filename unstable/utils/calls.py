@@ -1,0 +1,44 @@
+"""Calls that work the same on a local object and on a Ray actor handle, without importing Ray.
+
+The core components (buffer, registry, tracker, scheduler, collector, learner) are ordinary classes,
+and their collaborators may be ordinary objects (tests, one process) or actor handles (a run wired
+by :mod:`unstable.run`). An actor handle's methods carry a ``.remote`` that returns an object ref;
+a local object's methods do not. These helpers look for that attribute, so the core never imports
+Ray: ``call`` waits for the answer (a ref's ``future().result()``, which raises the actor's error as
+its own type, like ``ray.get``), ``acall`` awaits it, ``fire`` sends and does not wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+def _split(obj: Any, method: str) -> tuple[Any, Any]:
+    fn = getattr(obj, method)
+    return fn, getattr(fn, "remote", None)
+
+
+def call(obj: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``obj.method(*args)``, waiting for the answer if ``obj`` is an actor handle."""
+    fn, remote = _split(obj, method)
+    if remote is not None:
+        return remote(*args, **kwargs).future().result()
+    return fn(*args, **kwargs)
+
+
+def fire(obj: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """Call without waiting for an actor's answer (returns the object ref); local calls run now."""
+    fn, remote = _split(obj, method)
+    return remote(*args, **kwargs) if remote is not None else fn(*args, **kwargs)
+
+
+async def acall(obj: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """Async :func:`call`: awaits the actor's object ref, or the local coroutine or value."""
+    fn, remote = _split(obj, method)
+    if remote is not None:
+        return await remote(*args, **kwargs)
+    result = fn(*args, **kwargs)
+    if asyncio.iscoroutine(result):
+        return await result
+    return result
