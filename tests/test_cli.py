@@ -54,3 +54,50 @@ def test_readme_training_example_runs_scaled_down(ray_session, monkeypatch, tmp_
     exec(compile(block, "README.md", "exec"), {})
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "checkpoints" / "ckpt-1" / "adapter_config.json").is_file()
+
+
+@pytest.mark.parametrize("command", [[], ["tiny-model"], ["play"], ["train"], ["eval"], ["plot"], ["dashboard"],
+                                     ["replay"], ["quickstart"]])
+def test_every_help_text_prints(command, capsys):
+    """``unstable --help`` once crashed: argparse formats help with %, and a '95% i' in one text broke it."""
+    with pytest.raises(SystemExit) as info:
+        main([*command, "--help"])
+    assert info.value.code == 0
+    assert "usage: unstable" in capsys.readouterr().out
+
+
+def test_quickstart_options_are_the_config_fields_and_their_docs(capsys):
+    """One source of truth: each option's help is its QuickstartConfig field's docstring and default."""
+    from unstable.cli.commands import QUICKSTART_OPTIONS
+    from unstable.cli.quickstart import QuickstartConfig
+    from unstable.utils.fields import field_docs
+
+    docs = field_docs("unstable.cli.quickstart", "QuickstartConfig")
+    with pytest.raises(SystemExit):
+        main(["quickstart", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    defaults = QuickstartConfig(out="x")
+    for name in QUICKSTART_OPTIONS:
+        assert f"--{name.replace('_', '-')}" in text
+        assert docs[name].summary in text
+        if name != "out":
+            assert docs[name].default == getattr(defaults, name)  # the source's default is the config's
+            assert f"(default: {getattr(defaults, name)})" in text
+
+
+def test_field_options_refuse_undocumented_fields(tmp_path, monkeypatch):
+    import argparse
+
+    (tmp_path / "cfgmod.py").write_text('from dataclasses import dataclass\n\n\n@dataclass\nclass C:\n'
+                                        '    rate: float = 0.1\n    """Step size."""\n    steps: int = 3\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from unstable.utils.fields import add_field_options
+
+    parser = argparse.ArgumentParser()
+    add_field_options(parser, "cfgmod", "C", ["rate"])
+    assert parser.parse_args(["--rate", "0.3"]).rate == 0.3
+    assert parser.parse_args([]).rate is None  # not given: the config's own default applies
+    with pytest.raises(ValueError, match="no docstring"):
+        add_field_options(argparse.ArgumentParser(), "cfgmod", "C", ["steps"])
+    with pytest.raises(KeyError, match="no field 'nope'"):
+        add_field_options(argparse.ArgumentParser(), "cfgmod", "C", ["nope"])

@@ -8,6 +8,11 @@ import sys
 import time
 
 from unstable.ui.options import add_dashboard_arguments
+from unstable.utils.fields import add_field_options
+
+# QuickstartConfig fields offered as options, their --help made from the fields' docstrings
+QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
+                      "eval_workers", "seed"]
 
 
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
@@ -65,12 +70,10 @@ def _cmd_play(args: argparse.Namespace) -> int:
 def _cmd_quickstart(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from unstable.cli.quickstart import QuickstartConfig, default_out_dir, run_quickstart
+    from unstable.cli.quickstart import QuickstartConfig, run_quickstart
 
-    cfg = QuickstartConfig(out=args.out or default_out_dir())
-    changes = {k: getattr(args, k) for k in ("learning_steps", "batch_size", "learning_rate", "lr_schedule",
-                                             "eval_games", "eval_workers", "seed")
-               if getattr(args, k) is not None}
+    cfg = QuickstartConfig(out=args.out)
+    changes = {k: getattr(args, k) for k in QUICKSTART_OPTIONS if k != "out" and getattr(args, k) is not None}
     if "batch_size" in changes:
         changes["mini_batch_size"] = min(cfg.mini_batch_size, changes["batch_size"])
     cfg = replace(cfg, **changes)
@@ -239,16 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_replay)
 
     p = sub.add_parser("quickstart", help="the default CPU job: warm start, self-play training, evaluation, plots")
-    p.add_argument("--out", default=None, help="run directory (default: runs/quickstart-<date>-<time>)")
-    p.add_argument("--learning-steps", type=int, default=None, help="learner updates")
-    p.add_argument("--batch-size", type=int, default=None, help="moves per learner update")
-    p.add_argument("--learning-rate", type=float, default=None, help="peak learning rate of the LoRA adapter")
-    p.add_argument("--lr-schedule", choices=("linear", "constant"), default=None,
-                   help="linear: decay to 0 over the run (default); constant")
-    p.add_argument("--eval-games", type=int, default=None, help="games per evaluation of each checkpoint")
-    p.add_argument("--eval-workers", type=int, default=None, help="evaluation processes")
-    p.add_argument("--warm-start-positions", type=int, default=None, help="warm-start examples (random-game positions)")
-    p.add_argument("--seed", type=int, default=None)
+    add_field_options(p, "unstable.cli.quickstart", "QuickstartConfig", QUICKSTART_OPTIONS)
+    add_field_options(p, "unstable.models.warmstart", "WarmStartConfig", ["positions"], prefix="warm_start_")
     p.set_defaults(fn=_cmd_quickstart)
     return parser
 

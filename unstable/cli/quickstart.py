@@ -40,8 +40,8 @@ WARM_START_MAX_INVALID = 0.01
 class QuickstartConfig:
     """Settings of the default job; the defaults are what ``unstable quickstart`` runs."""
 
-    out: str = "runs/quickstart"
-    """The run directory (must not hold an earlier run)."""
+    out: str | None = None
+    """The run directory, which must not hold an earlier run (default: runs/quickstart-<date>-<time>)."""
     env_id: str = "TicTacToe-v0-train"
     model_size: str = "1m"
     prompt_template: str = "qwen3-board"
@@ -49,6 +49,7 @@ class QuickstartConfig:
     learning_steps: int = 20
     """Learner updates. Longer runs at these settings drift: see the README's "The default job"."""
     batch_size: int = 384
+    """Moves per learner update."""
     mini_batch_size: int = 128
     learning_rate: float = 1e-3
     """Peak learning rate of the LoRA adapter (see ``lr_schedule``)."""
@@ -67,10 +68,14 @@ class QuickstartConfig:
     eval_games: int = 2000
     """Games per evaluation of the initial and of the final checkpoint (seats alternate)."""
     eval_workers: int = 2
+    """Worker processes of each evaluation."""
     max_new_tokens: int = 16
     seed: int = 0
+    """Seeds the tiny model, the warm start and the run."""
 
     def __post_init__(self) -> None:
+        if self.out is None:
+            self.out = default_out_dir()
         for name in ("learning_steps", "batch_size", "mini_batch_size", "num_collection_workers", "eval_games",
                      "eval_workers", "max_new_tokens", "lora_rank", "lora_alpha"):
             check_int(name, getattr(self, name), 1)
