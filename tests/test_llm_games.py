@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 import torch
+from conftest import make_sample
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
@@ -65,9 +66,7 @@ class CannedBackend:
 
     async def generate(self, request):
         text = self.texts.pop(0)
-        return GenerationResult(
-            text=text, prompt_ids=(1, 2), completion_ids=(3,), logprobs=(-0.5,), finish_reason="length"
-        )
+        return GenerationResult(make_sample((1, 2), (3,), (-0.5,), finish_reason="length", text=text))
 
     def stats(self):
         return {}

@@ -46,7 +46,7 @@ class InferenceActor(metaclass=RemoteCapable):
     async def submit_prompt(self, prompt: str, lora_path: str | None = None) -> str:
         """The seed's text-only API: complete ``prompt`` with the actor's default sampling."""
         result = await self.backend.generate(GenerationRequest(prompt, lora_path, self.default_sampling))
-        return result.text
+        return result.sample.text
 
     def stats(self) -> dict[str, Any]:
         return {"name": self.name, **self.backend.stats()}

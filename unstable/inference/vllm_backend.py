@@ -42,7 +42,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from unstable.inference.base import GenerationRequest, GenerationResult
+from unstable.inference.base import GenerationRequest, GenerationResult, make_sample
 from unstable.inference.transformers_backend import _adapter_key
 from unstable.inference.vllm_cpu import set_cpu_defaults
 
@@ -293,10 +293,13 @@ class VLLMBackend:
             self._stats["requests"] += 1
             self._stats["completion_tokens"] += len(p.token_ids)
         first = p.first_token or now
+        sample = make_sample(
+            p.request, prompt_ids=tuple(p.prompt_ids), completion_ids=tuple(p.token_ids),
+            completion_logprobs=tuple(p.logprobs), finish_reason=finish,
+            text=self.tokenizer.decode(p.token_ids, skip_special_tokens=True),
+        )
         return GenerationResult(
-            text=self.tokenizer.decode(p.token_ids, skip_special_tokens=True), prompt_ids=tuple(p.prompt_ids),
-            completion_ids=tuple(p.token_ids), logprobs=tuple(p.logprobs), finish_reason=finish,
-            adapter_path=p.request.adapter_path, queue_seconds=first - p.submitted, gen_seconds=now - first,
+            sample, adapter_path=p.request.adapter_path, queue_seconds=first - p.submitted, gen_seconds=now - first,
         )
 
     def _fail_inbox(self, exc: BaseException) -> None:
