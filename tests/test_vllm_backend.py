@@ -192,6 +192,8 @@ def test_config_errors_are_raised_before_an_engine_starts(tiny_model_dir):
     with pytest.raises(ValueError, match="dtype"):
         VLLMBackendConfig(tiny_model_dir, dtype="int8")
     assert VLLMBackendConfig(tiny_model_dir, max_lora_rank=4).max_lora_rank == 8  # vLLM's allowed ranks
+    with pytest.raises(ValueError, match="raw_logprobs"):  # a Sample's log-probs are at temperature 1
+        VLLMBackendConfig(tiny_model_dir, engine_kwargs={"logprobs_mode": "processed_logprobs"})
 
 
 def test_cpu_lora_fix_gives_rows_without_an_adapter_no_adapter():

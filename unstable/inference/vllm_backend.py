@@ -78,6 +78,9 @@ class VLLMBackendConfig:
             raise ValueError(f"max_model_len must be >= 2 or None, got {self.max_model_len}")
         if self.dtype not in (None, "auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be one of float32, bfloat16, float16, auto or None, got {self.dtype!r}")
+        if self.engine_kwargs.get("logprobs_mode", "raw_logprobs") != "raw_logprobs":
+            raise ValueError("logprobs_mode must stay 'raw_logprobs': a Sample records log-probs at temperature 1, "
+                             f"without top-p; got {self.engine_kwargs['logprobs_mode']!r}")
 
 
 def _eos_ids(model_name: str, tokenizer: Any) -> set[int]:
@@ -157,7 +160,7 @@ class VLLMBackend:
         return EngineArgs(
             model=cfg.model_name, dtype=cfg.dtype or "auto", max_num_seqs=cfg.max_batch_size, max_model_len=max_len,
             enable_lora=cfg.enable_lora, disable_log_stats=True, **(lora if cfg.enable_lora else {}),
-            **cfg.engine_kwargs,
+            **{**cfg.engine_kwargs, "logprobs_mode": "raw_logprobs"},
         )
 
     # ------------------------------------------------------------------ adapters
