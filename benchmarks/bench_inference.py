@@ -102,7 +102,7 @@ def measure(backend, prompts: list[str], adapter: str | None, batch: int, sampli
         results = backend.generate_batch(requests)
         elapsed += time.perf_counter() - t0
         cpu += cpu_seconds() - c0
-        tokens += sum(len(r.completion_ids) for r in results)
+        tokens += sum(len(r.sample.completion_ids) for r in results)
         calls += 1
     return {"tokens": tokens, "seconds": elapsed, "calls": calls, "tok/s": tokens / elapsed,
             "tok/CPU-s": tokens / cpu if cpu else None, "mean_len": tokens / (calls * batch)}

@@ -42,16 +42,16 @@ VARIANTS = ("REINFORCELearner.update", "bare fwd+bwd")
 def synthetic_steps(n: int, seq_len: int, completion: int, vocab: int, seed: int = 0) -> list:
     import random
 
-    from unstable.records import Step
+    from unstable.records import Sample, Step
 
     rng = random.Random(seed)
     steps = []
     for i in range(n):
         ids = [rng.randrange(vocab) for _ in range(seq_len)]
         cut = seq_len - completion
-        steps.append(Step(env_id="TicTacToe-v0-train", game_id=i, player_id=i % 2, turn_index=0,
-                          prompt_ids=tuple(ids[:cut]), completion_ids=tuple(ids[cut:]),
-                          completion_logprobs=(-1.0,) * completion, reward=rng.choice((-1.0, 1.0)),
+        sample = Sample(tuple(ids[:cut]), tuple(ids[cut:]), (-1.0,) * completion, "length", 1.0, 1.0, 0)
+        steps.append(Step(env_id="TicTacToe-v0-train", game_id=i, player_id=i % 2, turn_index=0, sample=sample,
+                          reward=rng.choice((-1.0, 1.0)),
                           final_reward=1.0, policy_version=0, format_ok=True, invalid=False, is_last=True))
     return steps
 

@@ -33,6 +33,16 @@ def make_adapter(model_dir: str, out_dir, seed: int, rank: int = 4) -> str:
     return str(out_dir)
 
 
+def make_sample(prompt_ids=(1, 2), completion_ids=(3,), completion_logprobs=None, **kwargs):
+    """A hand-made Sample (log-probs -0.1 per completion token unless given; sampled at temperature 1)."""
+    from unstable.records import Sample
+
+    if completion_logprobs is None:
+        completion_logprobs = (-0.1,) * len(completion_ids)
+    kwargs = {"finish_reason": "stop", "temperature": 1.0, "top_p": 1.0, **kwargs}
+    return Sample(tuple(prompt_ids), tuple(completion_ids), tuple(completion_logprobs), **kwargs)
+
+
 TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
 
 

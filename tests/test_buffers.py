@@ -6,6 +6,7 @@ import math
 import pickle
 
 import pytest
+from conftest import make_sample
 
 import unstable.reward_transformations as retra
 from unstable.buffers import EpisodeBuffer, StepBuffer, swap_pop, trajectory_to_steps
@@ -27,9 +28,9 @@ def make_turn(index: int, pid: int, *, format_ok=True, invalid=False, policy=CKP
         format_ok=format_ok,
         invalid=invalid,
         policy=policy,
-        prompt_ids=(100 + index, 7) if tokens else (),
-        completion_ids=(200 + index,) if tokens else (),
-        completion_logprobs=(-0.1 * (index + 1),) if tokens else (),
+        sample=make_sample((100 + index, 7), (200 + index,), (-0.1 * (index + 1),), policy_version=policy.version)
+        if tokens
+        else None,
     )
 
 

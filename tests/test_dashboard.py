@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import make_sample
 from rich.console import Console
 
 import unstable
@@ -37,7 +38,7 @@ def game(game_id: int, opening: str, learner_wins: bool, *, is_eval: bool = Fals
     moves = [opening, "[1]", "[2]", "[3]", "[5]"]
     turns = tuple(
         Turn(turn_index=i, player_id=i % 2, observation="board", prompt="p", completion_text=f"[{m}]", action=m,
-             format_ok=i != 2, invalid=False, policy=agents[i % 2].policy, completion_ids=(1, 2, 3, 4),
+             format_ok=i != 2, invalid=False, policy=agents[i % 2].policy, sample=make_sample((), (1, 2, 3, 4)),
              gen_seconds=0.5 if i % 2 == 0 else 0.0, env_seconds=0.001)
         for i, m in enumerate(moves)
     )  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import make_sample
 
 from unstable.records import AgentSpec, GameRecord, GameSpec, PolicyRef, Turn
 from unstable.tracking import Tracker
@@ -29,9 +30,10 @@ def game(moves, *, game_id=1, collect=(0,), is_eval=False, invalid=(), gen=0.0, 
               AgentSpec(1, PolicyRef("random", kind="scripted"), collect_data=1 in collect))
     spec = GameSpec(game_id=game_id, env_id=ENV, seed=game_id, agents=agents, is_eval=is_eval,
                     eval_player_id=0 if is_eval else None)
+    sample = make_sample((), range(tokens)) if tokens else None
     turns = tuple(
         Turn(turn_index=i, player_id=i % 2, observation="obs", prompt="p", completion_text=f"I play {m}", action=m,
-             format_ok=True, invalid=i in invalid, policy=agents[i % 2].policy, completion_ids=tuple(range(tokens)),
+             format_ok=True, invalid=i in invalid, policy=agents[i % 2].policy, sample=sample,
              gen_seconds=gen, env_seconds=env_s)
         for i, m in enumerate(moves)
     )  # fmt: skip

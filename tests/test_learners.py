@@ -12,6 +12,7 @@ import textwrap
 import pytest
 import torch
 import transformers
+from conftest import make_sample
 
 from unstable.algorithms import masked_sum, token_logprobs
 from unstable.learners import A2CLearner, REINFORCELearner
@@ -48,9 +49,7 @@ def make_step(game=0, turn=0, reward=1.0, prompt=(3, 4, 5), completion=(6, 7), l
         game_id=game,
         player_id=player,
         turn_index=turn,
-        prompt_ids=tuple(prompt),
-        completion_ids=tuple(completion),
-        completion_logprobs=(-1.0,) * len(completion),
+        sample=make_sample(prompt, completion, (-1.0,) * len(completion), policy_version=0),
         reward=reward,
         final_reward=reward,
         policy_version=0,

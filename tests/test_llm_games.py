@@ -4,15 +4,18 @@ import asyncio
 
 import pytest
 import torch
+from conftest import make_sample
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
+import unstable.reward_transformations as retra
+from unstable.buffers import StepBuffer
 from unstable.collection.rollout import play_game_sync, play_games
 from unstable.games.extraction import INVALID_ACTION
 from unstable.inference.base import GenerationResult, SamplingParams
 from unstable.policies.llm import LLMPolicy
 from unstable.policies.scripted import RandomLegalPolicy
-from unstable.records import AgentSpec, GameRecord, GameSpec, PolicyRef
+from unstable.records import AgentSpec, GameRecord, GameSpec, PolicyRef, Sample
 
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=24)
 
@@ -57,6 +60,63 @@ def test_tiny_model_plays_full_games_with_two_adapters_in_one_batch(env_id, back
     assert checked == 6
 
 
+class RecordingBackend:
+    """The real backend, keeping every result it hands out."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.results = []
+
+    async def generate(self, request):
+        result = await self.backend.generate(request)
+        self.results.append(result)
+        return result
+
+    def stats(self):
+        return self.backend.stats()
+
+
+class RecordingPolicy:
+    """An LLM seat that keeps every PolicyOutput it returns."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.ref = policy.ref
+        self.outputs = []
+
+    async def act(self, ctx):
+        out = await self.policy.act(ctx)
+        self.outputs.append(out)
+        return out
+
+
+def test_one_sample_object_from_backend_to_policy_output_turn_and_step(backend, adapters):
+    """The backend's Sample is passed on by reference, never copied field by field."""
+    recording = RecordingBackend(backend)
+    ref = PolicyRef("ckpt-3", "checkpoint", adapters[0], version=3)
+    llm = RecordingPolicy(LLMPolicy(recording, ref, prompt_template="qwen3-zs", sampling=SAMPLING))
+    agents = (AgentSpec(0, ref, collect_data=True), AgentSpec(1, PolicyRef("random", "scripted"), collect_data=True))
+    record = play_game_sync(GameSpec(0, "TicTacToe-v0-train", 7, agents, error_allowance=3),
+                            {0: llm, 1: RandomLegalPolicy()})  # fmt: skip
+    buffer = StepBuffer(100, None, *retra.default_transforms())
+    buffer.add_game(record)
+    steps = sorted(buffer.get_batch(buffer.size()), key=lambda s: s.turn_index)
+
+    llm_turns = record.turns_of(0)
+    assert len(llm_turns) == len(recording.results) == len(llm.outputs) == len(steps) > 0
+    for result, out, turn, step in zip(recording.results, llm.outputs, llm_turns, steps, strict=True):
+        assert isinstance(result.sample, Sample)
+        assert out.sample is result.sample and turn.sample is result.sample and step.sample is result.sample
+        assert (turn.prompt_ids, turn.completion_ids) == (step.prompt_ids, step.completion_ids)
+        assert turn.completion_text == result.sample.text and turn.finish_reason == result.sample.finish_reason
+        assert (result.sample.temperature, result.sample.top_p) == (SAMPLING.temperature, SAMPLING.top_p)
+        assert result.sample.policy_version == step.policy_version == 3
+    for turn in record.turns_of(1):  # the scripted seat sampled no tokens
+        assert turn.sample is None and not turn.has_tokens
+        assert (turn.prompt_ids, turn.completion_ids, turn.completion_logprobs) == ((), (), ())
+    assert buffer.size() == 0 and {s.player_id for s in steps} == {0}  # no Steps for the scripted seat
+
+
 class CannedBackend:
     """Returns fixed completions: for testing what the game does with garbage model output."""
 
@@ -65,9 +125,7 @@ class CannedBackend:
 
     async def generate(self, request):
         text = self.texts.pop(0)
-        return GenerationResult(
-            text=text, prompt_ids=(1, 2), completion_ids=(3,), logprobs=(-0.5,), finish_reason="length"
-        )
+        return GenerationResult(make_sample((1, 2), (3,), (-0.5,), finish_reason="length", text=text))
 
     def stats(self):
         return {}

@@ -24,7 +24,7 @@ import pytest
 import ray.cloudpickle
 import torch
 import transformers
-from conftest import TTT, small_run_kwargs
+from conftest import TTT, make_sample, small_run_kwargs
 
 import unstable
 from unstable.buffers import StepBuffer
@@ -155,8 +155,8 @@ def _steps(seed: int, n: int = 8) -> list[Step]:
     for i in range(n):
         prompt = tuple(torch.randint(0, 96, (6,), generator=g).tolist())
         completion = tuple(torch.randint(0, 96, (3,), generator=g).tolist())
-        out.append(Step(env_id="E", game_id=i, player_id=0, turn_index=0, prompt_ids=prompt,
-                        completion_ids=completion, completion_logprobs=(-1.0,) * 3, reward=float(i % 3 - 1),
+        out.append(Step(env_id="E", game_id=i, player_id=0, turn_index=0,
+                        sample=make_sample(prompt, completion, (-1.0,) * 3), reward=float(i % 3 - 1),
                         final_reward=0.0, policy_version=0, format_ok=True, invalid=False, is_last=True))
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import make_sample
 
 import unstable.reward_transformations as retra
 from unstable.records import PlayerTrajectory, PolicyRef, Step, Turn
@@ -21,9 +22,7 @@ def make_turn(index: int, *, format_ok: bool = True, invalid: bool = False) -> T
         format_ok=format_ok,
         invalid=invalid,
         policy=PolicyRef("ckpt-1", version=1),
-        prompt_ids=(1, 2),
-        completion_ids=(3,),
-        completion_logprobs=(-0.5,),
+        sample=make_sample((1, 2), (3,), (-0.5,), policy_version=1),
     )
 
 
@@ -47,9 +46,7 @@ def make_step(reward: float, env_id: str = "E", turn_index: int = 0) -> Step:
         game_id=0,
         player_id=0,
         turn_index=turn_index,
-        prompt_ids=(1,),
-        completion_ids=(2,),
-        completion_logprobs=(-0.1,),
+        sample=make_sample((1,), (2,), (-0.1,), policy_version=0),
         reward=reward,
         final_reward=reward,
         policy_version=0,

@@ -7,6 +7,7 @@ import math
 import sys
 
 import pytest
+from conftest import make_sample
 
 import unstable
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef, Turn
@@ -24,7 +25,7 @@ def turn(i, pid, uid, *, fmt=True, invalid=False, text="abcd", n_tokens=0) -> Tu
     return Turn(
         turn_index=i, player_id=pid, observation="obs", prompt="p", completion_text=text, action="[0]",
         format_ok=fmt, invalid=invalid, policy=PolicyRef(uid),
-        completion_ids=tuple(range(n_tokens)), completion_logprobs=(-0.1,) * n_tokens,
+        sample=make_sample((), tuple(range(n_tokens))) if n_tokens else None,
     )  # fmt: skip
 
 

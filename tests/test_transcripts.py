@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import make_sample
 from rich.console import Console
 
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef, Turn
@@ -31,7 +32,7 @@ def known_game(game_id=7, *, is_eval=False, padding=0) -> GameRecord:
     turns = tuple(
         Turn(turn_index=i, player_id=pid, observation=f"[GAME] board {i} [bold]x[/bold]", prompt=f"<prompt {i}>",
              completion_text=text, action=action, format_ok=True, invalid=False, policy=agents[pid].policy,
-             prompt_ids=(1, 2, 3), completion_ids=(5, 6) if pid == 0 else (), gen_seconds=0.25, env_seconds=0.001)
+             sample=make_sample((1, 2, 3), (5, 6)) if pid == 0 else None, gen_seconds=0.25, env_seconds=0.001)
         for i, (pid, action, text) in enumerate(moves)
     )  # fmt: skip
     return GameRecord(spec=spec, turns=turns, final_rewards={0: 1.0, 1: -1.0}, game_info={0: {"reason": "three"}},

@@ -31,36 +31,38 @@ def fresh_logprobs(model_dir, adapter, prompt_ids, completion_ids):
 def test_mixed_adapter_batch_matches_single_requests_and_a_fresh_forward_pass(backend, adapters, tiny_model_dir):
     requests = [GenerationRequest(PROMPT, path, GREEDY) for path in (None, *adapters)]
     batch = backend.generate_batch(requests)
-    assert len({r.completion_ids for r in batch}) == 3  # the adapters really change the output
+    assert len({r.sample.completion_ids for r in batch}) == 3  # the adapters really change the output
     for req, res in zip(requests, batch, strict=True):
         alone = backend.generate_batch([req])[0]
-        assert alone.completion_ids == res.completion_ids
-        assert res.prompt_ids == tuple(backend.tokenizer(PROMPT, add_special_tokens=False)["input_ids"])
-        fresh = fresh_logprobs(tiny_model_dir, req.adapter_path, res.prompt_ids, res.completion_ids)
-        assert torch.allclose(fresh, torch.tensor(res.logprobs), atol=1e-4)
-        assert res.text == backend.tokenizer.decode(res.completion_ids, skip_special_tokens=True)
+        assert alone.sample.completion_ids == res.sample.completion_ids
+        assert res.sample.prompt_ids == tuple(backend.tokenizer(PROMPT, add_special_tokens=False)["input_ids"])
+        fresh = fresh_logprobs(tiny_model_dir, req.adapter_path, res.sample.prompt_ids, res.sample.completion_ids)
+        assert torch.allclose(fresh, torch.tensor(res.sample.completion_logprobs), atol=1e-4)
+        assert res.sample.text == backend.tokenizer.decode(res.sample.completion_ids, skip_special_tokens=True)
 
 
 def test_sampled_tokens_logprobs_are_the_unmodified_model_distribution(backend, adapters, tiny_model_dir):
     sampling = SamplingParams(temperature=1.3, top_p=0.9, max_new_tokens=12)
-    res = backend.generate_batch([GenerationRequest(PROMPT, adapters[0], sampling)])[0]
-    fresh = fresh_logprobs(tiny_model_dir, adapters[0], res.prompt_ids, res.completion_ids)
-    assert torch.allclose(fresh, torch.tensor(res.logprobs), atol=1e-4)
+    res = backend.generate_batch([GenerationRequest(PROMPT, adapters[0], sampling, policy_version=4)])[0]
+    fresh = fresh_logprobs(tiny_model_dir, adapters[0], res.sample.prompt_ids, res.sample.completion_ids)
+    assert torch.allclose(fresh, torch.tensor(res.sample.completion_logprobs), atol=1e-4)
+    # The sample says how it was drawn, which is not what its log-probs are measured at.
+    assert (res.sample.temperature, res.sample.top_p, res.sample.policy_version) == (1.3, 0.9, 4)
 
 
 def test_finish_reasons_and_per_request_length(backend):
     short = SamplingParams(temperature=0, max_new_tokens=3)
     longer = SamplingParams(temperature=0, max_new_tokens=9)
     a, b = backend.generate_batch([GenerationRequest(PROMPT, None, short), GenerationRequest(PROMPT, None, longer)])
-    assert len(a.completion_ids) == 3 and a.finish_reason == "length"
-    assert b.completion_ids[:3] == a.completion_ids  # same greedy path, cut at its own limit
-    assert all(tok not in backend.eos_ids for tok in a.completion_ids)
+    assert len(a.sample.completion_ids) == 3 and a.sample.finish_reason == "length"
+    assert b.sample.completion_ids[:3] == a.sample.completion_ids  # same greedy path, cut at its own limit
+    assert all(tok not in backend.eos_ids for tok in a.sample.completion_ids)
 
 
 def test_stop_finish_includes_the_eos_token(backend, tiny_model_dir, tmp_path):
     # Declare the token the model greedily emits third as its end-of-sequence token (in the
     # model's own generation_config.json), so generation must stop right after it.
-    third = backend.generate_batch([GenerationRequest(PROMPT, None, GREEDY)])[0].completion_ids[2]
+    third = backend.generate_batch([GenerationRequest(PROMPT, None, GREEDY)])[0].sample.completion_ids[2]
     shutil.copytree(tiny_model_dir, tmp_path / "m")
     config_path = tmp_path / "m" / "generation_config.json"
     config = json.loads(config_path.read_text())
@@ -69,9 +71,9 @@ def test_stop_finish_includes_the_eos_token(backend, tiny_model_dir, tmp_path):
     b = TransformersBackend(str(tmp_path / "m"))
     res = b.generate_batch([GenerationRequest(PROMPT, None, SamplingParams(temperature=0, max_new_tokens=20))])[0]
     b.close()
-    assert res.finish_reason == "stop" and res.completion_ids[-1] == third
-    assert third not in res.completion_ids[:-1] and len(res.completion_ids) <= 3
-    assert len(res.logprobs) == len(res.completion_ids)
+    assert res.sample.finish_reason == "stop" and res.sample.completion_ids[-1] == third
+    assert third not in res.sample.completion_ids[:-1] and len(res.sample.completion_ids) <= 3
+    assert len(res.sample.completion_logprobs) == len(res.sample.completion_ids)
 
 
 def test_async_requests_from_many_games_share_batches(backend, adapters):
@@ -83,7 +85,7 @@ def test_async_requests_from_many_games_share_batches(backend, adapters):
 
     results = asyncio.run(many())
     after = backend.stats()
-    assert len(results) == 16 and all(r.completion_ids for r in results)
+    assert len(results) == 16 and all(r.sample.completion_ids for r in results)
     assert after["requests"] - before["requests"] == 16
     assert after["batches"] - before["batches"] <= 4  # batched, not one call per request
 
@@ -97,7 +99,7 @@ def test_adapter_rewritten_in_place_is_reloaded_not_served_stale(tiny_model_dir,
     make_adapter(tiny_model_dir, tmp_path / "live", seed=11)
     second = b.generate_batch([GenerationRequest(PROMPT, path, GREEDY)])[0]
     expected = TransformersBackend(tiny_model_dir).generate_batch([GenerationRequest(PROMPT, path, GREEDY)])[0]
-    assert second.completion_ids == expected.completion_ids != first.completion_ids
+    assert second.sample.completion_ids == expected.sample.completion_ids != first.sample.completion_ids
     assert b.stats()["adapter_loads"] == 2
 
 
@@ -107,7 +109,7 @@ def test_adapter_cache_is_bounded(tiny_model_dir, adapters):
     b.generate_batch([GenerationRequest(PROMPT, adapters[1], GREEDY)])
     assert len(b.loaded_adapters()) == 1 and b.stats()["adapter_evictions"] == 1
     again = b.generate_batch([GenerationRequest(PROMPT, adapters[0], GREEDY)])[0]
-    assert again.completion_ids == one.completion_ids  # reloaded after eviction, same weights
+    assert again.sample.completion_ids == one.sample.completion_ids  # reloaded after eviction, same weights
     # A batch that needs more adapters than the bound still runs (nothing it uses is evicted).
     mixed = b.generate_batch([GenerationRequest(PROMPT, a, GREEDY) for a in adapters])
     assert len(mixed) == 2

@@ -50,10 +50,12 @@ def vllm_backend(tiny_model_dir):
 
 def assert_same(v, t):
     """One vLLM result against one transformers result for the same request."""
-    assert v.prompt_ids == t.prompt_ids
-    assert v.completion_ids == t.completion_ids
-    assert v.text == t.text and v.finish_reason == t.finish_reason and v.adapter_path == t.adapter_path
-    assert torch.allclose(torch.tensor(v.logprobs), torch.tensor(t.logprobs), atol=ATOL)
+    vs, ts = v.sample, t.sample
+    assert vs.prompt_ids == ts.prompt_ids
+    assert vs.completion_ids == ts.completion_ids
+    assert vs.text == ts.text and vs.finish_reason == ts.finish_reason and v.adapter_path == t.adapter_path
+    assert (vs.temperature, vs.top_p, vs.policy_version) == (ts.temperature, ts.top_p, ts.policy_version)
+    assert torch.allclose(torch.tensor(vs.completion_logprobs), torch.tensor(ts.completion_logprobs), atol=ATOL)
 
 
 def test_greedy_equals_transformers_backend_with_and_without_adapters(vllm_backend, backend, adapters):
@@ -62,7 +64,7 @@ def test_greedy_equals_transformers_backend_with_and_without_adapters(vllm_backe
     theirs = [backend.generate_batch([r])[0] for r in requests]
     for v, t in zip(ours, theirs, strict=True):
         assert_same(v, t)
-    assert len({r.completion_ids for r in ours[:3]}) == 3  # the adapters really change the output
+    assert len({r.sample.completion_ids for r in ours[:3]}) == 3  # the adapters really change the output
 
 
 def test_sampled_tokens_carry_the_unmodified_models_logprobs(vllm_backend, adapters, tiny_model_dir):
@@ -72,14 +74,15 @@ def test_sampled_tokens_carry_the_unmodified_models_logprobs(vllm_backend, adapt
     from transformers import AutoModelForCausalLM
 
     sampling = SamplingParams(temperature=1.3, top_p=0.9, max_new_tokens=16)
-    res = vllm_backend.generate_batch([GenerationRequest(PROMPTS[1], adapters[0], sampling)])[0]
-    assert len(res.logprobs) == len(res.completion_ids) > 0
+    res = vllm_backend.generate_batch([GenerationRequest(PROMPTS[1], adapters[0], sampling, policy_version=4)])[0]
+    assert len(res.sample.completion_logprobs) == len(res.sample.completion_ids) > 0
+    assert (res.sample.temperature, res.sample.top_p, res.sample.policy_version) == (1.3, 0.9, 4)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapters[0]).eval()
-    ids = torch.tensor([list(res.prompt_ids) + list(res.completion_ids)])
+    ids = torch.tensor([list(res.sample.prompt_ids) + list(res.sample.completion_ids)])
     with torch.no_grad():
-        logp = model(ids).logits.log_softmax(-1)[0, len(res.prompt_ids) - 1 : -1]
-    fresh = logp.gather(-1, torch.tensor(res.completion_ids)[:, None]).squeeze(-1)
-    assert torch.allclose(fresh, torch.tensor(res.logprobs), atol=ATOL)
+        logp = model(ids).logits.log_softmax(-1)[0, len(res.sample.prompt_ids) - 1 : -1]
+    fresh = logp.gather(-1, torch.tensor(res.sample.completion_ids)[:, None]).squeeze(-1)
+    assert torch.allclose(fresh, torch.tensor(res.sample.completion_logprobs), atol=ATOL)
 
 
 def test_mixed_base_and_adapter_requests_batch_together(vllm_backend, backend, adapters):
@@ -96,7 +99,7 @@ def test_mixed_base_and_adapter_requests_batch_together(vllm_backend, backend, a
     after = vllm_backend.stats()
     for req, v in zip(requests, ours, strict=True):
         assert_same(v, backend.generate_batch([req])[0])
-        assert len(v.completion_ids) <= req.sampling.max_new_tokens
+        assert len(v.sample.completion_ids) <= req.sampling.max_new_tokens
     assert after["requests"] - before["requests"] == 12
     assert after["batches"] - before["batches"] < 12 * 12  # rows shared engine steps
     assert after["running"] == after["queue_size"] == 0
@@ -112,7 +115,7 @@ def test_adapter_rewritten_in_place_is_never_served_stale(vllm_backend, backend,
     shutil.rmtree(path)
     make_adapter(tiny_model_dir, tmp_path / "live", seed=11)  # the learner saves a new version there
     second = vllm_backend.generate_batch([request])[0]  # the very next request
-    assert second.completion_ids != first.completion_ids
+    assert second.sample.completion_ids != first.sample.completion_ids
     assert_same(second, backend.generate_batch([request])[0])
     assert vllm_backend.stats()["adapter_loads"] == loads + 1
     # A new version in a new directory, as the learner's checkpoints are, is used at once too.
@@ -134,15 +137,16 @@ def test_adapter_table_is_bounded_and_evicted_adapters_come_back(vllm_backend, b
 def test_stop_token_ends_the_completion_and_is_kept(vllm_backend):
     # Declare the token the model greedily emits third an end-of-sequence token (as a
     # generation_config.json would), so generation must stop right after it.
-    third = vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], None, GREEDY)])[0].completion_ids[2]
+    third = vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], None, GREEDY)])[0].sample.completion_ids[2]
     eos = vllm_backend.eos_ids
     vllm_backend.eos_ids = {third}
     try:
         res = vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], None, GREEDY)])[0]
     finally:
         vllm_backend.eos_ids = eos
-    assert res.finish_reason == "stop" and res.completion_ids[-1] == third and len(res.completion_ids) <= 3
-    assert len(res.logprobs) == len(res.completion_ids)
+    sample = res.sample
+    assert sample.finish_reason == "stop" and sample.completion_ids[-1] == third and len(sample.completion_ids) <= 3
+    assert len(sample.completion_logprobs) == len(sample.completion_ids)
 
 
 def test_bad_requests_fail_loudly(vllm_backend, adapters, tiny_model_dir, tmp_path):
@@ -160,7 +164,7 @@ def test_bad_requests_fail_loudly(vllm_backend, adapters, tiny_model_dir, tmp_pa
     with pytest.raises(Exception, match="add_lora"):
         vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], str(broken), GREEDY)])
     ok = vllm_backend.generate_batch([GenerationRequest(PROMPTS[0], None, GREEDY)])[0]  # still serving
-    assert ok.completion_ids
+    assert ok.sample.completion_ids
 
 
 def test_seed_submit_prompt_through_an_inference_actor(vllm_backend, backend, adapters, monkeypatch):
@@ -175,7 +179,7 @@ def test_seed_submit_prompt_through_an_inference_actor(vllm_backend, backend, ad
         return await asyncio.gather(*(actor.submit_prompt(p, lora_path=a) for p, a in seats))
 
     texts = asyncio.run(play())
-    expected = [backend.generate_batch([GenerationRequest(p, a, GREEDY)])[0].text for p, a in seats]
+    expected = [backend.generate_batch([GenerationRequest(p, a, GREEDY)])[0].sample.text for p, a in seats]
     assert texts == expected
     assert actor.stats()["name"] == "inference-0"
 
@@ -188,6 +192,8 @@ def test_config_errors_are_raised_before_an_engine_starts(tiny_model_dir):
     with pytest.raises(ValueError, match="dtype"):
         VLLMBackendConfig(tiny_model_dir, dtype="int8")
     assert VLLMBackendConfig(tiny_model_dir, max_lora_rank=4).max_lora_rank == 8  # vLLM's allowed ranks
+    with pytest.raises(ValueError, match="raw_logprobs"):  # a Sample's log-probs are at temperature 1
+        VLLMBackendConfig(tiny_model_dir, engine_kwargs={"logprobs_mode": "processed_logprobs"})
 
 
 def test_cpu_lora_fix_gives_rows_without_an_adapter_no_adapter():

@@ -26,6 +26,7 @@ _LAZY = {
     "GameSpec": "unstable.records",
     "AgentSpec": "unstable.records",
     "PolicyRef": "unstable.records",
+    "Sample": "unstable.records",
     "Turn": "unstable.records",
     "GameRecord": "unstable.records",
     "FailedGame": "unstable.records",

@@ -3,6 +3,9 @@
 Everything a learner needs is recorded at the moment it happens (the exact prompt string, the
 token ids the model saw and sampled, the behaviour log-probs, which policy version produced
 them), so nothing downstream has to re-tokenise text or guess which checkpoint played.
+
+A sampled completion is one :class:`Sample`, made once by the inference backend and passed on by
+reference: the policy's output, the :class:`Turn` and the :class:`Step` all hold the same object.
 """
 
 from __future__ import annotations
@@ -28,6 +31,69 @@ class PolicyRef:
     kind: PolicyKind = "checkpoint"
     adapter_path: str | None = None
     version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One completion as the inference backend sampled it: the tokens, their log-probs, and how.
+
+    ``prompt_ids`` + ``completion_ids`` are exactly the tokens the model conditioned on and
+    sampled (an end-of-sequence token that stopped it is included). ``completion_logprobs[i]`` is
+    log p(completion_ids[i] | prefix) under the unmodified model: temperature 1, no top-p, which
+    is what both backends report (transformers' raw ``output_logits``, vLLM's ``raw_logprobs``)
+    and what a fresh forward pass of the same weights gives. The tokens were *drawn* at
+    ``temperature`` and ``top_p`` (``temperature == 0``: greedy), so the behaviour policy's own
+    probabilities differ from these log-probs unless both are 1. ``finish_reason`` is ``"stop"``
+    (an end-of-sequence token was sampled) or ``"length"`` (the token budget ran out).
+    ``policy_version`` is the learner step of the weights that sampled it (``PolicyRef.version``
+    of the requesting policy; ``None`` if the request did not say). ``text`` is the completion
+    decoded without special tokens.
+    """
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    completion_logprobs: tuple[float, ...]
+    finish_reason: Literal["stop", "length"]
+    temperature: float
+    top_p: float
+    policy_version: int | None = None
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.completion_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"{len(self.completion_logprobs)} log-probs for {len(self.completion_ids)} completion tokens"
+            )
+        if self.finish_reason not in ("stop", "length"):
+            raise ValueError(f"finish_reason must be 'stop' or 'length', got {self.finish_reason!r}")
+
+
+class _SampleTokens:
+    """Read-only token properties of a record with a ``sample``; empty when it has none."""
+
+    __slots__ = ()
+    sample: Sample | None
+
+    @property
+    def prompt_ids(self) -> tuple[int, ...]:
+        return self.sample.prompt_ids if self.sample is not None else ()
+
+    @property
+    def completion_ids(self) -> tuple[int, ...]:
+        return self.sample.completion_ids if self.sample is not None else ()
+
+    @property
+    def completion_logprobs(self) -> tuple[float, ...]:
+        return self.sample.completion_logprobs if self.sample is not None else ()
+
+    @property
+    def finish_reason(self) -> str:
+        """The sample's; ``"stop"`` for a turn without one (a scripted or API move is complete)."""
+        return self.sample.finish_reason if self.sample is not None else "stop"
+
+    @property
+    def has_tokens(self) -> bool:
+        return len(self.completion_ids) > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +132,12 @@ class GameSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
+class Turn(_SampleTokens):
     """One decision by one seat.
 
-    ``prompt_ids`` + ``completion_ids`` are exactly the tokens the model conditioned on and
-    sampled; ``completion_logprobs[i]`` is the log-probability of ``completion_ids[i]`` under the
-    behaviour policy's unmodified distribution (temperature 1, no top-p), as vLLM reports it by
-    default. Scripted and API policies leave the token fields empty.
+    ``sample`` is the model's completion exactly as the backend returned it (see :class:`Sample`
+    for what its log-probs are); scripted and API policies have none, and their token properties
+    are empty. ``prompt`` and ``completion_text`` are set for every policy.
     """
 
     turn_index: int
@@ -84,17 +149,10 @@ class Turn:
     format_ok: bool
     invalid: bool
     policy: PolicyRef
-    prompt_ids: tuple[int, ...] = ()
-    completion_ids: tuple[int, ...] = ()
-    completion_logprobs: tuple[float, ...] = ()
-    finish_reason: str = "stop"
+    sample: Sample | None = None
     invalid_reason: str | None = None
     gen_seconds: float = 0.0
     env_seconds: float = 0.0
-
-    @property
-    def has_tokens(self) -> bool:
-        return len(self.completion_ids) > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,20 +291,21 @@ def player_trajectories(record: GameRecord, *, collected_only: bool = True) -> l
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class Step(_SampleTokens):
     """One turn as the learner sees it: the sampled tokens and the shaped learning signal.
 
-    ``reward`` is what the learner multiplies the log-prob by (after the final, step and sampling
-    reward transforms); ``final_reward`` is the raw game reward, kept for logging.
+    ``sample`` is the turn's :class:`Sample` (the same object, not a copy); the token properties
+    read it. ``reward`` is what the learner multiplies the log-prob by (after the final, step and
+    sampling reward transforms); ``final_reward`` is the raw game reward, kept for logging.
+    ``policy_version`` is the version staleness is measured against: the sample's, unless the
+    buffer was told otherwise.
     """
 
     env_id: str
     game_id: int
     player_id: int
     turn_index: int  # position among this player's turns in the game
-    prompt_ids: tuple[int, ...]
-    completion_ids: tuple[int, ...]
-    completion_logprobs: tuple[float, ...]
+    sample: Sample | None
     reward: float
     final_reward: float
     policy_version: int | None

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from unstable.records import GameRecord, PlayerTrajectory, Step, player_trajectories
+from unstable.records import GameRecord, PlayerTrajectory, Step, Turn, player_trajectories
 from unstable.utils.calls import fire
 from unstable.utils.checks import check_int
 
@@ -61,7 +61,8 @@ def trajectory_to_steps(
     The final transform runs once on ``player_traj.final_reward``; each turn then starts from its
     output and runs the step transform. Turns without tokens (scripted or API policies) cannot be
     trained on and are skipped; if no turn has tokens, no transform runs (so an RAE baseline only
-    sees games that produce training data). ``policy_version`` overrides ``turn.policy.version``.
+    sees games that produce training data). Each Step holds its turn's ``Sample`` by reference.
+    ``policy_version`` overrides the version the sample was generated with.
     """
     if env_id is not None and env_id != player_traj.env_id:
         raise ValueError(f"env_id {env_id!r} does not match the trajectory's env_id {player_traj.env_id!r}")
@@ -86,12 +87,10 @@ def trajectory_to_steps(
                 game_id=player_traj.game_id,
                 player_id=player_traj.player_id,
                 turn_index=i,
-                prompt_ids=turn.prompt_ids,
-                completion_ids=turn.completion_ids,
-                completion_logprobs=turn.completion_logprobs,
+                sample=turn.sample,
                 reward=reward,
                 final_reward=raw,
-                policy_version=policy_version if policy_version is not None else turn.policy.version,
+                policy_version=_version(turn, policy_version),
                 format_ok=turn.format_ok,
                 invalid=turn.invalid,
                 is_last=i == last,
@@ -101,6 +100,15 @@ def trajectory_to_steps(
             )
         )
     return steps
+
+
+def _version(turn: Turn, override: int | None) -> int | None:
+    """The step's policy version: ``override``, else the sample's, else the seat's policy ref's."""
+    if override is not None:
+        return override
+    if turn.sample is not None and turn.sample.policy_version is not None:
+        return turn.sample.policy_version
+    return turn.policy.version
 
 
 def swap_pop(items: list[T], index: int) -> T:

@@ -43,7 +43,7 @@ class InferenceActor:
     async def submit_prompt(self, prompt: str, lora_path: str | None = None) -> str:
         """The seed's text-only API: complete ``prompt`` with the actor's default sampling."""
         result = await self.backend.generate(GenerationRequest(prompt, lora_path, self.default_sampling))
-        return result.text
+        return result.sample.text
 
     def stats(self) -> dict[str, Any]:
         return {"name": self.name, **self.backend.stats()}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from unstable.records import Sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,31 +38,50 @@ class SamplingParams:
 
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
-    """One prompt to complete, with the LoRA adapter to use (``None`` = base weights)."""
+    """One prompt to complete, with the LoRA adapter to use (``None`` = base weights).
+
+    ``policy_version`` labels the weights (``PolicyRef.version``); the backend copies it into the
+    :class:`~unstable.records.Sample` and does not otherwise use it.
+    """
 
     prompt: str
     adapter_path: str | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    policy_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class GenerationResult:
-    """What came back: the exact token ids and their log-probs under the unmodified model.
-
-    ``logprobs[i]`` is log p(completion_ids[i] | prefix) at temperature 1 without top-p (vLLM's
-    default "raw" log-probs), i.e. what a fresh forward pass of the same weights gives.
-    ``finish_reason`` is ``"stop"`` (an end-of-sequence token was sampled and is included) or
-    ``"length"`` (``max_new_tokens`` reached).
+    """What came back: the :class:`~unstable.records.Sample` (tokens, log-probs, text, how they
+    were sampled), which the policy, turn and step then hold by reference, plus serving facts
+    that stay here: the adapter it was served with and the time spent queued and generating.
     """
 
-    text: str
-    prompt_ids: tuple[int, ...]
-    completion_ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    finish_reason: str
+    sample: Sample
     adapter_path: str | None = None
     queue_seconds: float = 0.0
     gen_seconds: float = 0.0
+
+
+def make_sample(
+    request: GenerationRequest,
+    prompt_ids: tuple[int, ...],
+    completion_ids: tuple[int, ...],
+    completion_logprobs: tuple[float, ...],
+    finish_reason: Literal["stop", "length"],
+    text: str,
+) -> Sample:
+    """The backend's :class:`~unstable.records.Sample` for ``request``: its sampling settings and version."""
+    return Sample(
+        prompt_ids=prompt_ids,
+        completion_ids=completion_ids,
+        completion_logprobs=completion_logprobs,
+        finish_reason=finish_reason,
+        temperature=request.sampling.temperature,
+        top_p=request.sampling.top_p,
+        policy_version=request.policy_version,
+        text=text,
+    )
 
 
 class InferenceUnavailableError(RuntimeError):

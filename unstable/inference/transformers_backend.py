@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from unstable.inference.base import GenerationRequest, GenerationResult
+from unstable.inference.base import GenerationRequest, GenerationResult, make_sample
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,7 @@ class TransformersBackend:
             input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
         )
         new_tokens = out.sequences[:, width:].cpu()
+        # output_logits are the raw logits, before temperature and top-p: log-probs at temperature 1.
         logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1).cpu()
         chosen = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
         elapsed = time.perf_counter() - t0
@@ -201,17 +202,15 @@ class TransformersBackend:
             finish = "stop" if stop is not None else "length"
             n = stop + 1 if stop is not None else len(ids)
             completion = tuple(ids[:n])
-            results.append(
-                GenerationResult(
-                    text=self.tokenizer.decode(completion, skip_special_tokens=True),
-                    prompt_ids=tuple(encoded[row][0]),
-                    completion_ids=completion,
-                    logprobs=tuple(chosen[row, :n].tolist()),
-                    finish_reason=finish,
-                    adapter_path=req.adapter_path,
-                    gen_seconds=elapsed,
-                )
+            sample = make_sample(
+                req,
+                prompt_ids=tuple(encoded[row][0]),
+                completion_ids=completion,
+                completion_logprobs=tuple(chosen[row, :n].tolist()),
+                finish_reason=finish,
+                text=self.tokenizer.decode(completion, skip_special_tokens=True),
             )
+            results.append(GenerationResult(sample, adapter_path=req.adapter_path, gen_seconds=elapsed))
             self._stats["completion_tokens"] += n
         self._stats["requests"] += len(requests)
         self._stats["batches"] += 1

@@ -42,7 +42,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from unstable.inference.base import GenerationRequest, GenerationResult
+from unstable.inference.base import GenerationRequest, GenerationResult, make_sample
 from unstable.inference.transformers_backend import _adapter_key
 from unstable.inference.vllm_cpu import set_cpu_defaults
 
@@ -78,6 +78,9 @@ class VLLMBackendConfig:
             raise ValueError(f"max_model_len must be >= 2 or None, got {self.max_model_len}")
         if self.dtype not in (None, "auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be one of float32, bfloat16, float16, auto or None, got {self.dtype!r}")
+        if self.engine_kwargs.get("logprobs_mode", "raw_logprobs") != "raw_logprobs":
+            raise ValueError("logprobs_mode must stay 'raw_logprobs': a Sample records log-probs at temperature 1, "
+                             f"without top-p; got {self.engine_kwargs['logprobs_mode']!r}")
 
 
 def _eos_ids(model_name: str, tokenizer: Any) -> set[int]:
@@ -157,7 +160,7 @@ class VLLMBackend:
         return EngineArgs(
             model=cfg.model_name, dtype=cfg.dtype or "auto", max_num_seqs=cfg.max_batch_size, max_model_len=max_len,
             enable_lora=cfg.enable_lora, disable_log_stats=True, **(lora if cfg.enable_lora else {}),
-            **cfg.engine_kwargs,
+            **{**cfg.engine_kwargs, "logprobs_mode": "raw_logprobs"},
         )
 
     # ------------------------------------------------------------------ adapters
@@ -293,10 +296,13 @@ class VLLMBackend:
             self._stats["requests"] += 1
             self._stats["completion_tokens"] += len(p.token_ids)
         first = p.first_token or now
+        sample = make_sample(
+            p.request, prompt_ids=tuple(p.prompt_ids), completion_ids=tuple(p.token_ids),
+            completion_logprobs=tuple(p.logprobs), finish_reason=finish,
+            text=self.tokenizer.decode(p.token_ids, skip_special_tokens=True),
+        )
         return GenerationResult(
-            text=self.tokenizer.decode(p.token_ids, skip_special_tokens=True), prompt_ids=tuple(p.prompt_ids),
-            completion_ids=tuple(p.token_ids), logprobs=tuple(p.logprobs), finish_reason=finish,
-            adapter_path=p.request.adapter_path, queue_seconds=first - p.submitted, gen_seconds=now - first,
+            sample, adapter_path=p.request.adapter_path, queue_seconds=first - p.submitted, gen_seconds=now - first,
         )
 
     def _fail_inbox(self, exc: BaseException) -> None:

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from unstable.records import PolicyRef
+from unstable.records import PolicyRef, Sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,16 +28,17 @@ class TurnContext:
 
 @dataclass(frozen=True, slots=True)
 class PolicyOutput:
-    """A policy's answer for one turn (the turn loop adds env-side facts to make a ``Turn``)."""
+    """A policy's answer for one turn (the turn loop adds env-side facts to make a ``Turn``).
+
+    ``sample`` is the backend's record of the completion, passed on as it is (``None`` for
+    scripted and API policies, which sample no tokens).
+    """
 
     action: str
     format_ok: bool = True
     completion_text: str = ""
     prompt: str = ""
-    prompt_ids: tuple[int, ...] = ()
-    completion_ids: tuple[int, ...] = ()
-    completion_logprobs: tuple[float, ...] = ()
-    finish_reason: str = "stop"
+    sample: Sample | None = None
     gen_seconds: float = 0.0
 
 

@@ -33,16 +33,14 @@ class LLMPolicy:
 
     async def act(self, ctx: TurnContext) -> PolicyOutput:
         prompt = self.template(ctx.observation)
-        result = await self.backend.generate(GenerationRequest(prompt, self.ref.adapter_path, self.sampling))
-        found = self.extract(result.text)
+        request = GenerationRequest(prompt, self.ref.adapter_path, self.sampling, self.ref.version)
+        result = await self.backend.generate(request)
+        found = self.extract(result.sample.text)
         return PolicyOutput(
             action=found.action,
             format_ok=found.format_ok,
-            completion_text=result.text,
+            completion_text=result.sample.text,
             prompt=prompt,
-            prompt_ids=result.prompt_ids,
-            completion_ids=result.completion_ids,
-            completion_logprobs=result.logprobs,
-            finish_reason=result.finish_reason,
+            sample=result.sample,
             gen_seconds=result.gen_seconds + result.queue_seconds,
         )
