@@ -52,9 +52,12 @@ _LAZY = {
     "Run": "unstable.run.build",
     "ModelRegistry": "unstable.registry",
     "GameScheduler": "unstable.collection.scheduler",
-    "Collector": "unstable.collection.collector",
+    "Collector": "unstable.compat",  # today's Collector, also taking 0.1's keywords
     "InferenceActor": "unstable.inference.actor",
     "Tracker": "unstable.tracking",
+    # UnstableBaselines 0.1 names (see unstable.compat)
+    "ModelPool": "unstable.compat",
+    "StandardLearner": "unstable.compat",
     # evaluation and plots
     "evaluate": "unstable.eval.evaluation",
     "plot_run": "unstable.ui.plots",
