@@ -125,7 +125,7 @@ def _check_sample_mode(sample_mode: Any) -> None:
                      f"ModelPool maps {sorted(_SAMPLERS)}")
 
 
-def model_sampler(sample_mode: str, model_registry: Any) -> BaseModelSampler:
+def _model_sampler(sample_mode: str, model_registry: Any) -> BaseModelSampler:
     """The model sampler that plays ``sample_mode`` on ``model_registry`` (an object or actor handle)."""
     _check_sample_mode(sample_mode)
     return _SAMPLERS[sample_mode](model_registry=model_registry)
@@ -140,7 +140,7 @@ class ModelPool(ModelRegistry, metaclass=_ChecksArguments):
         self._check_arguments({"sample_mode": sample_mode, "max_active_lora": max_active_lora})
         super().__init__(tracker=tracker, beta=beta)
         self.sample_mode, self.max_active_lora, self.lag_range = sample_mode, max_active_lora, lag_range
-        self.set_sampler(model_sampler(sample_mode, self))
+        self.set_sampler(_model_sampler(sample_mode, self))
 
     @staticmethod
     def _check_arguments(arguments: dict[str, Any]) -> None:
@@ -303,7 +303,7 @@ class Collector(_Collector, metaclass=_ChecksArguments):
         for name in sorted({spec.fixed_opponent for spec in evals}):
             if fixed_policy_ref(name).uid not in known:
                 call(model_pool, "add_fixed", name)
-        scheduler_args = {"model_sampler": model_sampler(mode, model_pool),
+        scheduler_args = {"model_sampler": _model_sampler(mode, model_pool),
                           "env_sampler": UniformRandomEnvSampler(train, evals)}
         # as its own actor when the pool is one, so its registry calls never block this actor's event loop
         scheduler = (GameScheduler.options(num_cpus=0).remote(**scheduler_args) if is_actor(model_pool)
