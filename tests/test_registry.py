@@ -250,7 +250,7 @@ def test_registry_as_ray_actor_with_plain_sampler(ray_session, tmp_path):
         assert current == PolicyRef("base", "checkpoint", None, 0)
         opponent = sampler.sample_opponent()
         assert opponent == PolicyRef("random", "scripted")
-        sampler.update(record([current, opponent], [1.0, -1.0]))
+        call(handle, "record_game", record([current, opponent], [1.0, -1.0]))
         assert call(handle, "get_model", "base")["wins"] == 1
         ray.get(handle.save.remote(str(tmp_path / "r.json")))
         assert ModelRegistry.load(str(tmp_path / "r.json")).get_model("random")["losses"] == 1

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
-from unstable.records import AgentSpec, GameRecord, GameSpec, PolicyRef
+from unstable.records import PolicyRef
 from unstable.registry import ModelRegistry
 from unstable.samplers.env_samplers import BaseEnvSampler, UniformRandomEnvSampler
 from unstable.samplers.model_samplers import (
@@ -89,14 +89,10 @@ def test_mirror_sampler_returns_current_checkpoint():
         BaseModelSampler(None)
 
 
-def test_update_rates_the_game_in_the_registry():
-    reg = registry_with(1, fixed=("random",))
-    sampler = FixedOpponentModelSampler(reg, rng_seed=0)
-    agents = (AgentSpec(0, sampler.get_current_ckpt(), collect_data=True), AgentSpec(1, sampler.sample_opponent()))
-    spec = GameSpec(game_id=3, env_id=TTT.env_id, seed=3, agents=agents)
-    sampler.update(GameRecord(spec=spec, turns=(), final_rewards={0: 1.0, 1: -1.0}, game_info={}))
-    assert reg.get_model("base")["wins"] == 1
-    assert reg.get_model("random")["losses"] == 1
+def test_model_samplers_have_no_way_to_rate_a_game():
+    """Ratings are the registry's: the scheduler sends it the games (see test_scheduler.py)."""
+    for cls in (BaseModelSampler, FixedOpponentModelSampler, LaggedModelSampler, MatchQualityModelSampler):
+        assert not hasattr(cls, "update"), cls
 
 
 def test_fixed_sampler_uniform_over_fixed_models():

@@ -197,3 +197,64 @@ def test_errors_propagate():
         sched.next_train_job()
     with pytest.raises(ValueError, match="model_sampler"):
         GameScheduler(None, sched.env_sampler)
+
+
+class ReadOnlyRegistry:
+    """What a sampler may see of the registry: its queries. Any other call fails the test."""
+
+    READS = frozenset({"policy_ref", "fixed_uids", "checkpoint_uids", "match_qualities", "match_quality",
+                       "ratings", "get_current_ckpt", "get_model", "get_all_models"})
+
+    def __init__(self, registry):
+        self._registry = registry
+
+    def __getattr__(self, name):
+        if name not in self.READS:
+            raise AssertionError(f"a model sampler called registry.{name}: samplers only read the registry")
+        return getattr(self._registry, name)
+
+
+class CountingRegistry(ModelRegistry):
+    def __init__(self):
+        super().__init__()
+        self.recorded = 0
+
+    def record_game(self, record):
+        self.recorded += 1
+        super().record_game(record)
+
+
+@pytest.mark.parametrize("sampler_cls", [BaseModelSampler, FixedOpponentModelSampler])
+def test_samplers_only_read_and_the_registry_rates_each_game_once(sampler_cls):
+    reg = CountingRegistry()
+    reg.add_checkpoint(uid="base", path=None, iteration=0)
+    reg.add_fixed("random")
+    sampler = sampler_cls(ReadOnlyRegistry(reg), rng_seed=0)
+    sched = GameScheduler(sampler, RecordingEnvSampler([KUHN_VS], [EVAL_TTT], rng_seed=0), seed=0,
+                          model_registry=reg)
+    jobs = [sched.next_train_job() for _ in range(6)] + [sched.next_eval_job() for _ in range(4)]
+    for i, job in enumerate(jobs):
+        games_before = {uid: reg.get_model(uid)["games"] for uid in ("base", "random")}
+        sched.update(finish(job, {0: float(i % 3 - 1), 1: float(1 - i % 3)}))
+        seated = {a.policy.uid for a in job.agents}
+        assert {uid: reg.get_model(uid)["games"] - n for uid, n in games_before.items()} == {
+            uid: int(uid in seated) for uid in games_before}
+    assert reg.recorded == len(jobs) == reg.interface_info()["games_recorded"]
+    failed = sched.next_train_job()
+    sched.update(FailedGame(spec=failed, stage="env", error_type="RuntimeError", message="boom"))
+    assert reg.recorded == len(jobs)  # failed games are not rated
+
+
+def test_scheduler_rates_in_the_samplers_registry_by_default():
+    sched, reg, _ = make_scheduler([KUHN_VS], sampler_cls=FixedOpponentModelSampler)
+    assert sched.model_registry is reg
+    job = sched.next_train_job()
+    sched.update(finish(job, {0: 1.0, 1: -1.0}))
+    assert reg.interface_info()["games_recorded"] == 1
+
+    class NoRegistry:
+        def get_current_ckpt(self):
+            return CURRENT
+
+    with pytest.raises(ValueError, match="model_registry="):
+        GameScheduler(NoRegistry(), sched.env_sampler)

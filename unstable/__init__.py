@@ -53,9 +53,12 @@ _LAZY = {
     "Run": "unstable.run.build",
     "ModelRegistry": "unstable.run.actors",
     "GameScheduler": "unstable.run.actors",
-    "Collector": "unstable.run.actors",
+    "Collector": "unstable.compat",  # today's Collector, also taking 0.1's keywords
     "InferenceActor": "unstable.run.actors",
     "Tracker": "unstable.run.actors",
+    # UnstableBaselines 0.1 names (see unstable.compat)
+    "ModelPool": "unstable.compat",
+    "StandardLearner": "unstable.compat",
     # evaluation and plots
     "evaluate": "unstable.eval.evaluation",
     "plot_run": "unstable.ui.plots",

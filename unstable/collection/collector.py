@@ -2,7 +2,7 @@
 
 Games are coroutines run by this object's event loop (TextArena steps cost microseconds; model
 calls are awaited on inference actors, where requests from all games are batched). Finished train
-games go to the buffer; every finished game goes to the scheduler (which updates the ratings)
+games go to the buffer; every finished game goes to the scheduler (which has the registry rate it)
 and the tracker. A failed game is counted and logged with its seed and error and replaced by a
 new one; it never stops collection and is never retried.
 

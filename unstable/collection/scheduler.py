@@ -12,8 +12,9 @@
   ``game_id`` is one counter over both kinds.
 * **Results.** :meth:`update` takes a ``GameRecord`` or a ``FailedGame``, drops it from the running set,
   keeps average rewards per (kind, env, opponent) of the checkpoint's seats and of the opponents',
-  sends train averages to ``env_sampler.update`` and every finished game to ``model_sampler.update``
-  (which rates it in the registry). Failed games are counted (and appended to
+  sends train averages to ``env_sampler.update`` and every finished game to
+  ``model_registry.record_game``: the registry is the one writer of ratings and match counts, the
+  samplers only read it. Failed games are counted (and appended to
   ``<logging_dir>/failed_games.jsonl`` when a ``logging_dir`` is given), never rated or retried;
   games dropped because their inference actor died (``stage="inference"``) are counted apart.
   Errors propagate: nothing here sleeps or swallows exceptions.
@@ -24,22 +25,33 @@ from __future__ import annotations
 import json
 import os
 import random
+from dataclasses import replace
 from typing import Any
 
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
 from unstable.registry.model_registry import fixed_policy_ref
+from unstable.utils.calls import call
 
 EVAL_SEED_OFFSET = 2**31
 MIRROR = "self"  # the opponent label of a game with no opponent seats
 
 
 class GameScheduler:
-    """See the module docstring. ``seed`` seeds seat shuffling only."""
+    """See the module docstring. ``seed`` seeds seat shuffling only. ``model_registry`` (a
+    ``ModelRegistry`` or its actor handle) gets the finished games; by default it is the one the
+    model sampler reads (``model_sampler.model_registry``)."""
 
-    def __init__(self, model_sampler: Any, env_sampler: Any, logging_dir: str | None = None, seed: int = 0):
+    def __init__(self, model_sampler: Any, env_sampler: Any, logging_dir: str | None = None, seed: int = 0,
+                 model_registry: Any = None):
         if model_sampler is None or env_sampler is None:
             raise ValueError("GameScheduler needs a model_sampler and an env_sampler")
+        if model_registry is None:
+            model_registry = getattr(model_sampler, "model_registry", None)
+        if model_registry is None:
+            raise ValueError("GameScheduler needs the ModelRegistry that rates the games: pass model_registry=..., "
+                             "or a model sampler built on one (model_sampler.model_registry)")
         self.model_sampler, self.env_sampler, self.logging_dir = model_sampler, env_sampler, logging_dir
+        self.model_registry = model_registry
         self._rng = random.Random(seed)
         self._next_game_id = 0
         self._train_idx = 0
@@ -125,7 +137,8 @@ class GameScheduler:
             cell[3] += opponent_avg
         if not spec.is_eval:
             self.env_sampler.update(spec.env_id, actor_avg, opponent_avg)
-        self.model_sampler.update(result)
+        # the turns are dropped: the registry needs only the seats and rewards, and turns are large to ship
+        call(self.model_registry, "record_game", replace(result, turns=()))
 
     def _log_failure(self, failed: FailedGame) -> None:
         if not self.logging_dir:

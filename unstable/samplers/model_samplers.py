@@ -6,9 +6,8 @@ Each sampler reads the :class:`~unstable.registry.ModelRegistry` through
 Answers are :class:`~unstable.records.PolicyRef`: ``kind="checkpoint"`` with the adapter path and
 ``version`` = iteration for learner checkpoints, ``"scripted"`` or ``"api"`` for fixed models.
 
-``update(record)`` forwards every finished game to ``registry.record_game`` and is the **only**
-place ratings are updated (the scheduler calls it for train and eval games; failed games are not
-rated). Strategies:
+Samplers only read the registry: the scheduler sends every finished game to
+``registry.record_game``, and the registry alone updates ratings and match counts. Strategies:
 
 * ``BaseModelSampler`` / ``MirrorModelSampler``: the current checkpoint (``"none"``, ``"mirror"``);
 * ``FixedOpponentModelSampler``: uniform over the fixed models (``"fixed"``);
@@ -31,10 +30,9 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import replace
 from typing import Any
 
-from unstable.records import GameRecord, PolicyRef
+from unstable.records import PolicyRef
 from unstable.utils.calls import call
 
 
@@ -52,11 +50,6 @@ class BaseModelSampler:
 
     def sample_opponent(self) -> PolicyRef:
         return self.get_current_ckpt()
-
-    def update(self, record: GameRecord) -> None:
-        """Rate a finished game in the registry (the one place this happens). The turns are dropped
-        first: the registry needs only the seats and rewards, and they can be large to ship to an actor."""
-        call(self.model_registry, "record_game", replace(record, turns=()))
 
 
 MirrorModelSampler = BaseModelSampler
