@@ -80,6 +80,8 @@ def _wait_for_batch(learner: BaseLearner) -> None:
 
 def _flatten(batch: list) -> list:
     """``list[list[Step]]`` (episodes) -> ``list[Step]``; a flat list is returned as is."""
+    if not isinstance(batch, list):  # a TrainBatch
+        return list(batch)
     if batch and isinstance(batch[0], list | tuple):
         return [step for episode in batch for step in episode]
     return list(batch)
