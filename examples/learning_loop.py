@@ -45,7 +45,7 @@ def train(learner_cls, buffer, records, updates: int, batch_size: int, out_dir: 
     results = []
     for _ in range(updates):
         batch = buffer.get_batch(batch_size)
-        result = learner.update(list(batch))
+        result = learner.update(batch)  # a TrainBatch: loose Steps, or whole episodes for A2C
         print(f"  {learner_cls.__name__} v{result.version}: loss {result.metrics['train/loss']:+.4f} "
               f"grad_norm {result.metrics['train/grad_norm']:.3f} -> {result.adapter_path}")
         results.append(result)
