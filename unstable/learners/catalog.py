@@ -41,23 +41,23 @@ def available_learners() -> list[str]:
 
 def resolve_learner(algorithm: Any) -> type[BaseLearner]:
     """The learner class ``algorithm`` names (see the module docstring); ``ValueError`` otherwise."""
-    if isinstance(algorithm, str):
-        if algorithm in _LEARNERS:
-            return _LEARNERS[algorithm]
-        if ":" in algorithm:
-            module, _, qualname = algorithm.partition(":")
-            try:
-                value: Any = importlib.import_module(module)
-                for part in qualname.split("."):
-                    value = getattr(value, part)
-            except (ImportError, AttributeError) as exc:
-                raise ValueError(f"algorithm {algorithm!r} cannot be imported: {exc}") from None
-            _check_learner_class(value, f"algorithm={algorithm!r}")
-            return value
-        raise ValueError(f"algorithm must be one of {available_learners()} (or a BaseLearner subclass, or "
-                         f"'module:ClassName'), got {algorithm!r}; register_learner(name, cls) adds a name")
-    _check_learner_class(algorithm, "algorithm")
-    return algorithm
+    if isinstance(algorithm, type):
+        _check_learner_class(algorithm, "algorithm")
+        return algorithm
+    if isinstance(algorithm, str) and algorithm in _LEARNERS:
+        return _LEARNERS[algorithm]
+    if isinstance(algorithm, str) and ":" in algorithm:
+        module, _, qualname = algorithm.partition(":")
+        try:
+            value: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                value = getattr(value, part)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"algorithm {algorithm!r} cannot be imported: {exc}") from None
+        _check_learner_class(value, f"algorithm={algorithm!r}")
+        return value
+    raise ValueError(f"algorithm must be one of {available_learners()}, a BaseLearner subclass or "
+                     f"'module:ClassName', got {algorithm!r}; register_learner(name, cls) adds a name")
 
 
 def learner_name(cls: type[BaseLearner]) -> str:
@@ -78,8 +78,8 @@ def algorithm_settings(cls: type[BaseLearner], settings: Mapping[str, Any]) -> d
 def _check_learner_class(cls: Any, what: str) -> None:
     if not (isinstance(cls, type) and issubclass(cls, BaseLearner)):
         got = f"the class {cls.__qualname__}" if isinstance(cls, type) else f"{cls!r} (a {type(cls).__name__})"
-        raise ValueError(f"{what} must be a subclass of unstable.learners.BaseLearner (or a registered name), "
-                         f"got {got}; subclass BaseLearner and implement _update(batch)")
+        raise ValueError(f"{what} must be a subclass of unstable.learners.BaseLearner, got {got}; "
+                         "subclass BaseLearner and implement _update(batch)")
     if cls._update is BaseLearner._update:
         raise ValueError(f"{what}: {cls.__qualname__} does not implement _update(batch), the forward, loss and "
                          "backward of its algorithm")
