@@ -32,6 +32,7 @@ _LAZY = {
     "GameFailedError": "unstable.records",
     "PlayerTrajectory": "unstable.records",
     "Step": "unstable.records",
+    "TrainBatch": "unstable.records",
     # policies and inference
     "LLMPolicy": "unstable.policies.llm",
     "RandomLegalPolicy": "unstable.policies.scripted",
@@ -46,6 +47,8 @@ _LAZY = {
     "EpisodeBuffer": "unstable.buffers",
     "REINFORCELearner": "unstable.learners",
     "A2CLearner": "unstable.learners",
+    "BaseLearner": "unstable.learners",
+    "register_learner": "unstable.learners",
     # orchestration
     "build": "unstable.run.build",
     "BuildConfig": "unstable.run.build",

@@ -1,4 +1,4 @@
-"""Learners: turn :class:`~unstable.records.TrainBatch` es of Steps into LoRA checkpoints.
+"""Learners: turn batches of Steps (:class:`~unstable.records.TrainBatch`) into LoRA checkpoints.
 
 * :class:`REINFORCELearner` (``"reinforce"``) - policy gradient with the shaped step reward as the advantage.
 * :class:`A2CLearner` (``"a2c"``) - adds a critic (own LoRA adapter + value head on the same base) and GAE.

@@ -50,7 +50,7 @@ class NonFiniteError(ArithmeticError):
 
 
 class BaseLearner(metaclass=RemoteCapable):
-    """Trains a LoRA adapter on :class:`~unstable.records.TrainBatch` es of Steps.
+    """Trains a LoRA adapter on batches of Steps (:class:`~unstable.records.TrainBatch`).
 
     Construct with the 0.2 keyword arguments (see :class:`LearnerConfig` for every field and its
     default), e.g. ``REINFORCELearner(model_name, lora_cfg=..., batch_size=384, ...)``.
