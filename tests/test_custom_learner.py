@@ -26,11 +26,15 @@ def readme_example() -> str:
 
 
 @pytest.fixture(scope="module")
-def readme_learner() -> type[BaseLearner]:
+def readme_learner():
+    from unstable.learners import catalog
+
+    catalog._LEARNERS.pop("mean-baseline", None)  # test_cli also runs the README's blocks
     # a module name nobody can import: Ray then ships the class by value, as for a user's script
     namespace = {"__name__": "readme_add_your_own_learner"}
     exec(compile(readme_example(), str(README), "exec"), namespace)
-    return namespace["MeanBaselineLearner"]
+    yield namespace["MeanBaselineLearner"]
+    catalog._LEARNERS.pop("mean-baseline", None)
 
 
 def test_the_readme_learner_is_registered_and_named_in_config_json(readme_learner, tiny_model_dir, tmp_path):
@@ -41,7 +45,7 @@ def test_the_readme_learner_is_registered_and_named_in_config_json(readme_learne
     assert algorithm_settings(readme_learner, {"max_train_len": 8, "gamma": 0.9}) == {"max_train_len": 8}
 
 
-def test_learners_by_name_class_or_import_path():
+def test_learners_by_name_class_or_import_path(readme_learner):
     assert resolve_learner("reinforce") is REINFORCELearner and resolve_learner(A2CLearner) is A2CLearner
     assert resolve_learner("unstable.learners.a2c:A2CLearner") is A2CLearner
     assert learner_name(A2CLearner) == "a2c"
@@ -52,6 +56,9 @@ def test_learners_by_name_class_or_import_path():
     path = learner_name(Unregistered)
     assert path == f"{__name__}:test_learners_by_name_class_or_import_path.<locals>.Unregistered"
     register_learner("reinforce", REINFORCELearner)  # the same class again: a no-op
+    register_learner("mean-baseline", type(readme_learner.__name__, (readme_learner,), {
+        "__module__": readme_learner.__module__, "__qualname__": readme_learner.__qualname__}))  # re-run cell
+    register_learner("mean-baseline", readme_learner)
     with pytest.raises(ValueError, match="taken"):
         register_learner("reinforce", Unregistered)
     with pytest.raises(ValueError, match="cannot be imported"):

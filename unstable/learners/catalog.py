@@ -22,13 +22,15 @@ _LEARNERS: dict[str, type[BaseLearner]] = {"reinforce": REINFORCELearner, "a2c":
 def register_learner(name: str, cls: type[BaseLearner], *, overwrite: bool = False) -> None:
     """Make ``build(algorithm=name)`` train with ``cls`` (a ``BaseLearner`` subclass with ``_update``).
 
-    Registering the same class again is a no-op; another class under a taken name needs
+    Registering the same class again, or a redefinition of it (same module and name: a re-run
+    notebook cell, a reloaded module), replaces it; another class under a taken name needs
     ``overwrite=True`` (as :func:`unstable.register_template`).
     """
     if not isinstance(name, str) or not name.strip() or ":" in name:
         raise ValueError(f"a learner name must be a non-empty string without ':', got {name!r}")
     _check_learner_class(cls, f"register_learner({name!r}, ...)")
-    if _LEARNERS.get(name, cls) is not cls and not overwrite:
+    taken = _LEARNERS.get(name, cls)
+    if (taken.__module__, taken.__qualname__) != (cls.__module__, cls.__qualname__) and not overwrite:
         raise ValueError(f"the learner name {name!r} is taken by {_LEARNERS[name].__qualname__}; "
                          "pass overwrite=True to replace it")
     _LEARNERS[name] = cls
