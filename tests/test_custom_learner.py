@@ -13,6 +13,7 @@ from conftest import small_run_kwargs
 import unstable
 from unstable.learners import A2CLearner, BaseLearner, REINFORCELearner, register_learner, resolve_learner
 from unstable.learners.catalog import algorithm_settings, learner_name
+from unstable.records import Step, TrainBatch
 from unstable.run.build import BuildConfig
 from unstable.tracking import read_metrics
 
@@ -43,6 +44,18 @@ def test_the_readme_learner_is_registered_and_named_in_config_json(readme_learne
         cfg = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, algorithm=algorithm))
         assert json.loads(json.dumps(cfg.to_dict()))["algorithm"] == "mean-baseline"
     assert algorithm_settings(readme_learner, {"max_train_len": 8, "gamma": 0.9}) == {"max_train_len": 8}
+
+
+def test_the_readme_learner_updates_in_process(readme_learner, tiny_model_dir, tmp_path):
+    lrn = readme_learner(tiny_model_dir, output_dir=str(tmp_path / "out"), batch_size=4, mini_batch_size=2,
+                         lora_cfg={"lora_rank": 4}, gradient_checkpointing=False, activation_checkpointing=False)
+    lrn.initialize_algorithm(max_generation_len=16, baseline_weight=0.5)
+    steps = [Step(env_id="E", game_id=g, player_id=0, turn_index=0, prompt_ids=(5, 6, 7 + g), completion_ids=(8, 9),
+                  completion_logprobs=(-1.0, -1.0), reward=float(g), final_reward=0.0, policy_version=0,
+                  format_ok=True, invalid=False, is_last=True) for g in range(4)]
+    result = lrn.update(TrainBatch.from_steps(steps))
+    assert result.version == 1 and result.metrics["train/baseline"] == 1.5 and result.metrics["train/grad_norm"] > 0
+    assert (Path(result.adapter_path) / "adapter_config.json").is_file()
 
 
 def test_learners_by_name_class_or_import_path(readme_learner):

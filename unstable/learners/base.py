@@ -136,8 +136,8 @@ class BaseLearner(metaclass=RemoteCapable):
         If any loss or gradient norm is NaN/inf, nothing is stepped or saved: the gradients are
         dropped and the result carries ``train/skipped_nonfinite = 1`` (no exception).
         """
-        self._check_batch(batch)
         self._restore_pending_state()
+        self._check_batch(batch)
         start = time.perf_counter()
         trained_version = self.version
         steps = batch.steps
