@@ -64,6 +64,7 @@ def child(args: argparse.Namespace) -> dict:
     from unstable.learners import REINFORCELearner
     from unstable.learners import model_utils as mu
     from unstable.learners.batching import collate
+    from unstable.records import TrainBatch
 
     torch.set_num_threads(args.threads)
     path = model_dir(args.arch)
@@ -77,9 +78,10 @@ def child(args: argparse.Namespace) -> dict:
                                        gradient_checkpointing=args.gradient_checkpointing,
                                        activation_checkpointing=True, seed=0)
             learner.initialize_algorithm(max_train_len=None, max_generation_len=args.completion)
+            train_batch = TrainBatch.from_steps(steps)
 
             def step() -> None:
-                learner.update(steps)
+                learner.update(train_batch)
         else:
             torch.manual_seed(0)
             base = mu.load_base_model(path, device, mu.resolve_dtype(None, device), args.gradient_checkpointing)

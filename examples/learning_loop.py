@@ -45,8 +45,7 @@ def train(learner_cls, buffer, records, updates: int, batch_size: int, out_dir: 
     results = []
     for _ in range(updates):
         batch = buffer.get_batch(batch_size)
-        steps = [s for ep in batch for s in ep] if batch and isinstance(batch[0], list) else batch
-        result = learner.update(steps)
+        result = learner.update(batch)  # a TrainBatch: loose Steps, or whole episodes for A2C
         print(f"  {learner_cls.__name__} v{result.version}: loss {result.metrics['train/loss']:+.4f} "
               f"grad_norm {result.metrics['train/grad_norm']:.3f} -> {result.adapter_path}")
         results.append(result)

@@ -10,7 +10,7 @@ from conftest import make_sample
 
 import unstable.reward_transformations as retra
 from unstable.buffers import EpisodeBuffer, StepBuffer, swap_pop, trajectory_to_steps
-from unstable.records import AgentSpec, GameRecord, GameSpec, PolicyRef, Turn, player_trajectories
+from unstable.records import AgentSpec, GameRecord, GameSpec, PolicyRef, TrainBatch, Turn, player_trajectories
 
 CKPT = PolicyRef("ckpt-2", adapter_path="/ckpt/2", version=2)
 SCRIPTED = PolicyRef("random", kind="scripted")
@@ -305,7 +305,9 @@ def test_episode_buffer_returns_complete_episodes():
     for game_id in range(3):
         buffer.add_game(make_game(game_id))
     assert (buffer.size(), buffer.num_episodes()) == (12, 6)
-    episodes = buffer.get_batch(3)
+    batch = buffer.get_batch(3)
+    episodes = batch.by_episode()
+    assert batch.episodes == ((0, 1), (2, 3))
     assert len(episodes) == 2  # two episodes of two steps reach 3
     for episode in episodes:
         assert len({(s.game_id, s.player_id) for s in episode}) == 1
@@ -313,6 +315,30 @@ def test_episode_buffer_returns_complete_episodes():
     assert (buffer.size(), buffer.num_episodes(), buffer.stats()["handed_out"]) == (8, 4, 4)
     with pytest.raises(ValueError, match="fewer than"):
         buffer.get_batch(9)
+
+
+def test_buffers_hand_out_typed_batches():
+    steps, episodes = StepBuffer(100, seed=0), EpisodeBuffer(100, seed=0)
+    for buffer in (steps, episodes):
+        buffer.add_game(make_game())
+    loose = steps.get_batch(3)
+    assert isinstance(loose, TrainBatch) and loose.episodes == () and loose.by_episode() == []
+    assert len(loose) == 3 and list(loose) == list(loose.steps)
+    whole = episodes.get_batch(4)
+    assert sorted(whole.episodes) == [(0, 1), (2, 3)]
+    assert pickle.loads(pickle.dumps(whole)) == whole  # crosses Ray as a value
+
+
+def test_train_batch_checks_its_episodes():
+    steps = trajectory_to_steps(player_trajectories(make_game())[0])  # player 0's two turns
+    assert TrainBatch.from_steps(steps[::-1], group_episodes=True).episodes == ((1, 0),)
+    assert TrainBatch.from_episodes([steps]).episodes == ((0, 1),)
+    with pytest.raises(ValueError, match="exactly once"):
+        TrainBatch(tuple(steps), ((0,),))
+    with pytest.raises(ValueError, match="whole player episodes"):
+        TrainBatch(tuple(steps), ((1, 0),))  # not in turn order
+    with pytest.raises(ValueError, match="whole player episodes"):
+        TrainBatch.from_steps(steps[:1], group_episodes=True)  # the last turn is missing
 
 
 def test_episode_buffer_evicts_whole_episodes():
@@ -327,7 +353,7 @@ def test_episode_buffer_evicts_whole_episodes():
 def test_episode_buffer_transforms_the_whole_batch_then_regroups():
     buffer = EpisodeBuffer(100, sampling_reward_transformation=retra.NormalizeRewards(), seed=0)
     buffer.add_game(make_game())
-    episodes = buffer.get_batch(4)
+    episodes = buffer.get_batch(4).by_episode()
     rewards = {ep[0].player_id: [s.reward for s in ep] for ep in episodes}
     assert rewards == {0: [0.0, 1.0], 1: [0.0, -1.0]}  # the batch mean is 0, not each episode's
 
@@ -336,7 +362,7 @@ def test_episode_buffer_puts_the_outcome_on_the_last_turn_and_keeps_per_turn_sha
     step = retra.ComposeStepRewardTransforms([retra.RewardForFormat(1.5), retra.PenaltyForInvalidMove(1.0, -1.0)])
     buffer = EpisodeBuffer(100, step_reward_transformation=step, seed=0)
     buffer.add_game(make_game())
-    rewards = {ep[0].player_id: [s.reward for s in ep] for ep in buffer.get_batch(4)}
+    rewards = {ep[0].player_id: [s.reward for s in ep] for ep in buffer.get_batch(4).by_episode()}
     # player 0 (won, +1): shaping 2.5 per turn; player 1 (lost, -1): bad format then an invalid move.
     assert rewards == {0: [2.5, 3.5], 1: [1.0, -0.5]}
     assert sum(rewards[1]) == -1.0 + 1.0 + 0.5  # the shaped return: outcome plus each turn's shaping

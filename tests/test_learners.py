@@ -16,10 +16,9 @@ from conftest import make_sample
 
 from unstable.algorithms import masked_sum, token_logprobs
 from unstable.learners import A2CLearner, REINFORCELearner
-from unstable.learners.a2c import episode_indices
 from unstable.learners.batching import collate
 from unstable.learners.checkpoints import atomic_save, list_checkpoints, versions_to_keep
-from unstable.records import Step
+from unstable.records import Step, TrainBatch, episode_indices
 
 VOCAB = 96
 FAST = {"gradient_checkpointing": False, "activation_checkpointing": False, "seed": 0, "lora_cfg": {"lora_rank": 4}}
@@ -79,6 +78,11 @@ def episodes(num_games=4, turns=2, seed=0, reward=None) -> list[Step]:
     return out
 
 
+def batch(steps) -> TrainBatch:
+    """What an episode buffer would hand out for these (whole-episode) steps, in their order."""
+    return TrainBatch.from_steps(steps, group_episodes=True)
+
+
 def learner(cls, model_dir, tmp_path, **kwargs):
     opts = {**FAST, "batch_size": 8, "mini_batch_size": 8, "learning_rate": 1e-3, **kwargs}
     return cls(model_dir, output_dir=str(tmp_path / f"out-{len(list(tmp_path.iterdir()))}"), **opts)
@@ -109,9 +113,9 @@ def test_first_update_moves_lora_b_then_lora_a_never_base(model_dir, tmp_path):
     lrn = learner(REINFORCELearner, model_dir, tmp_path)
     assert lrn.device.type == "cpu" and lrn.dtype == torch.float32
     before = {n: p.detach().clone() for n, p in lrn.model.named_parameters()}
-    lrn.update(episodes())
+    lrn.update(batch(episodes()))
     after1 = {n: p.detach().clone() for n, p in lrn.model.named_parameters()}
-    lrn.update(episodes(seed=1))
+    lrn.update(batch(episodes(seed=1)))
     names = list(before)
     lora_a = [n for n in names if ".lora_A." in n]
     lora_b = [n for n in names if ".lora_B." in n]
@@ -129,14 +133,14 @@ def test_advantage_sign_moves_sampled_logprob(model_dir, tmp_path, sign):
     steps = [dataclasses.replace(s, reward=sign) for s in episodes()]
     start = completion_logp(lrn, steps)
     for _ in range(2):
-        lrn.update(steps)
+        lrn.update(batch(steps))
     delta = completion_logp(lrn, steps) - start
     assert (sign * delta > 0).all(), delta
 
 
 def test_update_result_metrics_and_checkpoint(model_dir, tmp_path):
     lrn = learner(REINFORCELearner, model_dir, tmp_path, max_train_len=10)
-    result = lrn.update(episodes())
+    result = lrn.update(batch(episodes()))
     assert result.version == 1 and not result.skipped
     assert result.adapter_path == str(tmp_path / "out-0" / "ckpt-1")
     assert {"adapter_config.json", "adapter_model.safetensors"} <= set(os.listdir(result.adapter_path))
@@ -148,7 +152,7 @@ def test_update_result_metrics_and_checkpoint(model_dir, tmp_path):
 
 def test_saved_adapter_reloads_in_fresh_process(model_dir, tmp_path):
     lrn = learner(REINFORCELearner, model_dir, tmp_path, learning_rate=1e-2)
-    path = lrn.update(episodes()).adapter_path
+    path = lrn.update(batch(episodes())).adapter_path
     ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
     lrn.model.eval()
     with torch.no_grad():
@@ -173,12 +177,12 @@ def test_saved_adapter_reloads_in_fresh_process(model_dir, tmp_path):
 def test_gradient_accumulation_equals_full_batch(model_dir, tmp_path, cls):
     lrn = learner(cls, model_dir, tmp_path)
     steps = episodes(seed=3)
-    lrn.update(steps)  # make lora_B non-zero so every LoRA weight has a gradient
+    lrn.update(batch(steps))  # make lora_B non-zero so every LoRA weight has a gradient
     grads = {}
     for mini in (1, 2, 8):
         lrn.config = dataclasses.replace(lrn.config, mini_batch_size=mini)
         lrn._zero_grad()
-        lrn._accumulate(steps)
+        lrn._update(batch(steps))
         params = lrn.policy_params + getattr(lrn, "critic_params", [])
         grads[mini] = [p.grad.clone() for p in params]
     for mini in (1, 2):
@@ -201,7 +205,7 @@ def test_checkpointing_does_not_change_gradients(model_dir, tmp_path, cls):
             for name, param in lrn.model.named_parameters():
                 if ".lora_B." in name:
                     param.normal_(std=0.1)
-        lrn._accumulate(episodes(seed=5))
+        lrn._update(batch(episodes(seed=5)))
         grads.append([p.grad.clone() for p in lrn.policy_params + getattr(lrn, "critic_params", [])])
     for g_plain, g_ckpt in zip(*grads, strict=True):
         torch.testing.assert_close(g_ckpt, g_plain, rtol=1e-4, atol=1e-5 * g_plain.abs().max().item() + 1e-12)
@@ -209,7 +213,7 @@ def test_checkpointing_does_not_change_gradients(model_dir, tmp_path, cls):
 
 @pytest.mark.parametrize("cls", [REINFORCELearner, A2CLearner])
 def test_equal_rewards_give_finite_update(model_dir, tmp_path, cls):
-    result = learner(cls, model_dir, tmp_path).update(episodes(reward=1.0))
+    result = learner(cls, model_dir, tmp_path).update(batch(episodes(reward=1.0)))
     assert not result.skipped and all(torch.isfinite(torch.tensor(v)) for v in result.metrics.values())
 
 
@@ -219,12 +223,12 @@ def test_nan_reward_is_skipped_and_counted(model_dir, tmp_path, cls):
     steps = episodes()
     steps[3] = dataclasses.replace(steps[3], reward=float("nan"))
     before = [p.detach().clone() for p in lrn.policy_params]
-    result = lrn.update(steps)
+    result = lrn.update(batch(steps))
     assert result.skipped and result.version == 0 and result.adapter_path is None
     assert result.metrics["train/skipped_nonfinite"] == 1 and result.metrics["train/skipped_total"] == 1
     assert list_checkpoints(lrn.config.output_dir) == {}
     assert all(torch.equal(b, p) and p.grad is None for b, p in zip(before, lrn.policy_params, strict=True))
-    assert lrn.update(episodes()).version == 1
+    assert lrn.update(batch(episodes())).version == 1
 
 
 def test_retention_keeps_last_n_and_every_kth_without_temp_dirs(model_dir, tmp_path):
@@ -234,7 +238,7 @@ def test_retention_keeps_last_n_and_every_kth_without_temp_dirs(model_dir, tmp_p
     lrn = learner(REINFORCELearner, model_dir, tmp_path, keep_last=2, keep_every=3)
     steps = episodes(num_games=1)
     for _ in range(7):
-        lrn.update(steps)
+        lrn.update(batch(steps))
     assert sorted(os.listdir(lrn.config.output_dir)) == ["ckpt-3", "ckpt-6", "ckpt-7"]
 
 
@@ -265,7 +269,7 @@ def test_a2c_gae_per_episode(model_dir, tmp_path):
     lrn = learner(A2CLearner, model_dir, tmp_path)
     steps = episodes(num_games=3, turns=3)
     random.Random(0).shuffle(steps)
-    adv, ret, values = lrn.advantages(steps)
+    adv, ret, values = lrn.advantages(batch(steps))
     for i, step in enumerate(steps):  # gamma = lambda = 1: reward-to-go within the episode minus V
         to_go = sum(s.reward for s in steps if s.game_id == step.game_id and s.turn_index >= step.turn_index)
         assert ret[i].item() == pytest.approx(to_go, abs=1e-6)
@@ -283,9 +287,17 @@ def test_a2c_needs_whole_episodes():
     ]
 
 
+def test_update_takes_a_typed_batch_and_a2c_its_episodes(model_dir, tmp_path):
+    with pytest.raises(TypeError, match="TrainBatch"):
+        learner(REINFORCELearner, model_dir, tmp_path).update(episodes())
+    with pytest.raises(ValueError, match="whole player episodes"):
+        learner(A2CLearner, model_dir, tmp_path).update(TrainBatch.from_steps(episodes()))  # loose steps
+    assert A2CLearner.needs_episodes and not REINFORCELearner.needs_episodes
+
+
 def test_a2c_checkpoint_restores_policy_and_critic(model_dir, tmp_path):
     lrn = learner(A2CLearner, model_dir, tmp_path)
-    path = lrn.update(episodes()).adapter_path
+    path = lrn.update(batch(episodes())).adapter_path
     assert {"adapter_config.json", "adapter_model.safetensors", "value_head.safetensors"} <= set(
         os.listdir(os.path.join(path, "critic"))
     )
@@ -293,7 +305,7 @@ def test_a2c_checkpoint_restores_policy_and_critic(model_dir, tmp_path):
     probe = episodes(num_games=2)
     torch.testing.assert_close(completion_logp(resumed, probe), completion_logp(lrn, probe))
     torch.testing.assert_close(resumed._old_values(probe), lrn._old_values(probe))
-    assert resumed.version == 1 and resumed.update(probe).adapter_path.endswith("ckpt-2")
+    assert resumed.version == 1 and resumed.update(batch(probe)).adapter_path.endswith("ckpt-2")
 
 
 def test_config_validation(model_dir, tmp_path):
@@ -338,8 +350,8 @@ class Recorder:
 
 def test_train_loop_with_episode_batches_and_hooks(model_dir, tmp_path):
     eps = episodes()
-    nested = [eps[i : i + 2] for i in range(0, len(eps), 2)]  # an episode buffer's list[list[Step]]
-    bad = [dataclasses.replace(s, reward=float("nan")) for s in eps]
+    nested = TrainBatch.from_episodes([eps[i : i + 2] for i in range(0, len(eps), 2)])  # as an EpisodeBuffer does
+    bad = batch([dataclasses.replace(s, reward=float("nan")) for s in eps])
     buffer, tracker, registry = FakeBuffer([nested, bad, nested]), Recorder(), Recorder()
     lrn = learner(
         A2CLearner, model_dir, tmp_path, poll_interval_s=0.01, buffer=buffer, tracker=tracker, model_registry=registry
@@ -351,9 +363,23 @@ def test_train_loop_with_episode_batches_and_hooks(model_dir, tmp_path):
     assert buffer.polls >= 2
 
 
+def test_run_training_takes_its_collaborators_explicitly(model_dir, tmp_path):
+    """The loop, not the learner, knows the buffer, registry, tracker and checkpoint hook."""
+    from unstable.learners import run_training
+
+    lrn = learner(REINFORCELearner, model_dir, tmp_path, poll_interval_s=0.01)
+    assert lrn.buffer is None and lrn.tracker is None and lrn.model_registry is None
+    buffer, tracker, registry, published = FakeBuffer([batch(episodes())] * 2), Recorder(), Recorder(), []
+    results = run_training(lrn, 2, buffer=buffer, registry=registry, tracker=tracker, on_checkpoint=published.append)
+    assert [r.version for r in results] == [1, 2] == published and buffer.versions == [0, 1, 2]
+    assert [c["uid"] for c in registry.calls] == ["ckpt-1", "ckpt-2"] and len(tracker.calls) == 2
+    with pytest.raises(TypeError, match="TrainBatch"):
+        run_training(lrn, 1, buffer=FakeBuffer([episodes()]))  # a buffer handing out a plain list
+
+
 def test_linear_lr_schedule_decays_to_zero_over_the_trained_steps(model_dir, tmp_path):
     eps = episodes()
-    buffer = FakeBuffer([eps] * 4)
+    buffer = FakeBuffer([batch(eps)] * 4)
     lrn = learner(REINFORCELearner, model_dir, tmp_path, poll_interval_s=0.01, buffer=buffer, lr_schedule="linear",
                   learning_rate=1e-3)
     results = lrn.train(4)
@@ -361,6 +387,6 @@ def test_linear_lr_schedule_decays_to_zero_over_the_trained_steps(model_dir, tmp
     # the schedule ends at 0 after the last step train() was asked for
     assert lrn.current_lr() == 0.0 and lrn.last_version == 4
     constant = learner(REINFORCELearner, model_dir, tmp_path, learning_rate=1e-3)
-    assert constant.update(eps).metrics["train/lr"] == 1e-3
+    assert constant.update(batch(eps)).metrics["train/lr"] == 1e-3
     with pytest.raises(ValueError, match="lr_schedule"):
         learner(REINFORCELearner, model_dir, tmp_path, lr_schedule="cosine")

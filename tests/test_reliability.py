@@ -31,7 +31,7 @@ from unstable.buffers import StepBuffer
 from unstable.inference.base import InferenceDeadError, InferenceUnavailableError
 from unstable.learners import REINFORCELearner
 from unstable.learners import checkpoints as ckpt
-from unstable.records import Step
+from unstable.records import Step, TrainBatch
 from unstable.run.resume import RUN_STATE_FILE, find_resume_point, load_run_config
 from unstable.tracking import read_metrics
 from unstable.tracking.run_dir import read_jsonl
@@ -110,14 +110,14 @@ def nan_loss_on_updates(learner, bad: set[int] | None = None, from_update: int |
     original = learner.update
     calls = [0]
 
-    def update(steps):
+    def update(batch):
         calls[0] += 1
         poisoned = calls[0] in (bad or set()) or (from_update is not None and calls[0] >= from_update)
         if poisoned:
             learner._backward = lambda loss, what: BaseLearner._backward(loss * float("nan"), what)
         else:
             learner.__dict__.pop("_backward", None)
-        return original(steps)
+        return original(batch)
 
     learner.update = update
 
@@ -149,7 +149,7 @@ def test_buffer_counts_trajectories_and_drops_duplicates():
     assert plain.add_game(make_game(0)) == 4 and plain.stats()["duplicates"] == 0
 
 
-def _steps(seed: int, n: int = 8) -> list[Step]:
+def _steps(seed: int, n: int = 8) -> TrainBatch:
     g = torch.Generator().manual_seed(seed)
     out = []
     for i in range(n):
@@ -158,7 +158,7 @@ def _steps(seed: int, n: int = 8) -> list[Step]:
         out.append(Step(env_id="E", game_id=i, player_id=0, turn_index=0,
                         sample=make_sample(prompt, completion, (-1.0,) * 3), reward=float(i % 3 - 1),
                         final_reward=0.0, policy_version=0, format_ok=True, invalid=False, is_last=True))
-    return out
+    return TrainBatch.from_steps(out)
 
 
 @pytest.fixture(scope="module")

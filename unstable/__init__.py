@@ -33,6 +33,7 @@ _LAZY = {
     "GameFailedError": "unstable.records",
     "PlayerTrajectory": "unstable.records",
     "Step": "unstable.records",
+    "TrainBatch": "unstable.records",
     # policies and inference
     "LLMPolicy": "unstable.policies.llm",
     "RandomLegalPolicy": "unstable.policies.scripted",
@@ -47,6 +48,8 @@ _LAZY = {
     "EpisodeBuffer": "unstable.run.actors",
     "REINFORCELearner": "unstable.run.actors",
     "A2CLearner": "unstable.run.actors",
+    "BaseLearner": "unstable.learners",
+    "register_learner": "unstable.learners",
     # orchestration
     "build": "unstable.run.build",
     "BuildConfig": "unstable.run.config",

@@ -10,7 +10,9 @@ reference: the policy's output, the :class:`Turn` and the :class:`Step` all hold
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Literal
 
 PolicyKind = Literal["checkpoint", "scripted", "api"]
@@ -315,3 +317,91 @@ class Step(_SampleTokens):
     prompt: str = ""
     completion: str = ""
     step_info: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainBatch:
+    """What a buffer hands a learner: Steps, and which of them form whole player episodes.
+
+    ``episodes`` holds, per player episode, the indices of its Steps in ``steps`` in turn order
+    (an :class:`~unstable.buffers.EpisodeBuffer` batch: ``(0, 1), (2, 3, 4), ...``); it is empty for
+    loose Steps (a :class:`~unstable.buffers.StepBuffer` batch). When given, the episodes cover every
+    Step once, and each is one ``(env_id, game_id, player_id)`` with gap-free turns ending at
+    ``is_last``, so a return-based learner (GAE) can trust them without regrouping.
+    Iterating a batch yields its Steps; ``len(batch)`` is their number.
+    """
+
+    steps: tuple[Step, ...]
+    episodes: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "episodes", tuple(tuple(idx) for idx in self.episodes))
+        if not self.episodes:
+            return
+        covered = sorted(i for idx in self.episodes for i in idx)
+        if covered != list(range(len(self.steps))):
+            raise ValueError(f"TrainBatch.episodes must index each of the {len(self.steps)} steps exactly once")
+        for idx in self.episodes:
+            _check_whole_episode(self.steps, idx)
+
+    @classmethod
+    def from_steps(cls, steps: Sequence[Step], *, group_episodes: bool = False) -> TrainBatch:
+        """A batch of ``steps`` in their order; ``group_episodes=True`` also finds their episodes
+        (see :func:`episode_indices`), raising ``ValueError`` unless they are whole."""
+        steps = tuple(steps)
+        episodes = episode_indices(steps) if group_episodes else []
+        return cls(steps, tuple(tuple(idx) for idx in episodes))
+
+    @classmethod
+    def from_episodes(cls, episodes: Sequence[Sequence[Step]]) -> TrainBatch:
+        """A batch of whole episodes, each a sequence of one player's Steps in turn order."""
+        steps: list[Step] = []
+        bounds = []
+        for episode in episodes:
+            bounds.append(tuple(range(len(steps), len(steps) + len(episode))))
+            steps.extend(episode)
+        return cls(tuple(steps), tuple(bounds))
+
+    def by_episode(self) -> list[tuple[Step, ...]]:
+        """The Steps of each episode, in turn order (empty for a batch of loose Steps)."""
+        return [tuple(self.steps[i] for i in idx) for idx in self.episodes]
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __iter__(self) -> Iterator[Step]:
+        return iter(self.steps)
+
+
+def episode_indices(steps: Sequence[Step]) -> list[list[int]]:
+    """Indices of ``steps`` grouped per player episode, ordered by ``turn_index``.
+
+    Raises ``ValueError`` unless each group is a gap-free run of turns ending at ``is_last``
+    (GAE needs ``V(s_{t+1})`` of the very next turn).
+    """
+    groups: dict[tuple[str, int, int], list[int]] = {}
+    for i, step in enumerate(steps):
+        groups.setdefault((step.env_id, step.game_id, step.player_id), []).append(i)
+    episodes = []
+    for idx in groups.values():
+        idx.sort(key=lambda i: steps[i].turn_index)
+        _check_whole_episode(steps, idx)
+        episodes.append(idx)
+    return episodes
+
+
+def _check_whole_episode(steps: Sequence[Step], idx: Sequence[int]) -> None:
+    if not idx:
+        raise ValueError("TrainBatch.episodes holds an empty episode")
+    first = steps[idx[0]]
+    key = (first.env_id, first.game_id, first.player_id)
+    turns = [steps[i].turn_index for i in idx]
+    same_player = all((steps[i].env_id, steps[i].game_id, steps[i].player_id) == key for i in idx)
+    gap_free = all(b - a == 1 for a, b in pairwise(turns))
+    if not (same_player and gap_free and steps[idx[-1]].is_last):
+        raise ValueError(
+            f"return-based learners (A2C) need whole player episodes, but (env, game, player) {key} has "
+            f"turns {turns} (last is_last={steps[idx[-1]].is_last}{'' if same_player else ', mixed players'}); "
+            "feed them from an EpisodeBuffer"
+        )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from unstable.buffers.base import BufferBase, check_batch_size, swap_pop
-from unstable.records import PlayerTrajectory, Step
+from unstable.records import PlayerTrajectory, Step, TrainBatch
 
 
 class EpisodeBuffer(BufferBase):
@@ -76,11 +76,12 @@ class EpisodeBuffer(BufferBase):
         self._episodes = fresh
         self._num_steps = kept
 
-    def get_batch(self, batch_size: int) -> list[list[Step]]:
+    def get_batch(self, batch_size: int) -> TrainBatch:
         """Remove random whole episodes until they hold at least ``batch_size`` Steps and return them.
 
         The sampling reward transform runs once on all returned Steps together (so normalisation
-        sees the whole batch); the result is regrouped into the same episodes, in turn order.
+        sees the whole batch); the :class:`~unstable.records.TrainBatch` keeps each episode's
+        Steps together, in turn order, and records where each episode lies.
         """
         check_batch_size(batch_size)
         self._purge_stale()
@@ -96,14 +97,10 @@ class EpisodeBuffer(BufferBase):
             episodes.append(episode)
             taken += len(episode)
         self._counts["handed_out"] += taken
-        flat = self._sample_transform([s for ep in episodes for s in ep])
-        out = []
-        start = 0
-        for episode in episodes:
-            out.append(flat[start : start + len(episode)])
-            start += len(episode)
+        batch = TrainBatch.from_episodes(episodes)
+        batch = TrainBatch(tuple(self._sample_transform(list(batch.steps))), batch.episodes)
         self._log()
-        return out
+        return batch
 
     def stats(self) -> dict[str, int]:
         return {

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from unstable.buffers.base import BufferBase, check_batch_size, swap_pop
-from unstable.records import PlayerTrajectory, Step
+from unstable.records import PlayerTrajectory, Step, TrainBatch
 
 
 class StepBuffer(BufferBase):
     """Stores Steps; evicts random ones in O(1) each once more than ``max_buffer_size`` are held.
 
     ``get_batch(n)`` samples n Steps uniformly without replacement, removes them, runs the
-    sampling reward transform on the batch and returns it. See :mod:`unstable.buffers.base` for
+    sampling reward transform on them and returns them as a :class:`~unstable.records.TrainBatch`
+    of loose Steps. See :mod:`unstable.buffers.base` for
     the back-pressure and staleness rules.
     """
 
@@ -41,7 +42,7 @@ class StepBuffer(BufferBase):
         self._counts["dropped_stale"] += len(self._steps) - len(fresh)
         self._steps = fresh
 
-    def get_batch(self, batch_size: int) -> list[Step]:
+    def get_batch(self, batch_size: int) -> TrainBatch:
         """Remove and return ``batch_size`` random Steps, after the sampling reward transform."""
         check_batch_size(batch_size)
         self._purge_stale()
@@ -57,7 +58,7 @@ class StepBuffer(BufferBase):
         self._counts["handed_out"] += batch_size
         batch = self._sample_transform(batch)
         self._log()
-        return batch
+        return TrainBatch.from_steps(batch)
 
     def clear(self) -> None:
         """Drop every stored Step (counted as ``cleared``); counters and transforms are kept."""

@@ -1,26 +1,29 @@
 """A2C: REINFORCE with a learned critic and GAE advantages.
 
+Read top to bottom: :meth:`A2CLearner._update` computes ``V(s_t)`` with the critic, GAE per
+episode, the policy gradient (REINFORCE's, with the normalised advantages) and the critic's
+regression towards the returns; :class:`~unstable.learners.BaseLearner` steps both optimisers.
+
 The critic is a second LoRA adapter (``"critic"``) on the *same* frozen base model plus a
 ``Linear(hidden, 1)`` value head, with its own AdamW. ``V(s_t)`` is read from the final hidden
 state at the **last prompt token**: in a causal model that is the only position that has seen the
 whole observation (0.2 read position 0, which only sees the first token).
 
 Rewards and GAE: ``Step.reward`` is taken as the per-turn reward ``r_t`` of the player's MDP
-(whatever the buffer's reward transforms made it). Steps are grouped into episodes by
-``(env_id, game_id, player_id)`` and ordered by ``turn_index``; each episode's last step must
-have ``is_last`` (bootstrap value 0). GAE runs per episode with ``gamma``/``gae_lambda``; with
-the defaults (1, 1) the advantage is ``sum_{k>=t} r_k - V(s_t)``. So a buffer for A2C should put
+(whatever the buffer's reward transforms made it). The batch's ``episodes`` (whole player
+episodes, as an :class:`~unstable.buffers.EpisodeBuffer` hands them out) say which steps form one
+episode and in which turn order; each ends at ``is_last`` (bootstrap value 0). GAE runs per
+episode with ``gamma``/``gae_lambda``; with the defaults (1, 1) the advantage is
+``sum_{k>=t} r_k - V(s_t)``. So a buffer for A2C should put
 the game outcome on the last turn only (plus any per-turn shaping): if it copies the outcome onto
 every turn, as 0.2's StepBuffer does, GAE will add it up once per remaining turn.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -29,38 +32,16 @@ from torch import Tensor, nn
 
 from unstable.algorithms import compute_gae, group_normalize, value_loss
 from unstable.learners import model_utils as mu
-from unstable.learners.base import BaseLearner
 from unstable.learners.batching import collate_prompts, micro_batches
 from unstable.learners.config import A2CConfig
-from unstable.records import Step
+from unstable.learners.reinforce import REINFORCELearner
+from unstable.records import Step, TrainBatch
 
 CRITIC_ADAPTER = "critic"  # PEFT saves a non-default adapter in a subfolder of this name
 VALUE_HEAD_FILE = "value_head.safetensors"
 
 
-def episode_indices(steps: Sequence[Step]) -> list[list[int]]:
-    """Indices of ``steps`` grouped per player episode, ordered by ``turn_index``.
-
-    Raises ``ValueError`` unless each group is a gap-free run of turns ending at ``is_last``
-    (GAE needs ``V(s_{t+1})`` of the very next turn): A2C wants whole episodes from its buffer.
-    """
-    groups: dict[tuple[str, int, int], list[int]] = defaultdict(list)
-    for i, step in enumerate(steps):
-        groups[(step.env_id, step.game_id, step.player_id)].append(i)
-    episodes = []
-    for key, idx in groups.items():
-        idx.sort(key=lambda i: steps[i].turn_index)
-        turns = [steps[i].turn_index for i in idx]
-        if any(b - a != 1 for a, b in pairwise(turns)) or not steps[idx[-1]].is_last:
-            raise ValueError(
-                f"A2C needs whole player episodes, but (env, game, player) {key} has turns {turns} "
-                f"(last is_last={steps[idx[-1]].is_last}); feed it from an episode buffer"
-            )
-        episodes.append(idx)
-    return episodes
-
-
-class A2CLearner(BaseLearner):
+class A2CLearner(REINFORCELearner):
     """Actor-critic: policy loss as REINFORCE with GAE advantages, value loss ``0.5 * MSE``.
 
     Checkpoints hold the policy adapter at the root (what inference loads) and the critic in
@@ -71,6 +52,7 @@ class A2CLearner(BaseLearner):
 
     config_cls = A2CConfig
     config: A2CConfig
+    needs_episodes = True
 
     def __init__(self, model_name: str, **kwargs) -> None:
         super().__init__(model_name, **kwargs)
@@ -115,7 +97,52 @@ class A2CLearner(BaseLearner):
         for group in self.critic_optimizer.param_groups:
             group["lr"] = critic_learning_rate
 
+    # ---------------------------------------------------------------------------------- update
+    def _update(self, batch: TrainBatch) -> dict[str, float]:
+        steps = batch.steps
+        # 1. critic (no gradient) and GAE per episode
+        advantages, returns, old_values = self.advantages(batch)
+        # 2. policy: REINFORCE's gradient with the (per-env normalised) advantages
+        policy_adv = advantages
+        if self.config.normalize_adv:
+            policy_adv = group_normalize(advantages, [s.env_id for s in steps])
+        metrics = self.policy_gradient(steps, policy_adv)
+        # 3. critic: regress V(s_t) towards the returns, micro-batch by micro-batch
+        total_loss, abs_err = 0.0, 0.0
+        with self._adapter(CRITIC_ADAPTER):
+            for idx in micro_batches(steps, self.config.mini_batch_size):
+                predicted = self.values([steps[i] for i in idx])
+                target = returns[idx].to(self.device)
+                loss = value_loss(predicted, target) * (len(idx) / len(steps))
+                self._backward(loss, "value loss")
+                total_loss += float(loss.detach())
+                abs_err += float((predicted.detach() - target).abs().sum())
+        metrics.update(
+            {
+                "train/value_loss": total_loss,
+                "train/value_mae": abs_err / len(steps),
+                "train/value_mean": float(old_values.mean()),
+                "train/adv_mean": float(advantages.mean()),
+                "train/adv_std": float(advantages.std(unbiased=False)),
+                "train/return_mean": float(returns.mean()),
+            }
+        )
+        return metrics
+
     # ---------------------------------------------------------------------------------- critic
+    def advantages(self, batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor]:
+        """``(advantages, returns, values)`` per step of ``batch``: GAE per episode with the current critic."""
+        rewards = torch.tensor([s.reward for s in batch.steps], dtype=torch.float32)
+        values = self._old_values(batch.steps)
+        advantages = torch.zeros_like(rewards)
+        returns = torch.zeros_like(rewards)
+        for episode in batch.episodes:
+            idx = list(episode)
+            adv, ret = compute_gae(rewards[idx], values[idx], self.config.gamma, self.config.gae_lambda)
+            advantages[idx] = adv
+            returns[idx] = ret
+        return advantages, returns, values
+
     @contextmanager
     def _adapter(self, name: str) -> Iterator[None]:
         """Make ``name`` the active adapter. Forward *and* backward must run inside: non-reentrant
@@ -148,47 +175,7 @@ class A2CLearner(BaseLearner):
             self.model.train()
         return torch.cat(parts)
 
-    def advantages(self, steps: Sequence[Step]) -> tuple[Tensor, Tensor, Tensor]:
-        """``(advantages, returns, values)`` per step: GAE per episode with the current critic."""
-        episodes = episode_indices(steps)
-        rewards = torch.tensor([s.reward for s in steps], dtype=torch.float32)
-        values = self._old_values(steps)
-        advantages = torch.zeros_like(rewards)
-        returns = torch.zeros_like(rewards)
-        for idx in episodes:
-            adv, ret = compute_gae(rewards[idx], values[idx], self.config.gamma, self.config.gae_lambda)
-            advantages[idx] = adv
-            returns[idx] = ret
-        return advantages, returns, values
-
-    # ---------------------------------------------------------------------------------- update
-    def _accumulate(self, steps: Sequence[Step]) -> dict[str, float]:
-        advantages, returns, old_values = self.advantages(steps)
-        policy_adv = advantages
-        if self.config.normalize_adv:
-            policy_adv = group_normalize(advantages, [s.env_id for s in steps])
-        metrics = self._policy_pass(steps, policy_adv)
-        total_loss, abs_err = 0.0, 0.0
-        with self._adapter(CRITIC_ADAPTER):
-            for idx in micro_batches(steps, self.config.mini_batch_size):
-                predicted = self.values([steps[i] for i in idx])
-                target = returns[idx].to(self.device)
-                loss = value_loss(predicted, target) * (len(idx) / len(steps))
-                self._backward(loss, "value loss")
-                total_loss += float(loss.detach())
-                abs_err += float((predicted.detach() - target).abs().sum())
-        metrics.update(
-            {
-                "train/value_loss": total_loss,
-                "train/value_mae": abs_err / len(steps),
-                "train/value_mean": float(old_values.mean()),
-                "train/adv_mean": float(advantages.mean()),
-                "train/adv_std": float(advantages.std(unbiased=False)),
-                "train/return_mean": float(returns.mean()),
-            }
-        )
-        return metrics
-
+    # ------------------------------------------------------------------- optimisers, checkpoints
     def _param_groups(self) -> dict[str, tuple[torch.optim.Optimizer, list[nn.Parameter]]]:
         groups = super()._param_groups()
         groups["train/critic_grad_norm"] = (self.critic_optimizer, self.critic_params)

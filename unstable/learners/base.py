@@ -1,8 +1,15 @@
-"""``BaseLearner``: model + adapter + optimiser, one ``update`` per batch, checkpoints, ``train`` loop.
+"""``BaseLearner``: the plumbing every learner shares; the algorithms live in their own files.
 
-Plain Python (no Ray): the orchestration layer wraps a learner in an actor and hands it a buffer,
-tracker and model registry, which are used only through the small duck-typed hooks in ``train``.
-Subclasses implement :meth:`BaseLearner._accumulate` (forward + backward over micro-batches).
+Plain Python (no Ray). :meth:`BaseLearner.update` is pure: a :class:`~unstable.records.TrainBatch`
+in, an :class:`UpdateResult` out. Around the subclass's :meth:`BaseLearner._update` (forward, loss
+and backward, as read top to bottom in ``reinforce.py`` / ``a2c.py``) it validates the batch,
+zeroes, clips and steps the optimisers, skips non-finite updates and writes the checkpoint.
+:meth:`BaseLearner.train` hands the buffer, tracker and model registry given to the constructor
+to :func:`unstable.learners.loop.run_training`, which pulls batches and publishes checkpoints.
+
+A new algorithm subclasses ``BaseLearner``, implements ``_update(batch)`` (and
+``initialize_algorithm(...)`` for its settings), and is passed to ``unstable.build(algorithm=...)``
+as a class or as a name given to :func:`unstable.learners.register_learner`.
 
 Each checkpoint ``ckpt-N`` holds the adapter(s) and ``trainer_state.pt`` (optimiser states, the
 version, RNG states, the skip counter), so ``initial_lora_path=ckpt-N, initial_version=N,
@@ -17,42 +24,24 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from unstable.algorithms import reinforce_loss, token_logprobs
 from unstable.learners import checkpoints as ckpt
 from unstable.learners import model_utils as mu
-from unstable.learners.batching import TokenBatch, collate, micro_batches, validate_steps
+from unstable.learners.batching import validate_steps
 from unstable.learners.config import LearnerConfig
 from unstable.learners.loop import run_training
-from unstable.records import Step
+from unstable.learners.protocol import UpdateResult
+from unstable.records import Step, TrainBatch
 
 logger = logging.getLogger(__name__)
 
 TRAINER_STATE_FILE = "trainer_state.pt"
-
-
-@dataclass(frozen=True, slots=True)
-class UpdateResult:
-    """What one :meth:`BaseLearner.update` produced.
-
-    ``adapter_path`` is the checkpoint written by this update; after a skipped (non-finite)
-    update it is the previous checkpoint, which is ``None`` while the learner is still at the
-    base weights. ``version`` is unchanged by a skipped update.
-    """
-
-    version: int
-    adapter_path: str | None
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def skipped(self) -> bool:
-        return bool(self.metrics.get("train/skipped_nonfinite", 0))
 
 
 class NonFiniteError(ArithmeticError):
@@ -60,14 +49,18 @@ class NonFiniteError(ArithmeticError):
 
 
 class BaseLearner:
-    """Trains a LoRA adapter on batches of :class:`~unstable.records.Step` records.
+    """Trains a LoRA adapter on batches of Steps (:class:`~unstable.records.TrainBatch`).
 
     Construct with the 0.2 keyword arguments (see :class:`LearnerConfig` for every field and its
     default), e.g. ``REINFORCELearner(model_name, lora_cfg=..., batch_size=384, ...)``.
-    ``buffer``, ``tracker`` and ``model_registry`` are only used by :meth:`train`.
+    ``buffer``, ``tracker``, ``model_registry`` and ``on_checkpoint`` are only used by :meth:`train`.
+
+    Subclasses implement :meth:`_update`; one that needs whole episodes in every batch (GAE) sets
+    ``needs_episodes = True``, and ``unstable.build()`` then gives it an EpisodeBuffer.
     """
 
     config_cls: ClassVar[type[LearnerConfig]] = LearnerConfig
+    needs_episodes: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -125,7 +118,8 @@ class BaseLearner:
         See :func:`unstable.learners.loop.run_training` for the duck-typed hooks it calls.
         """
         self.last_version = self.version + iterations
-        return run_training(self, iterations)
+        return run_training(self, iterations, buffer=self.buffer, registry=self.model_registry,
+                            tracker=self.tracker, on_checkpoint=self.on_checkpoint)
 
     def current_lr(self) -> float:
         """The policy learning rate of the next update under ``config.lr_schedule``."""
@@ -135,20 +129,21 @@ class BaseLearner:
         return cfg.learning_rate * max(0.0, 1.0 - self.version / self.last_version)
 
     # ---------------------------------------------------------------------------------- update
-    def update(self, steps: Sequence[Step]) -> UpdateResult:
-        """One optimiser step over ``steps``, then save ``ckpt-{version}`` and apply retention.
+    def update(self, batch: TrainBatch) -> UpdateResult:
+        """One optimiser step over ``batch``, then save ``ckpt-{version}`` and apply retention.
 
         If any loss or gradient norm is NaN/inf, nothing is stepped or saved: the gradients are
         dropped and the result carries ``train/skipped_nonfinite = 1`` (no exception).
         """
         self._restore_pending_state()
+        self._check_batch(batch)
         start = time.perf_counter()
         trained_version = self.version
-        validate_steps(steps, self.vocab_size)
+        steps = batch.steps
         self.model.train()
         self._zero_grad()
         try:
-            metrics = self._accumulate(steps)
+            metrics = self._update(batch)
             norms = self._clip_gradients()
         except NonFiniteError as err:
             return self._skip(steps, trained_version, str(err), start)
@@ -167,9 +162,23 @@ class BaseLearner:
         metrics.update(self._common_metrics(steps, trained_version, start, skipped=False))
         return UpdateResult(self.version, self.adapter_path, metrics)
 
-    def _accumulate(self, steps: Sequence[Step]) -> dict[str, float]:
-        """Forward + backward every micro-batch (gradients summed in ``.grad``); return metrics."""
-        raise NotImplementedError
+    def _update(self, batch: TrainBatch) -> dict[str, float]:
+        """The algorithm: forward, loss and backward over ``batch`` (summing gradients in ``.grad``,
+        each loss through :meth:`_backward`); return its metrics (``train/...``).
+
+        :meth:`update` has zeroed the gradients before and clips and steps the optimisers after.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement _update(batch)")
+
+    def _check_batch(self, batch: TrainBatch) -> None:
+        """Fail fast on a batch this learner cannot train on (before any forward pass)."""
+        if not isinstance(batch, TrainBatch):
+            raise TypeError(f"update() takes a unstable.records.TrainBatch, got {type(batch).__name__}; "
+                            "wrap Steps with TrainBatch.from_steps(steps)")
+        validate_steps(batch.steps, self.vocab_size)
+        if self.needs_episodes and not batch.episodes:
+            raise ValueError(f"{type(self).__name__} needs whole player episodes: feed it from an EpisodeBuffer, "
+                             "or build the batch with TrainBatch.from_steps(steps, group_episodes=True)")
 
     def _param_groups(self) -> dict[str, tuple[torch.optim.Optimizer, list[nn.Parameter]]]:
         """Metric name of the pre-clip gradient norm -> (optimiser, its parameters)."""
@@ -228,54 +237,10 @@ class BaseLearner:
         self._restore_from = None
         logger.info("restored optimiser and RNG state of version %d", self.version)
 
-    # ------------------------------------------------------------------------- policy gradient
-    def _policy_backward(self, batch: TokenBatch, advantages: Tensor, weight: float) -> dict[str, float]:
-        """REINFORCE loss of one micro-batch scaled by ``weight`` (its share of the batch); backward."""
-        start = batch.first_target - 1  # first position whose logits predict a completion token
-        input_ids = batch.input_ids.to(self.device)
-        kwargs = {"logits_to_keep": input_ids.shape[1] - start} if self._logits_to_keep else {}
-        logits = self.model(
-            input_ids=input_ids, attention_mask=batch.attention_mask.to(self.device), use_cache=False, **kwargs
-        ).logits
-        if not self._logits_to_keep:
-            logits = logits[:, start:]
-        ids = input_ids[:, start:]
-        if self.config.activation_checkpointing:
-            token_logp = torch.utils.checkpoint.checkpoint(token_logprobs, logits, ids, use_reentrant=False)
-        else:
-            token_logp = token_logprobs(logits, ids)
-        mask = batch.completion_mask[:, start + 1 :].to(self.device)
-        loss, stats = reinforce_loss(token_logp, mask, advantages.to(self.device), self.config.max_generation_len)
-        self._backward(loss * weight, "policy loss")
-        tokens = float(mask.sum())
-        return {
-            "loss": float(loss.detach()) * weight,
-            "seq_logp_sum": float(stats["seq_logp"].sum()),
-            "token_logp_sum": float((token_logp.detach() * mask).sum()),
-            "tokens": tokens,
-        }
-
-    def _policy_pass(self, steps: Sequence[Step], advantages: Tensor) -> dict[str, float]:
-        """The policy's whole accumulation: every micro-batch of ``steps`` with its advantages."""
-        totals = {"loss": 0.0, "seq_logp_sum": 0.0, "token_logp_sum": 0.0, "tokens": 0.0, "truncated": 0.0}
-        for idx in micro_batches(steps, self.config.mini_batch_size):
-            batch = collate([steps[i] for i in idx], self.config.max_train_len, self.pad_id)
-            out = self._policy_backward(batch, advantages[idx], weight=len(idx) / len(steps))
-            for key, value in out.items():
-                totals[key] += value
-            totals["truncated"] += batch.num_truncated
-        n = len(steps)
-        return {
-            "train/loss": totals["loss"],
-            "train/tokens": totals["tokens"],
-            "train/seq_logp_mean": totals["seq_logp_sum"] / n,
-            "train/token_logp_mean": totals["token_logp_sum"] / max(totals["tokens"], 1.0),
-            "train/pct_truncated": 100.0 * totals["truncated"] / n,
-        }
-
     # --------------------------------------------------------------------------------- helpers
     @staticmethod
     def _backward(loss: Tensor, what: str) -> None:
+        """``loss.backward()``, or skip the whole update (no step, no checkpoint) if it is NaN/inf."""
         if not torch.isfinite(loss):
             raise NonFiniteError(f"{what} is {float(loss.detach())}")
         loss.backward()

