@@ -4,7 +4,10 @@ Games are coroutines run by this object's event loop (TextArena steps cost micro
 calls are awaited on inference actors, where requests from all games are batched). Finished train
 games go to the buffer; every finished game goes to the scheduler (which updates the ratings)
 and the tracker. A failed game is counted and logged with its seed and error and replaced by a
-new one; it never stops collection and is never retried.
+new one; it is never retried. Failures are tolerated up to a :class:`FailureBudget` (per kind,
+train and eval): once it is spent, :meth:`collect` raises :class:`FailureBudgetSpentError` from the
+first failure's exception. A bug (an error of a template, an extraction or a scripted policy that
+is not a :class:`~unstable.policies.base.PolicyError`) raises out of :meth:`collect` at once.
 
 Faults. Inference actors run with Ray's ``max_restarts``: when one dies, its in-flight games fail
 with ``stage="inference"`` and are counted as ``dropped`` (never as failed, never sent to the
@@ -29,8 +32,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from unstable.collection.failures import FailureBudget, FailureCounter
 from unstable.collection.rollout import play_game
-from unstable.inference.base import SamplingParams
+from unstable.inference.base import InferenceUnavailableError, SamplingParams
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
 from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, player_trajectories
@@ -102,7 +106,8 @@ class Collector(metaclass=RemoteCapable):
     def __init__(self, vllm_config: dict | None = None, tracker: Any = None, buffer: Any = None,
                  game_scheduler: Any = None, *, inference: InferenceConfig | None = None,
                  backends: list[Any] | None = None, stats_every_s: float = 10.0,
-                 unavailable_timeout_s: float = 900.0, probe_interval_s: float = 1.0):
+                 unavailable_timeout_s: float = 900.0, probe_interval_s: float = 1.0,
+                 failure_budget: FailureBudget | None = None):
         if game_scheduler is None or buffer is None:
             raise ValueError("Collector needs a game_scheduler and a buffer")
         self.tracker, self.buffer, self.scheduler = tracker, buffer, game_scheduler
@@ -133,6 +138,8 @@ class Collector(metaclass=RemoteCapable):
         self.stats_every_s = stats_every_s
         self.unavailable_timeout_s = unavailable_timeout_s
         self.probe_interval_s = probe_interval_s
+        self.failure_budget = failure_budget or FailureBudget()
+        self._failures = {kind: FailureCounter(self.failure_budget, kind) for kind in ("train", "eval")}
 
     # ----------------------------------------------------------------- inference health
     def _pick_backend(self) -> int | None:
@@ -217,11 +224,13 @@ class Collector(metaclass=RemoteCapable):
                                                       action_extraction=agent.action_extraction)
         return policies
 
-    async def _run(self, spec: GameSpec, backend_idx: int) -> tuple[GameRecord | FailedGame, int]:
+    async def _run(self, spec: GameSpec, backend_idx: int) -> tuple[GameRecord | GameFailedError, int]:
+        """Play one game; a failed one comes back as its error (which keeps the cause for the budget),
+        a bug raises."""
         try:
             return await play_game(spec, self._policies(spec, backend_idx)), backend_idx
         except GameFailedError as err:
-            return err.failure, backend_idx
+            return err, backend_idx
 
     # ----------------------------------------------------------------- main loop
     async def collect(self, num_train_workers: int, num_eval_workers: int | None = 0) -> dict[str, int]:
@@ -273,7 +282,10 @@ class Collector(metaclass=RemoteCapable):
         await self._report()
         return dict(self._counts)
 
-    async def _handle(self, result: GameRecord | FailedGame, is_train: bool, backend_idx: int | None = None) -> None:
+    async def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool,
+                      backend_idx: int | None = None) -> None:
+        error = outcome if isinstance(outcome, GameFailedError) else None
+        result = outcome.failure if isinstance(outcome, GameFailedError) else outcome
         if isinstance(result, FailedGame):
             if result.stage == "inference":  # its inference actor died: dropped, not the game's fault
                 self._counts["dropped"] += 1
@@ -290,6 +302,7 @@ class Collector(metaclass=RemoteCapable):
         await acall(self.scheduler, "update", result)
         if self.tracker is not None:
             fire(self.tracker, "log_game", result)
+        self._failures["train" if is_train else "eval"].record(error)  # raises once the budget is spent
 
     async def _report(self) -> None:
         if self.tracker is None:
@@ -299,7 +312,7 @@ class Collector(metaclass=RemoteCapable):
                 continue
             try:
                 stats = await _backend_stats(backend)
-            except Exception as exc:  # a dying actor must not stop collection (its games report it)
+            except InferenceUnavailableError as exc:  # a dying actor must not stop collection (its games report it)
                 log.warning("no stats from inference actor %s: %s", getattr(backend, "name", i), exc)
                 continue
             fire(self.tracker, "log_inference", getattr(backend, "name", f"inference-{i}"), stats)

@@ -71,8 +71,14 @@ class RemoteBackend:
             raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
 
     async def stats(self) -> dict[str, Any]:
-        """Awaitable (the actor answers remotely); ``unstable.utils.remote.acall`` awaits either kind."""
-        return await self.handle.stats.remote()
+        """Awaitable (the actor answers remotely); ``unstable.utils.remote.acall`` awaits either kind.
+        Raises :class:`InferenceUnavailableError` while the actor is dead or restarting."""
+        from ray.exceptions import RayActorError
+
+        try:
+            return await self.handle.stats.remote()
+        except RayActorError as exc:
+            raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
 
     async def ready(self) -> bool:
         """True once the actor answers; raises Ray's ``ActorDiedError`` if it is dead for good and

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from unstable.collection.failures import FailureBudget
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.learners.config import LR_SCHEDULES
 from unstable.utils.checks import check_bool, check_choice, check_int, check_number, check_positive, check_str
@@ -209,6 +210,10 @@ class BuildConfig:
     learner_device: str | None = None
     reward_transforms: Any = None  # (final, step, sampling); None: the seed's default chain
     resume_from: str | None = None  # a run directory: continue that run (see unstable.run.resume)
+    # the collector's failure budget (unstable.collection.failures.FailureBudget); None turns a check off
+    max_consecutive_failures: int | None = 32  # failed train (or eval) games in a row that stop the run
+    max_failure_rate: float | None = 0.5  # ... or this fraction failed of the last failure_rate_window
+    failure_rate_window: int = 200
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -260,6 +265,7 @@ class BuildConfig:
         _check_lora_config(self.lora_config)
         _check_vllm_config(self.vllm_config, self.model_name)
         _check_reward_transforms(self.reward_transforms)
+        self.failure_budget  # noqa: B018 (validates the three settings, naming the one that is wrong)
         _check_placement(self)
         self.resume_from = _check_resume_from(self.resume_from)
         from unstable.models.resolve import resolve_model_name
@@ -269,6 +275,11 @@ class BuildConfig:
         except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"model_name: {exc}") from None
         self.fixed_opponents = _check_opponents(self)
+
+    @property
+    def failure_budget(self) -> FailureBudget:
+        return FailureBudget(max_consecutive_failures=self.max_consecutive_failures,
+                             max_failure_rate=self.max_failure_rate, failure_rate_window=self.failure_rate_window)
 
     @property
     def lora(self) -> dict:
@@ -361,8 +372,10 @@ class Run:
     def wait(self) -> dict:
         """Block until training is done; then stop collection and return a short summary.
 
-        An error of the learner (or of the collector, which would leave the learner waiting for
-        data) is raised here with its cause; the checkpoints written so far stay as they are.
+        An error of the learner or of the collector is raised here with its cause; the checkpoints
+        written so far stay as they are. The collector's error comes first: when collection stops
+        (a bug in a template, a spent failure budget) the learner can only time out waiting for
+        data, and its ``TimeoutError`` would hide the cause.
         """
         import ray
 
@@ -374,9 +387,16 @@ class Run:
         try:
             ready, _ = ray.wait([self._train_ref, self._collect_ref], num_returns=1)
             if self._train_ref not in ready:
-                ray.get(self._collect_ref)  # raises the collector's error
-                raise RuntimeError("collection stopped before training finished; see the collector's log")
-            ray.get(self._train_ref)
+                stats = ray.get(self._collect_ref)  # raises the collector's error
+                raise RuntimeError(f"collection stopped before training finished (collector: {stats}); "
+                                   "was the run stopped from elsewhere?")
+            try:
+                ray.get(self._train_ref)
+            except ray.exceptions.RayError:
+                collected, _ = ray.wait([self._collect_ref], timeout=0)
+                if collected:
+                    ray.get(self._collect_ref)  # the collector's error is the cause: raise it instead
+                raise
             failed = False
         finally:
             self._train_ref = None

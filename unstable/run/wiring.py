@@ -189,7 +189,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     num_actors = cfg.num_inference_actors or default_actors
     inference = inference_config(cfg, backend, num_actors, gpus_per_actor)
     collector = Collector.options(**light, max_concurrency=1000).remote(
-        tracker=tracker, buffer=buffer, game_scheduler=scheduler, inference=inference)
+        tracker=tracker, buffer=buffer, game_scheduler=scheduler, inference=inference,
+        failure_budget=cfg.failure_budget)
     if cfg.algorithm == "reinforce":
         ray.get(learner.initialize_algorithm.remote(max_train_len=cfg.max_train_len,
                                                     max_generation_len=cfg.max_generation_len))
