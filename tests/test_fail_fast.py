@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import TTT, small_run_kwargs
@@ -190,3 +191,43 @@ def test_a_remote_backend_whose_actor_is_gone_reports_unavailable_stats():
         asyncio.run(RemoteBackend(Handle(), name="inference-3").stats())
 
 
+# ----------------------------------------------------------------------------- a real run
+@pytest.mark.slow
+def test_a_broken_prompt_template_stops_a_build_run_with_its_error(ray_session, tiny_model_dir, tmp_path):
+    """The issue's test: a registered template that raises stops a real run (no hang) and
+    ``run.wait()`` raises the template's error, with its traceback and the game it happened in."""
+    def broken_board(obs: str) -> str:
+        return f"{obs} {len(obs) // 0}"
+
+    unstable.register_template("broken-board", broken_board, overwrite=True)
+    ttt = {**TTT, "prompt_template": "broken-board"}
+    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "broken-template",
+                                            train_envs=[unstable.TrainEnvSpec(num_actors=2, **ttt)],
+                                            eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **ttt)],
+                                            max_consecutive_failures=7))
+    pool = ThreadPoolExecutor(1)
+    try:
+        budget = ray_session.get(run.actors.collector.__ray_call__.remote(lambda c: c.failure_budget))
+        assert budget == FailureBudget(max_consecutive_failures=7)
+        run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2, block=False)
+        waited = pool.submit(run.wait)
+        error = waited.exception(timeout=180)  # a regression that hangs fails here instead
+        stats = ray_session.get(run.actors.collector.stats.remote())
+    finally:
+        run.stop()
+        pool.shutdown(wait=False)
+    assert isinstance(error, ZeroDivisionError), error
+    assert "broken_board" in str(error) and "a bug, not a failed game" in str(error)
+    assert stats["failed"] == 0 and stats["train_finished"] == 0
+
+
+def test_templates_registered_in_the_users_process_are_handed_to_the_collector(backend, monkeypatch):
+    """A Ray actor starts with the built-in templates only; build() hands it the user's."""
+    from unstable.games import templates
+
+    register("mine", "Board:\n{observation}\nMove:")
+    custom = templates.custom_templates()
+    assert "mine" in custom and "qwen3-zs" not in custom
+    monkeypatch.delitem(templates._TEMPLATES, "mine")  # as in a fresh actor process
+    local_collector(backend, "qwen3-zs", prompt_templates=custom)
+    assert templates.render_prompt("mine", "X") == "Board:\nX\nMove:"

@@ -34,6 +34,8 @@ from typing import Any
 
 from unstable.collection.failures import FailureBudget, FailureCounter
 from unstable.collection.rollout import play_game
+from unstable.games.extraction import register_action_extraction
+from unstable.games.templates import register_template
 from unstable.inference.base import InferenceUnavailableError, SamplingParams
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
@@ -101,15 +103,23 @@ def start_inference_actors(cfg: InferenceConfig, *, use_ray: bool) -> list[Any]:
 
 
 class Collector(metaclass=RemoteCapable):
-    """See the module docstring. ``vllm_config`` is the seed's dict; ``inference`` our dataclass."""
+    """See the module docstring. ``vllm_config`` is the seed's dict; ``inference`` our dataclass.
+    ``prompt_templates`` and ``action_extractions`` (name -> template/function) are registered in
+    this process first: the user's registrations, when the collector runs in a Ray actor."""
 
     def __init__(self, vllm_config: dict | None = None, tracker: Any = None, buffer: Any = None,
                  game_scheduler: Any = None, *, inference: InferenceConfig | None = None,
                  backends: list[Any] | None = None, stats_every_s: float = 10.0,
                  unavailable_timeout_s: float = 900.0, probe_interval_s: float = 1.0,
-                 failure_budget: FailureBudget | None = None):
+                 failure_budget: FailureBudget | None = None, prompt_templates: dict[str, Any] | None = None,
+                 action_extractions: dict[str, Any] | None = None):
         if game_scheduler is None or buffer is None:
             raise ValueError("Collector needs a game_scheduler and a buffer")
+        # registrations made in the user's process (custom_templates()): a Ray actor starts without them
+        for name, template in (prompt_templates or {}).items():
+            register_template(name, template.render, description=template.description, overwrite=True)
+        for name, extraction in (action_extractions or {}).items():
+            register_action_extraction(name, extraction, overwrite=True)
         self.tracker, self.buffer, self.scheduler = tracker, buffer, game_scheduler
         if backends is None:
             if inference is None:

@@ -115,6 +115,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     from unstable.buffers import EpisodeBuffer, StepBuffer
     from unstable.collection.collector import Collector
     from unstable.collection.scheduler import GameScheduler
+    from unstable.games.extraction import custom_action_extractions
+    from unstable.games.templates import custom_templates
     from unstable.learners import A2CLearner, REINFORCELearner
     from unstable.learners.checkpoints import list_checkpoints
     from unstable.registry import ModelRegistry
@@ -190,7 +192,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     inference = inference_config(cfg, backend, num_actors, gpus_per_actor)
     collector = Collector.options(**light, max_concurrency=1000).remote(
         tracker=tracker, buffer=buffer, game_scheduler=scheduler, inference=inference,
-        failure_budget=cfg.failure_budget)
+        failure_budget=cfg.failure_budget, prompt_templates=custom_templates(),
+        action_extractions=custom_action_extractions())
     if cfg.algorithm == "reinforce":
         ray.get(learner.initialize_algorithm.remote(max_train_len=cfg.max_train_len,
                                                     max_generation_len=cfg.max_generation_len))
