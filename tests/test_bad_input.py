@@ -116,6 +116,12 @@ BUILD_CASES = [
     ("temperature bool", {"temperature": True}, "temperature must be a finite number"),
     ("temperature inf", {"temperature": float("inf")}, "temperature must be a finite number"),
     ("temperature string", {"temperature": "hot"}, "temperature must be a finite number"),
+    # the collector's failure budget
+    ("max_consecutive_failures 0", {"max_consecutive_failures": 0},
+     "max_consecutive_failures must be an integer >= 1 or None"),
+    ("max_failure_rate 0", {"max_failure_rate": 0.0}, r"max_failure_rate must be a finite number in \(0, 1\] or None"),
+    ("max_failure_rate 1.5", {"max_failure_rate": 1.5}, "max_failure_rate must be a finite number in"),
+    ("failure_rate_window None", {"failure_rate_window": None}, "failure_rate_window must be an integer >= 1"),
     # booleans
     ("activation_checkpointing 'yes'", {"activation_checkpointing": "yes"}, "activation_checkpointing must be true"),
     ("gradient_checkpointing 1", {"gradient_checkpointing": 1}, "gradient_checkpointing must be true or false"),

@@ -390,3 +390,34 @@ def test_linear_lr_schedule_decays_to_zero_over_the_trained_steps(model_dir, tmp
     assert constant.update(batch(eps)).metrics["train/lr"] == 1e-3
     with pytest.raises(ValueError, match="lr_schedule"):
         learner(REINFORCELearner, model_dir, tmp_path, lr_schedule="cosine")
+
+
+def test_train_on_an_empty_buffer_times_out_with_what_to_check(model_dir, tmp_path):
+    """No data ever arrives (collection died or is stuck): train() stops instead of waiting forever."""
+    from unstable.buffers import StepBuffer
+    from unstable.learners.config import LearnerConfig
+
+    assert LearnerConfig(model_name="m").wait_timeout_s == 1800.0  # finite by default, not None
+    lrn = learner(REINFORCELearner, model_dir, tmp_path, buffer=StepBuffer(64), poll_interval_s=0.01,
+                  wait_timeout_s=0.2)
+    with pytest.raises(TimeoutError, match=r"waited 0.2 s for a batch of 8 steps and no step arrived; the buffer "
+                                           r"holds 0\. Check whether collection stopped"):
+        lrn.train(1)
+    assert lrn.version == 0
+
+
+def test_the_learner_wait_counts_from_the_last_step_that_arrived(model_dir, tmp_path):
+    """A slow but healthy collector (one step per poll, far slower in total than wait_timeout_s) is
+    waited for; only a buffer that stops growing times out."""
+
+    class Trickle(FakeBuffer):
+        def size(self):
+            self.polls += 1
+            return self.polls  # one more step at each poll: 8 polls before a batch of 8
+
+    eps = episodes()
+    lrn = learner(REINFORCELearner, model_dir, tmp_path, buffer=Trickle([eps]), poll_interval_s=0.05,
+                  wait_timeout_s=0.15)
+    assert [r.version for r in lrn.train(1)] == [1]  # waited ~0.35 s > wait_timeout_s in all
+    with pytest.raises(ValueError, match="wait_timeout_s must be > 0 or None"):
+        learner(REINFORCELearner, model_dir, tmp_path, wait_timeout_s=0)

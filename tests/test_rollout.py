@@ -6,7 +6,7 @@ import random
 import pytest
 
 from unstable.collection.rollout import play_game, play_game_sync, play_games
-from unstable.policies.base import PolicyOutput
+from unstable.policies.base import PolicyError, PolicyOutput
 from unstable.policies.scripted import RandomLegalPolicy
 from unstable.records import AgentSpec, FailedGame, GameFailedError, GameRecord, GameSpec, PolicyRef
 
@@ -131,20 +131,41 @@ def test_error_allowance_gives_retries_and_each_bad_try_is_a_turn():
     assert record.final_rewards == {0: 1.0, 1: -1.0}  # 0-1-2 row after one forgiven mistake
 
 
+class Boom:
+    """Plays random legal moves, then raises ``error`` from turn 2 on."""
+
+    ref = PolicyRef(uid="boom", kind="scripted")
+
+    def __init__(self, error):
+        self.error = error
+
+    async def act(self, ctx):
+        if ctx.turn_index >= 2:
+            raise self.error
+        return await RandomLegalPolicy().act(ctx)
+
+
 def test_failed_games_carry_seed_stage_and_turns():
-    class Boom:
-        ref = PolicyRef(uid="boom", kind="scripted")
-
-        async def act(self, ctx):
-            if ctx.turn_index >= 2:
-                raise RuntimeError("model server went away")
-            return await RandomLegalPolicy().act(ctx)
-
+    boom = Boom(PolicyError("model server went away"))
     with pytest.raises(GameFailedError) as info:
-        play_game_sync(spec("TicTacToe-v0-train", seed=42), {0: Boom(), 1: Boom()})
+        play_game_sync(spec("TicTacToe-v0-train", seed=42), {0: boom, 1: boom})
     failure = info.value.failure
-    assert failure.seed == 42 and failure.stage == "policy" and failure.error_type == "RuntimeError"
+    assert failure.seed == 42 and failure.stage == "policy" and failure.error_type == "PolicyError"
     assert len(failure.turns) == 2 and "seed 42" in failure.describe()
+
+
+@pytest.mark.parametrize("error", [ZeroDivisionError("template bug"), KeyError("board"), RuntimeError("oops")])
+def test_a_bug_in_a_policy_propagates_with_the_game_it_happened_in(error):
+    """Only PolicyError (the model or API failed) fails one game; any other error is a bug in our code or
+    the user's (template, extraction, scripted policy) and must stop the caller, not be counted."""
+    boom = Boom(error)
+    with pytest.raises(type(error)) as info:
+        play_game_sync(spec("TicTacToe-v0-train", seed=42, game_id=7), {0: boom, 1: boom})
+    assert info.value is error  # the original object, with its traceback
+    assert "turn 2 of game 7 (TicTacToe-v0-train, seed 42)" in "".join(info.value.__notes__)
+    with pytest.raises(type(error)):  # a batch of games stops too, instead of returning FailedGames
+        asyncio.run(play_games([spec("TicTacToe-v0-train", seed=s, game_id=s) for s in range(3)],
+                               lambda s: {0: boom, 1: boom}))
 
 
 def test_env_errors_and_turn_limit_are_failed_games_in_batches():

@@ -208,7 +208,8 @@ RUN_SCRIPT = textwrap.dedent("""
         opponent_sampling_strategy="fixed", fixed_opponents=["fake/ok-model"],
         batch_size=8, mini_batch_size=8, learning_rate=1e-3, max_generation_len=8,
         lora_config={"lora_rank": 4, "lora_alpha": 8}, activation_checkpointing=False,
-        gradient_checkpointing=False, wandb_project="secrets-test", use_wandb=True)
+        gradient_checkpointing=False, wandb_project="secrets-test", use_wandb=True,
+        max_consecutive_failures=None, max_failure_rate=None)  # every eval game fails (401) on purpose
     try:
         print(run.start(learning_steps=1, num_collection_workers=4, num_eval_workers=2))
     finally:

@@ -4,7 +4,10 @@ Games are coroutines run by this object's event loop (TextArena steps cost micro
 calls are awaited on inference actors, where requests from all games are batched). Finished train
 games go to the buffer; every finished game goes to the scheduler (which has the registry rate it)
 and the tracker. A failed game is counted and logged with its seed and error and replaced by a
-new one; it never stops collection and is never retried.
+new one; it is never retried. Failures are tolerated up to a :class:`FailureBudget` (per kind,
+train and eval): once it is spent, :meth:`collect` raises :class:`FailureBudgetSpentError` from the
+first failure's exception. A bug (an error of a template, an extraction or a scripted policy that
+is not a :class:`~unstable.policies.base.PolicyError`) raises out of :meth:`collect` at once.
 
 Faults. Inference actors run with Ray's ``max_restarts``: when one dies, its in-flight games fail
 with ``stage="inference"`` and are counted as ``dropped`` (never as failed, never sent to the
@@ -28,7 +31,10 @@ import logging
 import time
 from typing import Any
 
+from unstable.collection.failures import FailureBudget, FailureCounter
 from unstable.collection.rollout import play_game
+from unstable.games.extraction import register_action_extraction
+from unstable.games.templates import register_template
 from unstable.inference.base import InferenceDeadError, InferenceUnavailableError, SamplingParams
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
@@ -48,11 +54,29 @@ class Collector:
     model seats sample with.
     """
 
+    """See the module docstring.
+
+    ``backends`` are the inference backends games are routed to: local objects, or clients of
+    inference actors that raise :class:`~unstable.inference.base.InferenceUnavailableError` when
+    their actor is gone (the wiring, :mod:`unstable.run`, starts them; the seed's
+    ``unstable.Collector(vllm_config=...)`` does so from a ``vllm_config``). ``sampling`` is what
+    model seats sample with. ``prompt_templates`` and ``action_extractions`` (name -> template or
+    function) are registered in this process first: the user's registrations, when the collector
+    runs in a Ray actor.
+    """
+
     def __init__(self, tracker: Any = None, buffer: Any = None, game_scheduler: Any = None, *,
                  backends: list[Any], sampling: SamplingParams | None = None, stats_every_s: float = 10.0,
-                 unavailable_timeout_s: float = 900.0, probe_interval_s: float = 1.0):
+                 unavailable_timeout_s: float = 900.0, probe_interval_s: float = 1.0,
+                 failure_budget: FailureBudget | None = None, prompt_templates: dict[str, Any] | None = None,
+                 action_extractions: dict[str, Any] | None = None):
         if game_scheduler is None or buffer is None:
             raise ValueError("Collector needs a game_scheduler and a buffer")
+        # registrations made in the user's process (custom_templates()): a Ray actor starts without them
+        for name, template in (prompt_templates or {}).items():
+            register_template(name, template.render, description=template.description, overwrite=True)
+        for name, extraction in (action_extractions or {}).items():
+            register_action_extraction(name, extraction, overwrite=True)
         if not backends:
             raise ValueError("Collector needs at least one inference backend")
         self.tracker, self.buffer, self.scheduler = tracker, buffer, game_scheduler
@@ -70,6 +94,8 @@ class Collector:
         self.stats_every_s = stats_every_s
         self.unavailable_timeout_s = unavailable_timeout_s
         self.probe_interval_s = probe_interval_s
+        self.failure_budget = failure_budget or FailureBudget()
+        self._failures = {kind: FailureCounter(self.failure_budget, kind) for kind in ("train", "eval")}
 
     # ----------------------------------------------------------------- inference health
     def _pick_backend(self) -> int | None:
@@ -152,11 +178,13 @@ class Collector:
                                                       action_extraction=agent.action_extraction)
         return policies
 
-    async def _run(self, spec: GameSpec, backend_idx: int) -> tuple[GameRecord | FailedGame, int]:
+    async def _run(self, spec: GameSpec, backend_idx: int) -> tuple[GameRecord | GameFailedError, int]:
+        """Play one game; a failed one comes back as its error (which keeps the cause for the budget),
+        a bug raises."""
         try:
             return await play_game(spec, self._policies(spec, backend_idx)), backend_idx
         except GameFailedError as err:
-            return err.failure, backend_idx
+            return err, backend_idx
 
     # ----------------------------------------------------------------- main loop
     async def collect(self, num_train_workers: int, num_eval_workers: int | None = 0) -> dict[str, int]:
@@ -208,7 +236,10 @@ class Collector:
         await self._report()
         return dict(self._counts)
 
-    async def _handle(self, result: GameRecord | FailedGame, is_train: bool, backend_idx: int | None = None) -> None:
+    async def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool,
+                      backend_idx: int | None = None) -> None:
+        error = outcome if isinstance(outcome, GameFailedError) else None
+        result = outcome.failure if isinstance(outcome, GameFailedError) else outcome
         if isinstance(result, FailedGame):
             if result.stage == "inference":  # its inference actor died: dropped, not the game's fault
                 self._counts["dropped"] += 1
@@ -225,6 +256,7 @@ class Collector:
         await acall(self.scheduler, "update", result)
         if self.tracker is not None:
             fire(self.tracker, "log_game", result)
+        self._failures["train" if is_train else "eval"].record(error)  # raises once the budget is spent
 
     async def _report(self) -> None:
         if self.tracker is None:
@@ -234,7 +266,7 @@ class Collector:
                 continue
             try:
                 stats = await _backend_stats(backend)
-            except Exception as exc:  # a dying actor must not stop collection (its games report it)
+            except InferenceUnavailableError as exc:  # a dying actor must not stop collection (its games report it)
                 log.warning("no stats from inference actor %s: %s", getattr(backend, "name", i), exc)
                 continue
             fire(self.tracker, "log_inference", getattr(backend, "name", f"inference-{i}"), stats)

@@ -8,6 +8,14 @@ batched together. Two TextArena facts shape the loop:
   ``random`` state that is swapped in around every env call (no ``await`` happens inside).
 * After ``env.step`` TextArena has already cleared its invalid-move flag, so the loop records
   invalid moves by wrapping the state's ``set_invalid_move`` for this one env.
+
+What fails a game and what stops the run: an error of TextArena (``make``, ``reset``, ``env``
+stages), of the model or an API opponent (:class:`~unstable.policies.base.PolicyError`,
+``policy``), a dead inference server (``inference``) or the turn cap (``limit``) fails this game
+only, as a :class:`GameFailedError` the caller counts. Any other error a policy raises is a bug in
+our code or the user's (a prompt template, an action extraction, a scripted policy): counting it
+would fail every game the same way while the learner waits for data, so it propagates unchanged,
+with a note naming the game, seed, turn and seat, and stops the run with its traceback.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from typing import Any
 import textarena as ta
 
 from unstable.inference.base import InferenceUnavailableError
-from unstable.policies.base import Policy, PolicyOutput, TurnContext
+from unstable.policies.base import Policy, PolicyError, PolicyOutput, TurnContext
 from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, Turn
 from unstable.utils.secrets import redact
 
@@ -95,7 +103,9 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
     """Play ``spec`` with ``policies[player_id]`` in each seat and return the finished record.
 
     Raises :class:`GameFailedError` (carrying a :class:`FailedGame` with the seed, the stage and
-    the turns played so far) if TextArena or a policy raises, or the game exceeds its turn cap.
+    the turns played so far) if TextArena raises, a policy raises :class:`PolicyError` or
+    :class:`InferenceUnavailableError`, or the game exceeds its turn cap. Any other error of a
+    policy is a bug and propagates as it is (see the module docstring).
     """
     missing = {a.player_id for a in spec.agents} - set(policies)
     if missing:
@@ -133,8 +143,12 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
             out: PolicyOutput = await policy.act(ctx)
         except InferenceUnavailableError as exc:  # the server died, not the policy: the game is dropped
             raise _fail(spec, "inference", exc, turns) from exc
-        except Exception as exc:
+        except PolicyError as exc:  # the model or API failed: a counted failure
             raise _fail(spec, "policy", exc, turns) from exc
+        except Exception as exc:  # a bug (template, extraction, scripted policy): stop with its traceback
+            exc.add_note(f"raised by the policy {policy.ref.uid!r} in seat {player_id}, turn {len(turns)} of game "
+                         f"{spec.game_id} ({spec.env_id}, seed {spec.seed}); a bug, not a failed game")
+            raise
         gen_seconds = out.gen_seconds or (time.perf_counter() - t0)
         n_invalid = len(invalid_calls)
         t1 = time.perf_counter()
@@ -190,7 +204,8 @@ async def play_games(
 ) -> list[GameRecord | FailedGame]:
     """Play many games with at most ``max_concurrent`` in flight; results in input order.
 
-    Failed games come back as :class:`FailedGame` records (they never stop the others).
+    Failed games come back as :class:`FailedGame` records (they never stop the others); a bug
+    raised by a policy propagates (see the module docstring).
     """
     if max_concurrent < 1:
         raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")

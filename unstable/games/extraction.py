@@ -95,8 +95,16 @@ _EXTRACTORS: dict[str, ExtractionFn] = {
     "boxed-or-raw": extract_boxed_or_raw,
 }
 
+_BUILT_IN = dict(_EXTRACTORS)
+
 # The seed library's name for the same table.
 ACTION_EXTRACTION = _EXTRACTORS
+
+
+def custom_action_extractions() -> dict[str, ExtractionFn]:
+    """The extractions registered in this process on top of the built-in ones (see
+    :func:`unstable.games.templates.custom_templates`: build() hands both to the collector's actor)."""
+    return {name: fn for name, fn in _EXTRACTORS.items() if _BUILT_IN.get(name) is not fn}
 
 
 def register_action_extraction(name: str, fn: ExtractionFn, *, overwrite: bool = False) -> None:

@@ -142,5 +142,15 @@ for _name, _fn, _desc in [
 ]:
     register_template(_name, _fn, description=_desc)
 
+_BUILT_IN = dict(_TEMPLATES)
+
 # The seed library's name for the same table.
 OBSERVATION_FORMATTING = _TEMPLATES
+
+
+def custom_templates() -> dict[str, PromptTemplate]:
+    """The templates registered in this process on top of the built-in ones (or replacing one).
+
+    Registrations live in one process: build() hands these to the collector's Ray actor, which
+    registers them there, so that a template registered in the user's script is the one played."""
+    return {name: t for name, t in _TEMPLATES.items() if _BUILT_IN.get(name) is not t}

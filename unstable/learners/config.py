@@ -79,8 +79,12 @@ class LearnerConfig:
     """The Dr. GRPO constant normaliser (the sampler's max new tokens)."""
     poll_interval_s: float = 0.5
     """``train``: seconds between ``buffer.size()`` polls while waiting for a full batch."""
-    wait_timeout_s: float | None = None
-    """``train``: give up (``TimeoutError``) after waiting this long for one batch (``None``: never)."""
+    wait_timeout_s: float | None = 1800.0
+    """``train``: give up (``TimeoutError``) when the buffer has gained no step for this long while
+    the learner waits for a batch (``None``: wait forever). Steps arrive game by game, so a slow but
+    healthy run (a 384-step batch on a 2-core CPU takes minutes) keeps resetting the clock; half an
+    hour without a single finished train game means collection is stuck or gone, and a run that
+    waits forever hides that."""
     max_consecutive_skips: int = 5
     """``train``: raise after this many non-finite updates in a row (one or two are tolerated)."""
 
@@ -99,6 +103,8 @@ class LearnerConfig:
         for name in ("learning_rate", "grad_clip", "poll_interval_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.wait_timeout_s is not None and not self.wait_timeout_s > 0:
+            raise ValueError(f"wait_timeout_s must be > 0 or None (wait forever), got {self.wait_timeout_s}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if self.max_train_len is not None and self.max_train_len < 2:

@@ -39,8 +39,8 @@ def run_training(
     """Run ``iterations`` successful updates; skipped (non-finite) batches do not count.
 
     Waiting polls ``buffer.size()`` every ``config.poll_interval_s`` seconds (cheap next to an
-    update) until it holds ``batch_size`` steps, or raises ``TimeoutError`` after
-    ``config.wait_timeout_s``. ``config.max_consecutive_skips`` non-finite updates in a row raise
+    update) until it holds ``batch_size`` steps, or raises ``TimeoutError`` once the buffer has
+    gained nothing for ``config.wait_timeout_s``. ``config.max_consecutive_skips`` non-finite updates in a row raise
     ``RuntimeError``: something upstream is producing NaNs and the run should stop with the cause.
     """
     if buffer is None:
@@ -50,7 +50,7 @@ def run_training(
     consecutive_skips = 0
     _call_optional(buffer, "set_learner_version", learner.version)
     while len(results) < iterations:
-        _wait_for_batch(buffer, cfg)
+        _wait_for_batch(buffer, cfg, learner.version)
         batch = call(buffer, "get_batch", cfg.batch_size)
         if not isinstance(batch, TrainBatch):
             raise TypeError(f"buffer.get_batch() returned {type(batch).__name__}; it must return a "
@@ -80,14 +80,24 @@ def run_training(
     return results
 
 
-def _wait_for_batch(buffer: Any, cfg: Any) -> None:
-    deadline = None if cfg.wait_timeout_s is None else time.monotonic() + cfg.wait_timeout_s
-    while call(buffer, "size") < cfg.batch_size:
-        if deadline is not None and time.monotonic() > deadline:
+def _wait_for_batch(buffer: Any, cfg: Any, version: int) -> None:
+    """Wait until the buffer holds a batch; the timeout counts from the last step that arrived, so
+    only a buffer that stops growing (collection stuck or stopped) ends in ``TimeoutError``."""
+    size = call(buffer, "size")
+    last_growth = time.monotonic()
+    while size < cfg.batch_size:
+        if cfg.wait_timeout_s is not None and time.monotonic() - last_growth > cfg.wait_timeout_s:
             raise TimeoutError(
-                f"buffer held {call(buffer, 'size')} < {cfg.batch_size} steps after {cfg.wait_timeout_s}s"
+                f"the learner (version {version}) waited {cfg.wait_timeout_s:g} s for a batch of "
+                f"{cfg.batch_size} steps and no step arrived; the buffer holds {size}. Check whether collection "
+                "stopped (Run.wait() raises the collector's error), the failed games in logs/failed_games.jsonl, "
+                "and that the inference actors are alive; if one game honestly takes longer, raise wait_timeout_s"
             )
         time.sleep(cfg.poll_interval_s)
+        new_size = call(buffer, "size")
+        if new_size > size:
+            last_growth = time.monotonic()
+        size = new_size
 
 
 def _call_optional(obj: object, method: str, *args: object, **kwargs: object) -> None:

@@ -14,7 +14,7 @@ import os
 import time
 
 from unstable.games.extraction import get_action_extraction
-from unstable.policies.base import PolicyOutput, TurnContext
+from unstable.policies.base import PolicyError, PolicyOutput, TurnContext
 from unstable.records import PolicyRef
 from unstable.utils.secrets import redact
 
@@ -23,8 +23,10 @@ DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
 DEFAULT_API_KEY_ENV = "OPENROUTER_API_KEY"
 
 
-class APIPolicyError(RuntimeError):
-    """An API call that failed for good; the message is redacted and ``status_code`` kept."""
+class APIPolicyError(PolicyError):
+    """An API call that failed for good; the message is redacted and ``status_code`` kept.
+
+    A :class:`PolicyError`: the game is counted as failed, not treated as a bug."""
 
     def __init__(self, message: str, status_code: int | None = None):
         super().__init__(message)

@@ -42,9 +42,21 @@ class PolicyOutput:
     gen_seconds: float = 0.0
 
 
+class PolicyError(RuntimeError):
+    """The model or API behind a seat could not answer this turn: its game fails and is counted
+    (``stage="policy"``), and the collector's failure budget stops a run where that keeps happening.
+
+    Policies raise it, chained from the cause, for failures of what they call (an inference
+    backend, an HTTP API). Anything else a policy raises (a prompt template's or an action
+    extraction's error, a scripted policy's) is a bug: the turn loop lets it propagate and the
+    run stops with its traceback instead of counting it game after game.
+    """
+
+
 @runtime_checkable
 class Policy(Protocol):
-    """Anything with a ``ref`` and an async ``act``. Implementations must not mutate ``ctx.env``."""
+    """Anything with a ``ref`` and an async ``act``. Implementations must not mutate ``ctx.env``;
+    ``act`` raises :class:`PolicyError` when the model behind it fails (anything else is a bug)."""
 
     ref: PolicyRef
 

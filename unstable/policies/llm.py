@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from unstable.games.extraction import get_action_extraction
 from unstable.games.templates import get_template
-from unstable.inference.base import GenerationRequest, InferenceBackend, SamplingParams
-from unstable.policies.base import PolicyOutput, TurnContext
+from unstable.inference.base import GenerationRequest, InferenceBackend, InferenceUnavailableError, SamplingParams
+from unstable.policies.base import PolicyError, PolicyOutput, TurnContext
 from unstable.records import PolicyRef
 
 
@@ -14,6 +14,10 @@ class LLMPolicy:
 
     The backend is shared by every seat and game in the process, so requests from all of them
     are batched together; ``ref.adapter_path`` picks the LoRA adapter (``None`` = base weights).
+
+    An error of the backend (a prompt longer than the context, an adapter it cannot load, the
+    engine failing) is the model's: it becomes a :class:`PolicyError`, a counted failed game. An
+    error of the template or the extraction is a bug and propagates as it is.
     """
 
     def __init__(
@@ -34,7 +38,13 @@ class LLMPolicy:
     async def act(self, ctx: TurnContext) -> PolicyOutput:
         prompt = self.template(ctx.observation)
         request = GenerationRequest(prompt, self.ref.adapter_path, self.sampling, self.ref.version)
-        result = await self.backend.generate(request)
+        try:
+            result = await self.backend.generate(request)
+        except InferenceUnavailableError:  # the server died: the turn loop drops the game
+            raise
+        except Exception as exc:  # vLLM, torch and Ray raise many types; all are the model server's
+            name = getattr(self.backend, "name", type(self.backend).__name__)
+            raise PolicyError(f"inference backend {name} failed: {type(exc).__name__}: {exc}") from exc
         found = self.extract(result.sample.text)
         return PolicyOutput(
             action=found.action,

@@ -85,8 +85,10 @@ class Run:
     def wait(self) -> dict:
         """Block until training is done; then stop collection and return a short summary.
 
-        An error of the learner (or of the collector, which would leave the learner waiting for
-        data) is raised here with its cause; the checkpoints written so far stay as they are.
+        An error of the learner or of the collector is raised here with its cause; the checkpoints
+        written so far stay as they are. The collector's error comes first: when collection stops
+        (a bug in a template, a spent failure budget) the learner can only time out waiting for
+        data, and its ``TimeoutError`` would hide the cause.
         """
         import ray
 
@@ -98,9 +100,16 @@ class Run:
         try:
             ready, _ = ray.wait([self._train_ref, self._collect_ref], num_returns=1)
             if self._train_ref not in ready:
-                ray.get(self._collect_ref)  # raises the collector's error
-                raise RuntimeError("collection stopped before training finished; see the collector's log")
-            ray.get(self._train_ref)
+                stats = ray.get(self._collect_ref)  # raises the collector's error
+                raise RuntimeError(f"collection stopped before training finished (collector: {stats}); "
+                                   "was the run stopped from elsewhere?")
+            try:
+                ray.get(self._train_ref)
+            except ray.exceptions.RayError:
+                collected, _ = ray.wait([self._collect_ref], timeout=0)
+                if collected:
+                    ray.get(self._collect_ref)  # the collector's error is the cause: raise it instead
+                raise
             failed = False
         finally:
             self._train_ref = None

@@ -14,6 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from unstable.collection.failures import FailureBudget
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.config import InferenceConfig
 from unstable.learners.catalog import learner_name, resolve_learner
@@ -196,6 +197,10 @@ class BuildConfig:
     learner_device: str | None = None
     reward_transforms: Any = None  # (final, step, sampling); None: the seed's default chain
     resume_from: str | None = None  # a run directory: continue that run (see unstable.run.resume)
+    # the collector's failure budget (unstable.collection.failures.FailureBudget); None turns a check off
+    max_consecutive_failures: int | None = 32  # failed train (or eval) games in a row that stop the run
+    max_failure_rate: float | None = 0.5  # ... or this fraction failed of the last failure_rate_window
+    failure_rate_window: int = 200
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -246,6 +251,7 @@ class BuildConfig:
         _check_lora_config(self.lora_config)
         _check_vllm_config(self.vllm_config, self.model_name)
         _check_reward_transforms(self.reward_transforms)
+        self.failure_budget  # noqa: B018 (validates the three settings, naming the one that is wrong)
         _check_placement(self)
         self.resume_from = check_resume_from(self.resume_from)
         try:
@@ -253,6 +259,11 @@ class BuildConfig:
         except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"model_name: {exc}") from None
         self.fixed_opponents = _check_opponents(self)
+
+    @property
+    def failure_budget(self) -> FailureBudget:
+        return FailureBudget(max_consecutive_failures=self.max_consecutive_failures,
+                             max_failure_rate=self.max_failure_rate, failure_rate_window=self.failure_rate_window)
 
     @property
     def lora(self) -> dict:

@@ -24,6 +24,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from unstable.buffers import EpisodeBuffer, StepBuffer
 from unstable.collection.collector import Collector
 from unstable.collection.scheduler import GameScheduler
+from unstable.games.extraction import custom_action_extractions
+from unstable.games.templates import custom_templates
 from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import algorithm_settings, resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
@@ -171,7 +173,9 @@ def start_actors(cfg, run_name: str) -> Actors:
     inference = inference_config(cfg, backend, num_actors, gpus_per_actor)
     backends = start_inference_backends(inference)
     collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
-        tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=backends, sampling=inference.sampling)
+        tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=backends, sampling=inference.sampling,
+        failure_budget=cfg.failure_budget, prompt_templates=custom_templates(),
+        action_extractions=custom_action_extractions())
     # each learner gets the settings its initialize_algorithm names (the critic's only go to A2C)
     settings = {"max_train_len": cfg.max_train_len, "max_generation_len": cfg.max_generation_len,
                 "infer_mini_batch_size": 16, "critic_learning_rate": 5e-5, "normalize_adv": True}

@@ -1,0 +1,217 @@
+"""Fail fast: a bug stops the run with its traceback; failed games are tolerated only up to a budget.
+
+In-process collectors play real TextArena games with the tiny model's real transformers backend;
+the end-to-end test breaks a registered prompt template in a real ``build()`` run on local Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import TTT, small_run_kwargs
+
+import unstable
+from unstable.buffers import StepBuffer
+from unstable.collection.collector import Collector
+from unstable.collection.failures import FailureBudget, FailureBudgetSpentError, FailureCounter
+from unstable.collection.scheduler import GameScheduler
+from unstable.inference.base import InferenceUnavailableError
+from unstable.policies.base import PolicyError
+from unstable.records import AgentSpec, FailedGame, GameFailedError, GameSpec, PolicyRef
+from unstable.registry import ModelRegistry
+from unstable.samplers.env_samplers import UniformRandomEnvSampler
+from unstable.samplers.model_samplers import BaseModelSampler
+
+
+def failure(stage: str = "env", seed: int = 0) -> GameFailedError:
+    spec = GameSpec(seed, "TicTacToe-v0-train", seed, (AgentSpec(0, PolicyRef("random", "scripted")),))
+    try:
+        raise RuntimeError(f"cause of game {seed}")
+    except RuntimeError as exc:
+        err = GameFailedError(FailedGame(spec=spec, stage=stage, error_type="RuntimeError", message=str(exc)))
+        err.__cause__ = exc
+        return err
+
+
+# ----------------------------------------------------------------------------- the budget itself
+def test_a_streak_of_failures_spends_the_budget_from_its_first_failure():
+    counter = FailureCounter(FailureBudget(max_consecutive_failures=3, max_failure_rate=None), "train")
+    for outcome in (failure(seed=1), None, failure(seed=2), failure(seed=3)):  # a success resets the streak
+        counter.record(outcome)
+    with pytest.raises(FailureBudgetSpentError, match="3 train games failed in a row") as info:
+        counter.record(failure(seed=4))
+    assert info.value.first.seed == 2 and str(info.value.__cause__) == "cause of game 2"
+    assert "seed 2" in str(info.value) and "max_consecutive_failures" in str(info.value)
+
+
+def test_dropped_games_neither_count_nor_break_a_streak():
+    counter = FailureCounter(FailureBudget(max_consecutive_failures=2, failure_rate_window=4), "eval")
+    for _ in range(100):  # the inference actor died: not the game's fault
+        counter.record(failure("inference"))
+    counter.record(failure(seed=7))
+    counter.record(failure("inference"))
+    with pytest.raises(FailureBudgetSpentError, match="2 eval games failed in a row") as info:
+        counter.record(failure(seed=8))
+    assert info.value.first.seed == 7
+
+
+def test_a_failure_rate_over_the_window_spends_the_budget():
+    budget = FailureBudget(max_consecutive_failures=None, max_failure_rate=0.5, failure_rate_window=10)
+    counter = FailureCounter(budget, "train")
+    for i in range(5):  # 5 of 10 is not more than half; a short window is not judged at all
+        counter.record(failure(seed=i))
+        counter.record(None)
+    counter.record(failure(seed=10))  # the window now drops game 0's failure: still 5 of 10
+    with pytest.raises(FailureBudgetSpentError, match="6 of the last 10 train games failed") as info:
+        counter.record(failure(seed=11))
+    assert info.value.first.seed == 1  # the oldest failure still in the window
+
+
+def test_the_defaults_tolerate_a_healthy_run_and_stop_a_broken_one_within_a_few_dozen_games():
+    healthy = FailureCounter(FailureBudget(), "train")
+    for i in range(10_000):  # a quarter of the games fail, as in the env-fault test of test_reliability
+        healthy.record(failure(seed=i) if i % 4 == 1 else None)
+    broken = FailureCounter(FailureBudget(), "train")
+    with pytest.raises(FailureBudgetSpentError):
+        for i in range(40):
+            broken.record(failure(seed=i))
+    assert i < 40
+
+
+def test_build_makes_the_budget_from_its_settings_and_saves_them(tiny_model_dir, tmp_path):
+    """(Bad values are in test_bad_input's table; the slow test below checks the collector gets it.)"""
+    from unstable.run.build import BuildConfig
+
+    cfg = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, max_consecutive_failures=None))
+    assert cfg.failure_budget == FailureBudget(None, 0.5, 200)
+    assert cfg.to_dict()["max_failure_rate"] == 0.5  # saved in config.json, so a resumed run keeps it
+
+
+# ----------------------------------------------------------------------------- an in-process collector
+def local_collector(backend, template: str, **kwargs) -> tuple[Collector, GameScheduler]:
+    registry = ModelRegistry()
+    registry.add_checkpoint(uid="base", path=None, iteration=0)
+    spec = unstable.TrainEnvSpec(num_actors=2, **{**TTT, "prompt_template": template})
+    scheduler = GameScheduler(BaseModelSampler(registry), UniformRandomEnvSampler([spec]))
+    return Collector(backends=[backend], buffer=StepBuffer(64), game_scheduler=scheduler, **kwargs), scheduler
+
+
+def register(name: str, template) -> str:
+    unstable.register_template(name, template, overwrite=True)
+    return name
+
+
+def test_a_model_that_fails_every_game_stops_collection_with_the_first_failure_as_cause(backend):
+    """Every prompt is longer than the model's context: the real backend raises, each game fails
+    (counted, stage "policy"), and collection stops after max_consecutive_failures of them."""
+    template = register("too-long", lambda obs: "x " * 5000 + obs)
+    collector, scheduler = local_collector(backend, template, failure_budget=FailureBudget(max_consecutive_failures=5))
+    with pytest.raises(FailureBudgetSpentError, match="5 train games failed in a row") as info:
+        asyncio.run(asyncio.wait_for(collector.collect(4, 0), timeout=120))
+    assert isinstance(info.value.__cause__, PolicyError)  # LLMPolicy's, from the backend's own error
+    assert "does not fit the model's 4096-token context" in str(info.value.__cause__.__cause__)
+    assert info.value.first.stage == "policy" and "does not fit" in str(info.value)
+    stats = collector.stats()
+    assert stats["failed"] == 5 == scheduler.stats()["games_failed"] and stats["train_finished"] == 0
+
+
+def test_a_broken_template_stops_collection_at_its_first_game_with_its_own_error(backend):
+    """A bug is not a failed game: no game is counted, the template's error itself comes out."""
+    def broken(obs: str) -> str:
+        return f"{obs} {1 / 0}"
+
+    collector, _ = local_collector(backend, register("broken-local", broken))
+    with pytest.raises(ZeroDivisionError) as info:
+        asyncio.run(asyncio.wait_for(collector.collect(4, 0), timeout=120))
+    assert "in broken" in "".join(traceback.format_tb(info.value.__traceback__))
+    assert "a bug, not a failed game" in "".join(info.value.__notes__)
+    stats = collector.stats()
+    assert stats["failed"] == 0 and stats["train_started"] == 4 and stats["cancelled"] == 3
+
+
+class StatsFail:
+    """The real backend, except that its ``stats`` raises ``error``."""
+
+    name = "inference-stats"
+
+    def __init__(self, inner, error: Exception):
+        self.inner, self.error = inner, error
+
+    async def generate(self, request):
+        return await self.inner.generate(request)
+
+    def stats(self):
+        raise self.error
+
+
+class Tracker:
+    def __init__(self):
+        self.stats = []
+
+    def log_game(self, result):
+        pass
+
+    def log_inference(self, name, stats):
+        self.stats.append(stats)
+
+
+def test_the_report_loop_lets_an_unexpected_error_through(backend):
+    collector, _ = local_collector(StatsFail(backend, KeyError("queue_depth")), "qwen3-zs",
+                                   tracker=Tracker(), stats_every_s=0.0)
+    with pytest.raises(KeyError, match="queue_depth"):
+        asyncio.run(asyncio.wait_for(collector.collect(2, 0), timeout=120))
+
+
+def test_the_report_loop_skips_an_actor_that_is_unavailable(backend, caplog):
+    tracker = Tracker()
+    collector, _ = local_collector(StatsFail(backend, InferenceUnavailableError("inference-stats: restarting")),
+                                   "qwen3-zs", tracker=tracker)
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(collector._report())
+    assert tracker.stats == [] and "no stats from inference actor inference-stats" in caplog.text
+
+
+# ----------------------------------------------------------------------------- a real run
+@pytest.mark.slow
+def test_a_broken_prompt_template_stops_a_build_run_with_its_error(ray_session, tiny_model_dir, tmp_path):
+    """The issue's test: a registered template that raises stops a real run (no hang) and
+    ``run.wait()`` raises the template's error, with its traceback and the game it happened in."""
+    def broken_board(obs: str) -> str:
+        return f"{obs} {len(obs) // 0}"
+
+    unstable.register_template("broken-board", broken_board, overwrite=True)
+    ttt = {**TTT, "prompt_template": "broken-board"}
+    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "broken-template",
+                                            train_envs=[unstable.TrainEnvSpec(num_actors=2, **ttt)],
+                                            eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **ttt)],
+                                            max_consecutive_failures=7))
+    pool = ThreadPoolExecutor(1)
+    try:
+        budget = ray_session.get(run.actors.collector.__ray_call__.remote(lambda c: c.failure_budget))
+        assert budget == FailureBudget(max_consecutive_failures=7)
+        run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2, block=False)
+        waited = pool.submit(run.wait)
+        error = waited.exception(timeout=180)  # a regression that hangs fails here instead
+        stats = ray_session.get(run.actors.collector.stats.remote())
+    finally:
+        run.stop()
+        pool.shutdown(wait=False)
+    assert isinstance(error, ZeroDivisionError), error
+    assert "broken_board" in str(error) and "a bug, not a failed game" in str(error)
+    assert stats["failed"] == 0 and stats["train_finished"] == 0
+
+
+def test_templates_registered_in_the_users_process_are_handed_to_the_collector(backend, monkeypatch):
+    """A Ray actor starts with the built-in templates only; build() hands it the user's."""
+    from unstable.games import templates
+
+    register("mine", "Board:\n{observation}\nMove:")
+    custom = templates.custom_templates()
+    assert "mine" in custom and "qwen3-zs" not in custom
+    monkeypatch.delitem(templates._TEMPLATES, "mine")  # as in a fresh actor process
+    local_collector(backend, "qwen3-zs", prompt_templates=custom)
+    assert templates.render_prompt("mine", "X") == "Board:\nX\nMove:"
