@@ -92,6 +92,16 @@ def test_build_makes_the_budget_from_its_settings_and_saves_them(tiny_model_dir,
 
 
 # ----------------------------------------------------------------------------- an in-process collector
+@pytest.fixture(autouse=True)
+def _backend_idle_after(request):
+    """A collection stopped by an error leaves the session backend's executor finishing the batch it
+    had started, sampling from torch's global RNG; later tests that seed it (test_learners) must not
+    share it with that thread. Its executor has one worker: a no-op queued behind the batch waits for it."""
+    yield
+    if "backend" in request.fixturenames:
+        request.getfixturevalue("backend")._executor.submit(lambda: None).result()
+
+
 def local_collector(backend, template: str, **kwargs) -> tuple[Collector, GameScheduler]:
     registry = ModelRegistry()
     registry.add_checkpoint(uid="base", path=None, iteration=0)

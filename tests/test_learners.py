@@ -416,7 +416,7 @@ def test_the_learner_wait_counts_from_the_last_step_that_arrived(model_dir, tmp_
             return self.polls  # one more step at each poll: 8 polls before a batch of 8
 
     eps = episodes()
-    lrn = learner(REINFORCELearner, model_dir, tmp_path, buffer=Trickle([eps]), poll_interval_s=0.05,
+    lrn = learner(REINFORCELearner, model_dir, tmp_path, buffer=Trickle([batch(eps)]), poll_interval_s=0.05,
                   wait_timeout_s=0.15)
     assert [r.version for r in lrn.train(1)] == [1]  # waited ~0.35 s > wait_timeout_s in all
     with pytest.raises(ValueError, match="wait_timeout_s must be > 0 or None"):
