@@ -160,6 +160,13 @@ BUILD_CASES = [
     ("run_name a number", {"run_name": 7}, "run_name must be a plain directory name"),
     ("learner_device 'gpu'", {"learner_device": "gpu"}, "learner_device must be None"),
     ("learner_device an int", {"learner_device": 0}, "learner_device must be None"),
+    # learner: the learner's other settings
+    ("learner a list", {"learner": [0.9]}, "learner must be a dict"),
+    ("learner setting REINFORCE does not have", {"learner": {"gamma": 0.9}},
+     r"unknown learner settings \['gamma'\] for REINFORCELearner"),
+    ("learner repeats a flat argument", {"learner": {"batch_size": 8}}, r"set by \['build\(batch_size=...\)'\]"),
+    ("learner sets what the run decides", {"learner": {"output_dir": "x"}}, r"set by \['the run'\]"),
+    ("A2C gamma out of range", {"algorithm": "a2c", "learner": {"gamma": 1.5}}, r"learner settings: gamma must be"),
     ("reward_transforms a string", {"reward_transforms": "default"}, r"reward_transforms must be None or a \(final"),
     ("reward_transforms two items", {"reward_transforms": (None, None)}, "reward_transforms must be None or a"),
     ("reward_transforms not callable", {"reward_transforms": (1, None, None)}, "the final transform must be callable"),

@@ -73,3 +73,32 @@ def test_unstable_train_runs_a_config(ray_session, tiny_model_dir, tmp_path, cap
     assert "done: 3 checkpoints" in out  # base, ckpt-1, ckpt-2
     assert (tmp_path / "cli" / "checkpoints" / "ckpt-2" / "adapter_config.json").is_file()
     assert (tmp_path / "cli" / "metrics.jsonl").is_file()
+
+
+def test_a2c_settings_reach_the_learner_from_build_and_yaml(tiny_model_dir, tmp_path):
+    """A2C's gamma, gae_lambda and critic settings were unreachable from build(): now ``learner``
+    sets any field of the learner's config or parameter of its initialize_algorithm, once."""
+    from unstable.learners.catalog import resolve_learner
+    from unstable.run.config import BUILD_LEARNER_DEFAULTS, BuildConfig
+    from unstable.run.config_file import load_config
+
+    path = tmp_path / "a2c.yaml"
+    path.write_text(f"model_name: {tiny_model_dir}\nalgorithm: a2c\nbatch_size: 16\nmini_batch_size: 8\n"
+                    "train_envs:\n  - {env_id: TicTacToe-v0-train, num_players: 2, num_actors: 2,"
+                    " prompt_template: qwen3-zs}\n"
+                    "learner: {gamma: 0.9, gae_lambda: 0.95, critic_learning_rate: 3.0e-4, weight_decay: 0.1}\n")
+    build_kwargs, _ = load_config(str(path))
+    cfg = BuildConfig(**build_kwargs, wandb_project=None)
+    ctor, init = cfg.learner_settings(resolve_learner("a2c"))
+    assert ctor["weight_decay"] == 0.1 and ctor["batch_size"] == 16 and ctor["grad_clip"] == 0.2
+    assert init == {"infer_mini_batch_size": 16, "critic_learning_rate": 3.0e-4, "normalize_adv": True,
+                    "gamma": 0.9, "gae_lambda": 0.95, "max_train_len": None, "max_generation_len": 4096}
+    assert cfg.to_dict()["learner"]["gamma"] == 0.9  # saved in config.json: a resumed run keeps them
+    # without ``learner``, build()'s A2C keeps what the wiring always handed it
+    plain = BuildConfig(**{**build_kwargs, "learner": None}, wandb_project=None)
+    assert plain.learner_settings(resolve_learner("a2c"))[1] == {
+        **BUILD_LEARNER_DEFAULTS, "max_train_len": None, "max_generation_len": 4096}
+    # REINFORCE's initialize_algorithm takes only the lengths
+    assert BuildConfig(**{**build_kwargs, "algorithm": "reinforce", "learner": None},
+                       wandb_project=None).learner_settings(resolve_learner("reinforce"))[1] == {
+        "max_train_len": None, "max_generation_len": 4096}

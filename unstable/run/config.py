@@ -7,6 +7,7 @@ LoRA) is the one source of its defaults and checks.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 import os
@@ -17,7 +18,7 @@ from typing import Any
 from unstable.collection.failures import FailureBudget
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.config import InferenceConfig
-from unstable.learners.catalog import learner_name, resolve_learner
+from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES
 from unstable.models.resolve import check_adapter_dir, looks_like_path, resolve_model_name
 from unstable.policies.api import DEFAULT_API_KEY_ENV
@@ -29,6 +30,22 @@ ENV_SAMPLING_STRATEGIES = ("random",)
 OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality")
 INFERENCE_BACKENDS = ("auto", "transformers", "vllm")
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
+
+
+# build()'s flat learner arguments -> the learner config's fields
+FLAT_LEARNER_FIELDS = {
+    "batch_size": "batch_size", "mini_batch_size": "mini_batch_size", "learning_rate": "learning_rate",
+    "gradient_clipping": "grad_clip", "lr_schedule": "lr_schedule",
+    "activation_checkpointing": "activation_checkpointing", "gradient_checkpointing": "gradient_checkpointing",
+    "max_train_len": "max_train_len", "max_generation_len": "max_generation_len",
+    "use_trainer_cache": "use_trainer_cache",
+}
+# learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
+RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
+                      "initial_version", "restore_training_state", "keep_last"}
+# what build() hands initialize_algorithm unless ``learner`` says otherwise; build()'s A2C critic has
+# always learned at 5e-5 (the class default is the seed's 1e-5)
+BUILD_LEARNER_DEFAULTS = {"infer_mini_batch_size": 16, "critic_learning_rate": 5e-5, "normalize_adv": True}
 
 
 def _spec_list(name: str, value: Any, cls: type, allow_none: bool) -> tuple:
@@ -197,6 +214,7 @@ class BuildConfig:
     learner_device: str | None = None
     reward_transforms: Any = None  # (final, step, sampling); None: the seed's default chain
     resume_from: str | None = None  # a run directory: continue that run (see unstable.run.resume)
+    learner: dict | None = None  # the learner's other settings: see BuildConfig.learner_settings
     # the collector's failure budget (unstable.collection.failures.FailureBudget); None turns a check off
     max_consecutive_failures: int | None = 32  # failed train (or eval) games in a row that stop the run
     max_failure_rate: float | None = 0.5  # ... or this fraction failed of the last failure_rate_window
@@ -220,7 +238,7 @@ class BuildConfig:
             raise ValueError("inference_backend='vllm' but vLLM is not installed: on GPUs pip install "
                              "unstable-baselines[vllm]; on CPUs bash scripts/install_vllm_cpu.sh .venv; "
                              "or use 'auto' / 'transformers'")
-        resolve_learner(self.algorithm)  # a known name, or a BaseLearner subclass that implements _update
+        learner_cls = resolve_learner(self.algorithm)  # a known name, or a BaseLearner subclass with _update
         self.fixed_opponents = _opponent_names(self.fixed_opponents)
         if self.opponent_sampling_strategy == "fixed" and not self.fixed_opponents:
             raise ValueError("opponent_sampling_strategy='fixed' needs at least one name in fixed_opponents")
@@ -251,6 +269,7 @@ class BuildConfig:
         _check_lora_config(self.lora_config)
         _check_vllm_config(self.vllm_config, self.model_name)
         _check_reward_transforms(self.reward_transforms)
+        self.learner_settings(learner_cls)  # known keys, and values the learner's own config accepts
         self.failure_budget  # noqa: B018 (validates the three settings, naming the one that is wrong)
         _check_placement(self)
         self.resume_from = check_resume_from(self.resume_from)
@@ -264,6 +283,43 @@ class BuildConfig:
     def failure_budget(self) -> FailureBudget:
         return FailureBudget(max_consecutive_failures=self.max_consecutive_failures,
                              max_failure_rate=self.max_failure_rate, failure_rate_window=self.failure_rate_window)
+
+    def learner_settings(self, learner_cls: type) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The learner's settings as (constructor keywords, ``initialize_algorithm`` keywords).
+
+        The seed's flat arguments (``batch_size``, ``learning_rate``, ...) set what they name. ``learner``
+        sets the rest: any field of the learner's config class (A2C's ``gamma``, ``gae_lambda``,
+        ``critic_learning_rate``, ``infer_mini_batch_size``, ``normalize_adv``; every learner's
+        ``weight_decay``, ``dtype``, ``wait_timeout_s`` ...) or any parameter of its
+        ``initialize_algorithm`` (a custom learner's own). A setting has one way in: ``learner`` may not
+        repeat a flat argument or what the run decides (device, output directory, resume state).
+        Checked by building the learner's config here, before any actor starts.
+        """
+        if self.learner is not None and not isinstance(self.learner, dict):
+            raise ValueError(f"learner must be a dict of learner settings or None, got {type(self.learner).__name__}")
+        extra = dict(self.learner or {})
+        config_fields = {f.name for f in dataclasses.fields(learner_cls.config_cls)}
+        init_names = set(algorithm_settings(learner_cls, dict.fromkeys(extra)))
+        taken = sorted(set(extra) & set(FLAT_LEARNER_FIELDS.values()) | set(extra) & RUN_LEARNER_FIELDS)
+        if taken:
+            flat = {v: k for k, v in FLAT_LEARNER_FIELDS.items()}
+            where = [f"build({flat[k]}=...)" if k in flat else "the run" for k in taken]
+            raise ValueError(f"learner settings {taken} are set by {sorted(set(where))}, not by learner={{...}}")
+        unknown = sorted(set(extra) - config_fields - init_names, key=str)
+        if unknown:
+            known = sorted((config_fields | init_names) - set(FLAT_LEARNER_FIELDS.values()) - RUN_LEARNER_FIELDS)
+            raise ValueError(f"unknown learner settings {unknown} for {learner_cls.__name__}; known: {known}")
+        ctor = {field: getattr(self, flat) for flat, field in FLAT_LEARNER_FIELDS.items()}
+        ctor |= {k: v for k, v in extra.items() if k in config_fields and k not in init_names}
+        init = {**BUILD_LEARNER_DEFAULTS, "max_train_len": self.max_train_len,
+                "max_generation_len": self.max_generation_len, **extra}
+        init = algorithm_settings(learner_cls, init)
+        try:  # the learner's own checks, on what it will be built with
+            learner_cls.config_cls(model_name=self.model_name, lora_cfg=self.lora,
+                                   **{**ctor, **{k: v for k, v in init.items() if k in config_fields}})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"learner settings: {exc}") from None
+        return ctor, init
 
     @property
     def lora(self) -> dict:

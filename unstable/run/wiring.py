@@ -27,7 +27,7 @@ from unstable.collection.scheduler import GameScheduler
 from unstable.games.extraction import custom_action_extractions
 from unstable.games.templates import custom_templates
 from unstable.inference.config import InferenceConfig, choose_backend
-from unstable.learners.catalog import algorithm_settings, resolve_learner
+from unstable.learners.catalog import resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
 from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import fixed_policy_ref
@@ -159,12 +159,10 @@ def start_actors(cfg, run_name: str) -> Actors:
         resumed = {"initial_lora_path": str(resume.checkpoint), "initial_version": resume.version,
                    "restore_training_state": True}
     placement = _near(driver_node, 1, learner_gpus)
+    learner_kwargs, algorithm_kwargs = cfg.learner_settings(learner_cls)
     learner = actor_class(learner_cls).options(num_cpus=1, num_gpus=learner_gpus, **placement).remote(
-        model_name=cfg.model_name, lora_cfg=cfg.lora, batch_size=cfg.batch_size,
-        mini_batch_size=cfg.mini_batch_size, learning_rate=cfg.learning_rate, grad_clip=cfg.gradient_clipping,
-        lr_schedule=cfg.lr_schedule,
+        model_name=cfg.model_name, lora_cfg=cfg.lora, **learner_kwargs,
         buffer=buffer, tracker=tracker, model_registry=registry,
-        activation_checkpointing=cfg.activation_checkpointing, gradient_checkpointing=cfg.gradient_checkpointing,
         output_dir=ray.get(tracker.get_checkpoints_dir.remote()), device=cfg.learner_device, seed=cfg.seed,
         keep_last=None,  # keep every adapter: lagged opponents and the registry may still point at old ones
         on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker), **resumed)
@@ -176,10 +174,7 @@ def start_actors(cfg, run_name: str) -> Actors:
         tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=backends, sampling=inference.sampling,
         failure_budget=cfg.failure_budget, prompt_templates=custom_templates(),
         action_extractions=custom_action_extractions())
-    # each learner gets the settings its initialize_algorithm names (the critic's only go to A2C)
-    settings = {"max_train_len": cfg.max_train_len, "max_generation_len": cfg.max_generation_len,
-                "infer_mini_batch_size": 16, "critic_learning_rate": 5e-5, "normalize_adv": True}
-    ray.get(learner.initialize_algorithm.remote(**algorithm_settings(learner_cls, settings)))
+    ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))  # only what it names (A2C: the critic's)
     return Actors(tracker, registry, scheduler, buffer, collector, learner, backends, run_dir,
                   start_version=resume.version if resume else 0)
 
