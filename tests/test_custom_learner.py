@@ -54,7 +54,7 @@ def test_the_readme_learner_updates_in_process(readme_learner, tiny_model_dir, t
                   sample=make_sample((5, 6, 7 + g), (8, 9), (-1.0, -1.0)), reward=float(g), final_reward=0.0,
                   policy_version=0, format_ok=True, invalid=False, is_last=True) for g in range(4)]
     result = lrn.update(TrainBatch.from_steps(steps))
-    assert result.version == 1 and result.metrics["train/baseline"] == 1.5 and result.metrics["train/grad_norm"] > 0
+    assert result.version == 1 and result.metrics["train/baseline"] == 0.75 and result.metrics["train/grad_norm"] > 0
     assert (Path(result.adapter_path) / "adapter_config.json").is_file()
 
 
@@ -111,7 +111,8 @@ def test_a_bad_learner_class_is_refused_before_ray_starts(algorithm, match, tiny
 
 @pytest.mark.slow
 def test_the_readme_learner_trains_through_build(readme_learner, ray_session, tiny_model_dir, tmp_path):
-    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, algorithm=readme_learner))
+    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, algorithm=readme_learner,
+                                            learner={"baseline_weight": 0.5}))
     try:
         summary = run.start(learning_steps=2, num_collection_workers=8, num_eval_workers=1)
     finally:
@@ -122,5 +123,7 @@ def test_the_readme_learner_trains_through_build(readme_learner, ray_session, ti
     # train/baseline is logged only by the README's _update: it ran in the learner actor, once a step
     trained = [line for line in read_metrics(run.run_dir) if "train/baseline" in line]
     assert len(trained) == 2 and all(math.isfinite(line["train/loss"]) for line in trained)
+    # learner={"baseline_weight": 0.5} reached the actor's initialize_algorithm
+    assert all(line["train/baseline"] == pytest.approx(0.5 * line["train/reward_mean"]) for line in trained)
     config = json.loads((Path(run.run_dir) / "config.json").read_text())
     assert config["algorithm"] == "mean-baseline"
