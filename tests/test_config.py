@@ -93,7 +93,7 @@ def test_a2c_settings_reach_the_learner_from_build_and_yaml(tiny_model_dir, tmp_
     assert ctor["weight_decay"] == 0.1 and ctor["batch_size"] == 16 and ctor["grad_clip"] == 0.2
     assert init == {"infer_mini_batch_size": 16, "critic_learning_rate": 3.0e-4, "normalize_adv": True,
                     "gamma": 0.9, "gae_lambda": 0.95, "max_train_len": None, "max_generation_len": 4096}
-    assert cfg.to_dict()["learner"]["gamma"] == 0.9  # saved in config.json: a resumed run keeps them
+    assert cfg.to_dict()["models"][0]["learner"]["gamma"] == 0.9  # saved in config.json: a resumed run keeps them
     # without ``learner``, build()'s A2C keeps what the wiring always handed it
     plain = BuildConfig(**{**build_kwargs, "learner": None}, wandb_project=None)
     assert plain.learner_settings(resolve_learner("a2c"))[1] == {

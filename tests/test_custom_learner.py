@@ -42,7 +42,7 @@ def test_the_readme_learner_is_registered_and_named_in_config_json(readme_learne
     assert resolve_learner("mean-baseline") is readme_learner
     for algorithm in ("mean-baseline", readme_learner):
         cfg = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, algorithm=algorithm))
-        assert json.loads(json.dumps(cfg.to_dict()))["algorithm"] == "mean-baseline"
+        assert json.loads(json.dumps(cfg.to_dict()))["models"][0]["algorithm"] == "mean-baseline"
     assert algorithm_settings(readme_learner, {"max_train_len": 8, "gamma": 0.9}) == {"max_train_len": 8}
 
 
@@ -129,4 +129,4 @@ def test_the_readme_learner_trains_through_build(readme_learner, ray_session, ti
         assert abs(line["train/reward_mean"]) > 0.1
         assert line["train/baseline"] == pytest.approx(0.5 * line["train/reward_mean"], rel=1e-5)
     config = json.loads((Path(run.run_dir) / "config.json").read_text())
-    assert config["algorithm"] == "mean-baseline"
+    assert config["models"][0]["algorithm"] == "mean-baseline"

@@ -88,7 +88,7 @@ def test_build_makes_the_budget_from_its_settings_and_saves_them(tiny_model_dir,
 
     cfg = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, max_consecutive_failures=None))
     assert cfg.failure_budget == FailureBudget(None, 0.5, 200)
-    assert cfg.to_dict()["max_failure_rate"] == 0.5  # saved in config.json, so a resumed run keeps it
+    assert cfg.to_dict()["failure_budget"]["max_failure_rate"] == 0.5  # saved in config.json, so a resumed run keeps it
 
 
 # ----------------------------------------------------------------------------- an in-process collector

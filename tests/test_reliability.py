@@ -411,7 +411,7 @@ def test_kill_9_then_resume_finishes_the_run_with_its_registry(ray_session, tiny
     assert 2 <= before.version < 6
     killed_state = json.loads((run_dir / RUN_STATE_FILE).read_text())
     build, start = load_run_config(run_dir)  # config.json holds everything: build() and start() settings
-    assert start["learning_steps"] == 6 and build["batch_size"] == 16
+    assert start["learning_steps"] == 6 and build["models"][0]["learner"]["batch_size"] == 16
 
     assert main(["train", "--resume", str(run_dir)]) == 0
     complete = ckpt.list_checkpoints(run_dir / "checkpoints", complete_only=True)

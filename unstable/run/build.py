@@ -15,6 +15,7 @@ import os
 import time
 from typing import Any
 
+from unstable.run.arguments import argument_names, merge_arguments
 from unstable.run.config import BuildConfig, check_resume_from
 from unstable.utils.checks import check_int
 
@@ -30,13 +31,10 @@ def build(**kwargs: Any) -> Run:
         from unstable.run.resume import load_run_config
 
         saved, _ = load_run_config(check_resume_from(kwargs["resume_from"]))
-        if "reward_transforms" not in kwargs:
-            kwargs["reward_transforms"] = None
-        kwargs = {**saved, **kwargs}
-    known = set(BuildConfig.__dataclass_fields__) - {"extra"}
-    extra = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}
-    cfg = BuildConfig(**kwargs, extra=extra)
-    return Run(cfg)
+        known = argument_names()
+        unknown = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}  # BuildConfig names them
+        kwargs = {**merge_arguments(saved, kwargs), **unknown}  # flat or nested, over the saved sections
+    return Run(BuildConfig(**kwargs))
 
 
 class Run:
@@ -49,7 +47,8 @@ class Run:
         if cfg.resume_from:
             self.run_name = os.path.basename(cfg.resume_from.rstrip("/"))
         else:
-            self.run_name = cfg.run_name or f"{os.path.basename(cfg.model_name.rstrip('/'))}-{int(time.time())}"
+            base = os.path.basename(cfg.models[0].model_name.rstrip("/"))
+            self.run_name = cfg.run_name or f"{base}-{int(time.time())}"
         self.actors = start_actors(cfg, self.run_name)
         self.run_dir = self.actors.run_dir
         self.start_version = self.actors.start_version  # > 0 when resumed from ckpt-N

@@ -1,6 +1,8 @@
 """YAML run configs for ``unstable train``: build()'s parameters plus start()'s.
 
-A config is a flat mapping. ``train_envs`` / ``eval_envs`` are lists of spec mappings::
+A config is a mapping of build()'s keywords, flat (the seed's names) or nested (``models``,
+``samplers``, ``tracker``, ``failure_budget``: see :mod:`unstable.run.arguments`), plus start()'s.
+``train_envs`` / ``eval_envs`` are lists of spec mappings::
 
     model_name: tiny
     train_envs:
@@ -58,9 +60,29 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def build_keys() -> set[str]:
-    from unstable.run.config import BuildConfig
+    """build()'s keywords a config may hold: the flat ones and the nested sections."""
+    from unstable.run.arguments import argument_names
 
-    return set(BuildConfig.__dataclass_fields__) - {"extra", "reward_transforms"}
+    return argument_names() - {"reward_transforms"}
+
+
+def _is_nested(data: dict) -> bool:
+    from unstable.run.arguments import NESTED_ARGUMENTS, RUN_FIELDS
+
+    return any(k in data for k in NESTED_ARGUMENTS if k not in RUN_FIELDS)
+
+
+def _floats(data: dict) -> None:
+    """``1e-3`` (read by PyYAML as a string) as a number, for the float settings, flat or nested."""
+    places = [(data, key) for key in FLOAT_KEYS]
+    models = data.get("models") if isinstance(data.get("models"), list) else []
+    for model in models:
+        for section, keys in (("learner", ("learning_rate", "grad_clip")), ("inference", ("temperature", "top_p"))):
+            if isinstance(model, dict) and isinstance(model.get(section), dict):
+                places += [(model[section], key) for key in keys]
+    for where, key in places:
+        if isinstance(where.get(key), str) and _EXPONENT_FLOAT.fullmatch(where[key].strip()):
+            where[key] = float(where[key])
 
 
 def _read(path: str) -> Any:
@@ -80,6 +102,7 @@ def _read(path: str) -> Any:
 
 
 def _apply_override(data: dict, item: Any) -> None:
+    """``key=value`` into ``data`` (build()'s keywords as given: flat names, or a whole section)."""
     if not isinstance(item, str):
         raise ConfigError(f"override {item!r} must be a string like key=value")
     key, sep, raw = item.partition("=")
@@ -102,7 +125,10 @@ def _check_keys(data: dict, where: str) -> None:
         hints = [f"{m[0]!r} for {k!r}" for k in unknown if (m := difflib.get_close_matches(str(k), allowed, 1))]
         hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
         raise ConfigError(f"{where}unknown config keys {unknown}{hint}; allowed: {sorted(allowed)}")
-    missing = [] if data.get("resume_from") else [k for k in REQUIRED_KEYS if data.get(k) is None]
+    models = data.get("models")
+    model = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
+    given = {**data, "model_name": data.get("model_name", model.get("model_name"))}
+    missing = [] if data.get("resume_from") else [k for k in REQUIRED_KEYS if given.get(k) is None]
     if missing:
         raise ConfigError(f"{where}missing required setting(s) {missing}: model_name (a HF id, a local model "
                           "directory or 'tiny') and train_envs (a list of env spec mappings)")
@@ -117,12 +143,23 @@ def load_config(path: str, overrides: list[str] | None = None) -> tuple[dict[str
         raise ConfigError(f"config file {path!r} must hold a mapping of settings, got {type(data).__name__}")
     if overrides is not None and not isinstance(overrides, list | tuple):
         raise ConfigError(f"overrides must be a list of key=value strings, got {overrides!r}")
+    over: dict = {}
     for item in overrides or []:
-        _apply_override(data, item)
-    _check_keys(data, f"config {path!r}: ")
-    for key in FLOAT_KEYS:
-        if isinstance(data.get(key), str) and _EXPONENT_FLOAT.fullmatch(data[key].strip()):
-            data[key] = float(data[key])
+        _apply_override(over, item)
+    _check_keys({**data, **over}, f"config {path!r}: ")
+    start = {k: over.pop(k) for k in START_KEYS if k in over}
+    if _is_nested(data) and over:  # a flat override of a nested config (config.json): onto its section
+        from unstable.run.arguments import merge_arguments
+
+        try:
+            data = {**merge_arguments(data, {k: over[k] for k in over if k in build_keys()}),
+                    **{k: v for k, v in data.items() if k in START_KEYS}}
+        except ValueError as exc:
+            raise ConfigError(f"config {path!r}: {exc}") from None
+    else:
+        data.update(over)
+    data.update(start)
+    _floats(data)
     start = {k: data.pop(k, default) for k, default in START_KEYS.items()}
     for key, value in start.items():
         try:

@@ -141,7 +141,10 @@ def load_run_config(run_dir: str | os.PathLike, overrides: list[str] | None = No
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise ValueError(f"{path} does not exist: is {run_dir} a run directory?")
-    if json.loads(path.read_text(encoding="utf-8")).get("reward_transforms") is not None:
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    models = saved.get("models") if isinstance(saved.get("models"), list) else []
+    buffers = [m.get("buffer") or {} for m in models if isinstance(m, dict)]  # nested; flat: the top level
+    if any(b.get("reward_transforms") is not None for b in [saved, *buffers] if isinstance(b, dict)):
         raise ValueError(f"{path}: the run used custom reward_transforms, which a config file cannot hold; "
                          "resume it from Python: unstable.build(resume_from=..., reward_transforms=...)")
     build, start = load_config(str(path), overrides)

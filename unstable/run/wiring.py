@@ -81,32 +81,34 @@ class Actors:
                 self.registry, self.tracker]
 
 
-def _model_sampler(cfg, registry):
-    strategy = cfg.opponent_sampling_strategy
+def _model_sampler(samplers, registry, seed: int):
+    strategy = samplers.opponent_sampling_strategy
     if strategy in ("none", "mirror"):
-        return ms.BaseModelSampler(model_registry=registry, rng_seed=cfg.seed)
+        return ms.BaseModelSampler(model_registry=registry, rng_seed=seed)
     if strategy == "fixed":
-        return ms.FixedOpponentModelSampler(model_registry=registry, rng_seed=cfg.seed)
+        return ms.FixedOpponentModelSampler(model_registry=registry, rng_seed=seed)
     if strategy == "lagged":
-        window = None if cfg.opponent_lag is not None else cfg.opponent_window
-        return ms.LaggedModelSampler(model_registry=registry, lag=cfg.opponent_lag, window=window, rng_seed=cfg.seed)
-    return ms.MatchQualityModelSampler(model_registry=registry, rng_seed=cfg.seed)
+        lag = samplers.opponent_lag
+        window = None if lag is not None else samplers.opponent_window
+        return ms.LaggedModelSampler(model_registry=registry, lag=lag, window=window, rng_seed=seed)
+    return ms.MatchQualityModelSampler(model_registry=registry, rng_seed=seed)
 
 
-def inference_config(cfg, backend: str, num_actors: int, gpus_per_actor: float) -> InferenceConfig:
-    base = {"model_name": cfg.model_name, "max_tokens": cfg.max_generation_len, "lora_config": cfg.lora}
-    base.update(cfg.vllm_config or {})
-    base["model_name"] = cfg.model_name
-    overrides: dict[str, Any] = {"backend": backend, "num_actors": num_actors, "actor_num_gpus": gpus_per_actor,
-                                 "actor_num_cpus": 0 if gpus_per_actor else 1}
-    if cfg.temperature is not None:
-        overrides["temperature"] = cfg.temperature
-    return InferenceConfig.from_vllm_config(base, **overrides)
+def inference_config(model, backend: str, num_actors: int, gpus_per_actor: float) -> InferenceConfig:
+    """A :class:`~unstable.run.config.ModelConfig`'s inference settings as the backends' config."""
+    settings = {k: v for k, v in model.inference.items() if k not in ("backend", "num_actors")}
+    if settings.get("temperature") is None:
+        settings.pop("temperature", None)
+    base = {"max_tokens": model.setting("max_generation_len"), "lora_config": model.lora_cfg, **settings}
+    base["model_name"] = model.model_name
+    return InferenceConfig.from_vllm_config(base, backend=backend, num_actors=num_actors,
+                                            actor_num_gpus=gpus_per_actor, actor_num_cpus=0 if gpus_per_actor else 1)
 
 
 def start_actors(cfg, run_name: str) -> Actors:
     """Start every actor of a run from a validated :class:`~unstable.run.config.BuildConfig`."""
-    backend = choose_backend(cfg.inference_backend)
+    model = cfg.models[0]  # one trainable model per run for now
+    backend = choose_backend(model.inference.get("backend", "auto"))
     resume = find_resume_point(cfg.resume_from) if cfg.resume_from else None
     ensure_ray(cfg.ray_address)
     driver_node = ray.get_runtime_context().get_node_id()
@@ -118,7 +120,7 @@ def start_actors(cfg, run_name: str) -> Actors:
         raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
                          f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     tracker = actor_class(Tracker).options(**light, name="Tracker").remote(
-        run_name=run_name, wandb_project=cfg.wandb_project, run_dir=run_dir, use_wandb=cfg.use_wandb,
+        run_name=run_name, wandb_project=cfg.tracker.wandb_project, run_dir=run_dir, use_wandb=cfg.tracker.use_wandb,
         config=cfg.to_dict())
     run_dir = ray.get(tracker.get_run_dir.remote())
     registry = actor_class(ModelRegistry).options(**light).remote(tracker=tracker)
@@ -130,7 +132,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     if resume:
         _register_missing_checkpoints(registry, resume)
         ray.get(tracker.set_learner_step.remote(resume.version))
-    opponents = set(cfg.fixed_opponents if cfg.opponent_sampling_strategy == "fixed" else ())
+    samplers = cfg.samplers
+    opponents = set(samplers.fixed_opponents if samplers.opponent_sampling_strategy == "fixed" else ())
     opponents |= {spec.fixed_opponent for spec in cfg.eval_envs}
     known = set(ray.get(registry.fixed_uids.remote()))
     for name in sorted(opponents):
@@ -140,18 +143,20 @@ def start_actors(cfg, run_name: str) -> Actors:
                                           rng_seed=cfg.seed)
     # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
     scheduler = actor_class(GameScheduler).options(**light).remote(
-        model_sampler=_model_sampler(cfg, registry), env_sampler=env_sampler, logging_dir=None, seed=cfg.seed)
+        model_sampler=_model_sampler(samplers, registry, cfg.seed), env_sampler=env_sampler, logging_dir=None,
+        seed=cfg.seed)
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
-    learner_cls = resolve_learner(cfg.algorithm)
-    final, step, sampling = cfg.reward_transforms or default_transforms()
-    if cfg.reward_transforms is None and learner_cls.needs_episodes:
+    learner_cls = resolve_learner(model.algorithm)
+    transforms = model.buffer.reward_transforms
+    final, step, sampling = transforms or default_transforms()
+    if transforms is None and learner_cls.needs_episodes:
         sampling = None  # A2C sums per-turn rewards into returns and normalises its advantages itself
     buffer_cls = EpisodeBuffer if learner_cls.needs_episodes else StepBuffer
     buffer = actor_class(buffer_cls).options(**light, name="Buffer").remote(
-        max_buffer_size=cfg.buffer_size, tracker=tracker, final_reward_transformation=final,
+        max_buffer_size=model.buffer.size, tracker=tracker, final_reward_transformation=final,
         step_reward_transformation=step, sampling_reward_transformation=sampling,
-        max_staleness=cfg.max_staleness, seed=cfg.seed, dedupe=True)
+        max_staleness=model.buffer.max_staleness, seed=cfg.seed, dedupe=True)
 
     learner_gpus, gpus_per_actor, default_actors = gpu_layout(int(ray.cluster_resources().get("GPU", 0)))
     resumed = {}
@@ -159,16 +164,16 @@ def start_actors(cfg, run_name: str) -> Actors:
         resumed = {"initial_lora_path": str(resume.checkpoint), "initial_version": resume.version,
                    "restore_training_state": True}
     placement = _near(driver_node, 1, learner_gpus)
-    learner_kwargs, algorithm_kwargs = cfg.learner_settings(learner_cls)
+    learner_kwargs, algorithm_kwargs = model.learner_settings(learner_cls)
     learner = actor_class(learner_cls).options(num_cpus=1, num_gpus=learner_gpus, **placement).remote(
-        model_name=cfg.model_name, lora_cfg=cfg.lora, **learner_kwargs,
+        model_name=model.model_name, lora_cfg=model.lora_cfg, **learner_kwargs,
         buffer=buffer, tracker=tracker, model_registry=registry,
-        output_dir=ray.get(tracker.get_checkpoints_dir.remote()), device=cfg.learner_device, seed=cfg.seed,
+        output_dir=ray.get(tracker.get_checkpoints_dir.remote()), device=model.learner_device, seed=cfg.seed,
         keep_last=None,  # keep every adapter: lagged opponents and the registry may still point at old ones
         on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker), **resumed)
     # after the learner, so it has its place before the inference actors take theirs
-    num_actors = cfg.num_inference_actors or default_actors
-    inference = inference_config(cfg, backend, num_actors, gpus_per_actor)
+    num_actors = model.inference.get("num_actors") or default_actors
+    inference = inference_config(model, backend, num_actors, gpus_per_actor)
     backends = start_inference_backends(inference)
     collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
         tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=backends, sampling=inference.sampling,

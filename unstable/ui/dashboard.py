@@ -208,12 +208,21 @@ def learner_panel(info: dict) -> Panel:
     table.add_row("update", fmt(train.get("train/update_seconds"), ".1f", " s"), "")
     size = buffer.get("buffer/size")
     config = info.get("config") or {}
-    capacity = config.get("buffer_size") or (2 * config["batch_size"] if config.get("batch_size") else None)
+    capacity = _buffer_capacity(config)
     fill = size / capacity if size is not None and capacity else None
     table.add_row("buffer", f"{fmt(size, '.0f')} / {capacity or '?'}", _bar(fill, 20) if fill is not None else "")
     table.add_row("added · stale", f"{fmt(buffer.get('buffer/added'), '.0f')} · "
                   f"{fmt(buffer.get('buffer/dropped_stale'), '.0f')}", "")
     return _panel(table, title, style)
+
+
+def _buffer_capacity(config: dict) -> int | None:
+    """The buffer's size from ``config.json``: nested (``models[0].buffer.size``) or, from older runs, flat."""
+    models = config.get("models")
+    model = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
+    size = (model.get("buffer") or {}).get("size") or config.get("buffer_size")
+    batch = (model.get("learner") or {}).get("batch_size") or config.get("batch_size")
+    return size or (2 * batch if batch else None)
 
 
 def _bar(fraction: float, width: int) -> str:

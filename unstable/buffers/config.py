@@ -1,0 +1,38 @@
+"""``BufferConfig``: how much a run's buffer holds, how stale its steps may be, and how rewards are shaped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from unstable.utils.checks import check_int
+
+
+@dataclass
+class BufferConfig:
+    """Settings of a Step- or EpisodeBuffer (build()'s flat ``buffer_size``, ``max_staleness``,
+    ``reward_transforms``)."""
+
+    size: int | None = None
+    """Steps the buffer holds before it drops the oldest; ``None``: twice the learner's ``batch_size``."""
+    max_staleness: int | None = None
+    """Drop steps sampled by a policy more than this many versions behind the learner (``None``: keep all)."""
+    reward_transforms: Any = None
+    """``(final, step, sampling)`` reward-transform callables (each may be ``None``); ``None``: the
+    default chain."""
+
+    def __post_init__(self) -> None:
+        check_int("size", self.size, 1, allow_none=True)
+        check_int("max_staleness", self.max_staleness, 0, allow_none=True)
+        check_reward_transforms(self.reward_transforms)
+
+
+def check_reward_transforms(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, list | tuple) or len(value) != 3:
+        raise ValueError("reward_transforms must be None or a (final, step, sampling) triple, e.g. "
+                         f"unstable.reward_transformations.default_transforms(); got {value!r}")
+    for name, fn in zip(("final", "step", "sampling"), value, strict=True):
+        if fn is not None and not callable(fn):
+            raise ValueError(f"reward_transforms: the {name} transform must be callable or None, got {fn!r}")

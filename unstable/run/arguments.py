@@ -1,0 +1,167 @@
+"""build()'s two forms of arguments: the seed's flat keywords and the nested sections they map onto.
+
+The nested form is what :class:`~unstable.run.config.BuildConfig` stores and ``config.json`` holds::
+
+    models: [{name, model_name, algorithm, lora, learner_device, learner: {...}, inference: {...}, buffer: {...}}]
+    train_envs, eval_envs, samplers: {...}, tracker: {...}, failure_budget: {...},
+    run_name, runs_dir, ray_address, seed, resume_from
+
+:data:`FLAT_ARGUMENTS` is the one table from a flat name to its place. ``learner`` and ``vllm_config``
+spread their keys into the model's ``learner`` / ``inference`` mapping. A flat argument and its
+nested section given together is an error: a setting has one way in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL = "model"  # the fields of models[0] itself
+# flat name -> (section, field); section "model" is models[0], "learner"/"inference"/"buffer" its mappings;
+# field None: the flat value is a mapping whose keys spread into the section
+FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
+    "model_name": (MODEL, "model_name"), "algorithm": (MODEL, "algorithm"), "lora_config": (MODEL, "lora"),
+    "learner_device": (MODEL, "learner_device"),
+    "batch_size": ("learner", "batch_size"), "mini_batch_size": ("learner", "mini_batch_size"),
+    "learning_rate": ("learner", "learning_rate"), "gradient_clipping": ("learner", "grad_clip"),
+    "lr_schedule": ("learner", "lr_schedule"), "activation_checkpointing": ("learner", "activation_checkpointing"),
+    "gradient_checkpointing": ("learner", "gradient_checkpointing"), "max_train_len": ("learner", "max_train_len"),
+    "max_generation_len": ("learner", "max_generation_len"), "use_trainer_cache": ("learner", "use_trainer_cache"),
+    "learner": ("learner", None),
+    "inference_backend": ("inference", "backend"), "num_inference_actors": ("inference", "num_actors"),
+    "temperature": ("inference", "temperature"), "vllm_config": ("inference", None),
+    "buffer_size": ("buffer", "size"), "max_staleness": ("buffer", "max_staleness"),
+    "reward_transforms": ("buffer", "reward_transforms"),
+    "env_sampling_strategy": ("samplers", "env_sampling_strategy"),
+    "opponent_sampling_strategy": ("samplers", "opponent_sampling_strategy"),
+    "fixed_opponents": ("samplers", "fixed_opponents"), "opponent_lag": ("samplers", "opponent_lag"),
+    "opponent_window": ("samplers", "opponent_window"),
+    "wandb_project": ("tracker", "wandb_project"), "use_wandb": ("tracker", "use_wandb"),
+    "max_consecutive_failures": ("failure_budget", "max_consecutive_failures"),
+    "max_failure_rate": ("failure_budget", "max_failure_rate"),
+    "failure_rate_window": ("failure_budget", "failure_rate_window"),
+}
+MODEL_SECTIONS = ("learner", "inference", "buffer")
+RUN_SECTIONS = ("samplers", "tracker", "failure_budget")
+RUN_FIELDS = ("train_envs", "eval_envs", "run_name", "runs_dir", "ray_address", "seed", "resume_from")
+NESTED_ARGUMENTS = ("models", *RUN_SECTIONS, *RUN_FIELDS)
+# the flat learner arguments by the learner field they set (learner={...} may not repeat them)
+FLAT_LEARNER_NAMES = {field: flat for flat, (section, field) in FLAT_ARGUMENTS.items()
+                      if section == "learner" and field}
+MULTI_MODEL_MESSAGE = ("models holds {n} model declarations; a run trains exactly one model for now (several "
+                       "trainable models per run arrive with the multi-model issue)")
+
+
+def argument_names() -> set[str]:
+    """Every keyword build() takes, flat or nested (start()'s are not among them)."""
+    return set(FLAT_ARGUMENTS) | set(NESTED_ARGUMENTS)
+
+
+def _mapping(name: str, value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a mapping of its settings or None, got {type(value).__name__}")
+    return dict(value)
+
+
+def _model_declarations(value: Any) -> list[dict]:
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError("models must be a non-empty list of model declarations (mappings such as "
+                         "{'model_name': ..., 'learner': {...}})")
+    models = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):  # a ModelConfig: its fields
+            item = {f: getattr(item, f) for f in getattr(item, "__dataclass_fields__", ())} or item
+        if not isinstance(item, dict):
+            raise ValueError(f"models[{i}] must be a mapping or a ModelConfig, got {type(item).__name__}")
+        models.append({k: (dict(v) if k in MODEL_SECTIONS and isinstance(v, dict) else v) for k, v in item.items()})
+    if len(models) > 1:
+        raise ValueError(MULTI_MODEL_MESSAGE.format(n=len(models)))
+    return models
+
+
+def _section_dict(name: str, value: Any) -> dict:
+    """A run section given as a mapping or as its config object."""
+    if hasattr(value, "__dataclass_fields__"):
+        return {f: getattr(value, f) for f in value.__dataclass_fields__}
+    return _mapping(name, value)
+
+
+def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """build()'s keywords (flat, nested or both, without overlap) in the nested form, and the flat
+    names that were given. Unknown keywords are the caller's to reject first."""
+    flat = {k: v for k, v in kwargs.items() if k in FLAT_ARGUMENTS}
+    nested: dict[str, Any] = {k: v for k, v in kwargs.items() if k in NESTED_ARGUMENTS}
+    if "models" in nested:
+        nested["models"] = _model_declarations(nested["models"])
+    for section in RUN_SECTIONS:
+        if section in nested:
+            nested[section] = _section_dict(section, nested[section])
+    model = nested["models"][0] if "models" in nested else {}
+    for name, value in flat.items():
+        section, field = FLAT_ARGUMENTS[name]
+        if section in RUN_SECTIONS:
+            target, where = nested.setdefault(section, {}), section
+        elif section == MODEL:
+            target, where = model, "models[0]"
+        else:
+            target, where = model.setdefault(section, {}), f"models[0].{section}"
+        if field is None or (name == "temperature" and value is None):
+            continue  # spread below, after the single fields; temperature=None: vllm_config's (or the default)
+        if field in target:  # only the nested form can have set it: each flat name has its own field
+            raise ValueError(f"{name} is given twice: as build({name}=...) and as {where}.{field}; give one")
+        target[field] = value
+    _spread(model, flat, "learner")
+    _spread(model, flat, "vllm_config")
+    if model:
+        nested["models"] = [model]
+    return nested, set(flat)
+
+
+def _spread(model: dict, flat: dict, name: str) -> None:
+    """``learner={...}`` / ``vllm_config={...}`` into the model's learner / inference mapping."""
+    if name not in flat:
+        return
+    value = flat[name]
+    if name == "learner" and value is not None and not isinstance(value, dict):
+        raise ValueError(f"learner must be a dict of learner settings or None, got {type(value).__name__}")
+    if name == "vllm_config" and value is not None and not isinstance(value, dict):
+        raise ValueError(f"vllm_config must be a dict or None, got {type(value).__name__}")
+    section = FLAT_ARGUMENTS[name][0]
+    target = model.setdefault(section, {})
+    given = dict(value or {})
+    if name == "learner":
+        taken = sorted(k for k in given if k in FLAT_LEARNER_NAMES)
+        if taken:
+            where = sorted({f"build({FLAT_LEARNER_NAMES[k]}=...)" for k in taken})
+            raise ValueError(f"learner settings {taken} are set by {where}, not by learner={{...}}")
+    if name == "vllm_config" and flat.get("temperature") is not None:  # the flat temperature overrides vllm_config's
+        given.pop("temperature", None)
+    twice = sorted(k for k in given if k in target)  # the flat singles never set these: the nested form did
+    if twice:
+        raise ValueError(f"{name} {twice} given twice: in build({name}=...) and in models[0].{section}; give one")
+    target.update(given)
+
+
+def merge_arguments(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base`` (each flat, nested or both), section by section, in the nested form:
+    how a resumed run's saved settings take the ones given now."""
+    low, _ = nest_arguments(base)
+    high, _ = nest_arguments(override)
+    out = {**low}
+    for key, value in high.items():
+        if key in RUN_SECTIONS:
+            out[key] = {**low.get(key, {}), **value}
+        elif key == "models":
+            old = (low.get("models") or [{}])[0]
+            new = value[0]
+            model = {**old, **new}
+            for section in MODEL_SECTIONS:
+                if section in old or section in new:
+                    model[section] = {**(old.get(section) or {}), **(new.get(section) or {})}
+            out["models"] = [model]
+        else:
+            out[key] = value
+    return out
