@@ -63,7 +63,7 @@ def test_a_flat_call_gives_the_sections(tiny_model_dir, tmp_path):
     assert (cfg.batch_size, cfg.gradient_clipping, cfg.temperature, cfg.buffer_size) == (16, 0.5, 0.7, 64)
     assert cfg.learning_rate == 1e-5  # not given: the learner config's default
     with pytest.raises(AttributeError):
-        cfg.batch_size = 32  # noqa: B018 (read-only: the value lives in models[0].learner)
+        cfg.batch_size = 32  # read-only: the value lives in models[0].learner
     ctor, init = cfg.learner_settings(unstable.A2CLearner)
     assert ctor["grad_clip"] == 0.5 and init["gamma"] == 0.9
 
@@ -147,3 +147,15 @@ def test_an_old_flat_config_json_still_resumes(tiny_model_dir, tmp_path, monkeyp
     (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), **start}))
     again, _ = load_run_config(run_dir)
     assert BuildConfig(**again).to_dict() == {**cfg.to_dict(), "resume_from": None}
+
+
+def test_the_readme_nested_yaml_builds(tiny_model_dir, tmp_path):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "models:" in b]
+    path = tmp_path / "readme.yaml"
+    path.write_text(block.replace("model_name: tiny", f"model_name: {tiny_model_dir}") + f"runs_dir: {tmp_path}\n")
+    cfg = BuildConfig(**load_config(str(path))[0])
+    assert cfg.models[0].learner["gamma"] == 0.99 and cfg.buffer_size == 128 and cfg.temperature == 0.7

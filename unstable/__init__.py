@@ -53,6 +53,10 @@ _LAZY = {
     # orchestration
     "build": "unstable.run.build",
     "BuildConfig": "unstable.run.config",
+    "ModelConfig": "unstable.run.config",
+    "BufferConfig": "unstable.buffers.config",
+    "SamplerConfig": "unstable.samplers.config",
+    "TrackerConfig": "unstable.tracking.config",
     "Run": "unstable.run.build",
     "ModelRegistry": "unstable.run.actors",
     "GameScheduler": "unstable.run.actors",
