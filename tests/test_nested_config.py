@@ -159,3 +159,12 @@ def test_the_readme_nested_yaml_builds(tiny_model_dir, tmp_path):
     path.write_text(block.replace("model_name: tiny", f"model_name: {tiny_model_dir}") + f"runs_dir: {tmp_path}\n")
     cfg = BuildConfig(**load_config(str(path))[0])
     assert cfg.models[0].learner["gamma"] == 0.99 and cfg.buffer_size == 128 and cfg.temperature == 0.7
+
+
+def test_sections_may_be_config_objects(tiny_model_dir, tmp_path):
+    cfg = BuildConfig(models=[ModelConfig(model_name=tiny_model_dir, learner={"batch_size": 8},
+                                          buffer=BufferConfig(size=32))],
+                      train_envs=[dict(TTT, num_actors=2)], samplers=SamplerConfig(opponent_sampling_strategy="mirror"),
+                      tracker=TrackerConfig(wandb_project=None), runs_dir=str(tmp_path), max_staleness=1)
+    assert cfg.models[0].buffer == BufferConfig(size=32, max_staleness=1) and cfg.batch_size == 8
+    assert cfg.samplers.opponent_sampling_strategy == "mirror" and cfg.tracker.wandb_project is None

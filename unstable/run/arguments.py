@@ -13,6 +13,7 @@ nested section given together is an error: a setting has one way in.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 MODEL = "model"  # the fields of models[0] itself
@@ -72,20 +73,33 @@ def _model_declarations(value: Any) -> list[dict]:
                          "{'model_name': ..., 'learner': {...}})")
     models = []
     for i, item in enumerate(value):
-        if not isinstance(item, dict):  # a ModelConfig: its fields
-            item = {f: getattr(item, f) for f in getattr(item, "__dataclass_fields__", ())} or item
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):  # a ModelConfig
+            item = _given_fields(item)
         if not isinstance(item, dict):
             raise ValueError(f"models[{i}] must be a mapping or a ModelConfig, got {type(item).__name__}")
-        models.append({k: (dict(v) if k in MODEL_SECTIONS and isinstance(v, dict) else v) for k, v in item.items()})
+        models.append({k: (_section_dict(k, v) if k in MODEL_SECTIONS and v is not None else v)
+                       for k, v in item.items()})
     if len(models) > 1:
         raise ValueError(MULTI_MODEL_MESSAGE.format(n=len(models)))
     return models
 
 
+def _given_fields(obj: Any) -> dict:
+    """A config object's fields that differ from their defaults: what it sets (so that a flat
+    argument may still set the others)."""
+    out = {}
+    for f in dataclasses.fields(obj):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        value = getattr(obj, f.name)
+        if default is dataclasses.MISSING or value != default:
+            out[f.name] = value
+    return out
+
+
 def _section_dict(name: str, value: Any) -> dict:
-    """A run section given as a mapping or as its config object."""
-    if hasattr(value, "__dataclass_fields__"):
-        return {f: getattr(value, f) for f in value.__dataclass_fields__}
+    """A section given as a mapping or as its config object."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _given_fields(value)
     return _mapping(name, value)
 
 
