@@ -101,3 +101,19 @@ def test_field_options_refuse_undocumented_fields(tmp_path, monkeypatch):
         add_field_options(argparse.ArgumentParser(), "cfgmod", "C", ["steps"])
     with pytest.raises(KeyError, match="no field 'nope'"):
         add_field_options(argparse.ArgumentParser(), "cfgmod", "C", ["nope"])
+
+
+def test_train_help_lists_every_setting_with_its_config_docstring(capsys):
+    """``unstable train --help`` is made from the configs' field docstrings: each flat build() argument
+    and run-wide field appears with the first paragraph of its field's doc."""
+    from unstable.run.arguments import FLAT_ARGUMENTS, RUN_FIELDS, SECTION_CLASSES
+    from unstable.utils.fields import field_docs
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flat, (section, name) in FLAT_ARGUMENTS.items():
+        doc = field_docs(*SECTION_CLASSES["model" if name is None else section])[name or section].summary
+        assert f"{flat} {doc}" in text
+    for name in RUN_FIELDS:
+        assert f"{name} {field_docs(*SECTION_CLASSES['run'])[name].summary}" in text

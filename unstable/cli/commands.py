@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from unstable.run.arguments import settings_help
 from unstable.ui.options import add_dashboard_arguments
 from unstable.utils.fields import add_field_options
 
@@ -196,7 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(fn=_cmd_play)
 
-    p = sub.add_parser("train", help="train from a YAML config (build() and start() settings), or resume a run")
+    p = sub.add_parser("train", help="train from a YAML config (build() and start() settings), or resume a run",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="settings (YAML keys, or --set key=value; nested sections too: models, samplers, "
+                              "tracker, failure_budget; and start()'s learning_steps, num_collection_workers, "
+                              "num_eval_workers):\n" + settings_help().replace("%", "%%"))
     p.add_argument("--config", default=None, help="YAML file; see configs/ for examples")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue this run from its newest complete checkpoint (settings from RUN_DIR/config.json, "

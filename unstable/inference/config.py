@@ -27,19 +27,33 @@ class InferenceConfig:
     """How the collector serves model calls (mapped from the seed's ``vllm_config`` keys)."""
 
     model_name: str
-    backend: str = "transformers"  # "transformers" | "vllm"
+    """The base model the backends load: a HF id or a local directory."""
+    backend: str = "transformers"
+    """``"transformers"`` or ``"vllm"`` (build() also takes ``"auto"``: vLLM when it imports)."""
     num_actors: int = 1
+    """Inference actors (build(): one per GPU left after the learner's, else one)."""
     temperature: float = 0.6
+    """Sampling temperature of model seats in training and eval games (0: greedy)."""
     top_p: float = 0.95
-    max_tokens: int = 4096  # the seed's max_generation_len
-    max_parallel_seq: int = 128  # rows per batch
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    max_tokens: int = 4096
+    """New tokens per answer at most (the seed's max_generation_len)."""
+    max_parallel_seq: int = 128
+    """Requests batched into one generate call at most."""
     max_loras: int = 8
+    """LoRA adapters kept loaded per backend at once (older ones are evicted)."""
     max_model_len: int = 8192
+    """vLLM: the context length the engine reserves memory for."""
     lora_config: dict | None = None
+    """The adapters' LoRA settings (vLLM sizes its LoRA slots by lora_rank)."""
     actor_num_cpus: float = 1.0
+    """CPUs each inference actor reserves in Ray."""
     actor_num_gpus: float = 0.0
+    """GPUs each inference actor reserves in Ray."""
     backend_kwargs: dict | None = None
-    max_restarts: int = 3  # Ray restarts of each inference actor before it counts as dead for good
+    """Extra keyword arguments of the backend's constructor (e.g. dtype, device)."""
+    max_restarts: int = 3
+    """Ray restarts of each inference actor before it counts as dead for good."""
 
     @classmethod
     def from_vllm_config(cls, cfg: dict, **overrides: Any) -> InferenceConfig:

@@ -179,3 +179,28 @@ def merge_arguments(base: dict[str, Any], override: dict[str, Any]) -> dict[str,
         else:
             out[key] = value
     return out
+
+
+# where each section's fields are documented (a docstring under each field), for ``unstable train --help``
+SECTION_CLASSES = {
+    MODEL: ("unstable.run.config", "ModelConfig"), "learner": ("unstable.learners.config", "LearnerConfig"),
+    "inference": ("unstable.inference.config", "InferenceConfig"),
+    "buffer": ("unstable.buffers.config", "BufferConfig"),
+    "samplers": ("unstable.samplers.config", "SamplerConfig"), "tracker": ("unstable.tracking.config", "TrackerConfig"),
+    "failure_budget": ("unstable.collection.failures", "FailureBudget"), "run": ("unstable.run.config", "BuildConfig"),
+}
+
+
+def settings_help() -> str:
+    """Every flat setting and run-wide field with its documentation, read from the configs' field
+    docstrings (no import, see :mod:`unstable.utils.fields`): the list ``unstable train --help`` prints."""
+    from unstable.utils.fields import field_docs
+
+    docs = {section: field_docs(*where) for section, where in SECTION_CLASSES.items()}
+    lines = []
+    for flat, (section, name) in FLAT_ARGUMENTS.items():
+        doc = docs[MODEL][section].summary if name is None else docs[section][name].summary
+        lines.append(f"  {flat:<27} {doc}")
+    for name in RUN_FIELDS:
+        lines.append(f"  {name:<27} {docs['run'][name].summary}")
+    return "\n".join(lines)
