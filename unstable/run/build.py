@@ -3,9 +3,9 @@
 Everything is validated **before** Ray starts: a wrong value raises ``ValueError`` naming the
 argument and what is allowed. Then, like the seed's "standard script", build() starts a Tracker,
 a ModelRegistry (with the base model as checkpoint 0 and any fixed opponents), a GameScheduler
-(with the env and model samplers), a Step- or EpisodeBuffer with the reward-transform chain, a
-Collector (which starts the inference actors) and a learner. ``Run.start()`` collects and trains
-concurrently and returns when the learner has made ``learning_steps`` updates.
+(with the env and model samplers), a Step- or EpisodeBuffer with the reward-transform chain, the
+inference actors, a Collector and a learner (see :mod:`unstable.run.wiring`). ``Run.start()``
+collects and trains concurrently and returns when the learner has made ``learning_steps`` updates.
 """
 
 from __future__ import annotations
