@@ -128,3 +128,26 @@ def test_group_normalize_per_group():
     torch.testing.assert_close(out, torch.tensor([-1.0, 0.0, 1.0, 0.0]))
     with pytest.raises(ValueError, match="one group label"):
         group_normalize(x, ["a"])
+
+
+# ------------------------------------------------------------------ equal values
+@pytest.mark.parametrize("value,n", [(0.1, 3), (0.3, 5), (2.9, 7)])
+def test_equal_inexact_values_normalise_to_exact_zeros(value, n):
+    # the float32 mean of seven 2.9s is one ulp (2.4e-7) below 2.9, so the std is 2.4e-7 too, and the
+    # old (x - mean) / (std + 1e-8) gave 0.96 for every element
+    x = torch.full((n,), value)
+    for out in (normalize(x), group_normalize(x, ["g"] * n)):
+        assert out.dtype == torch.float32 and (out == 0).all(), out
+
+
+def test_values_equal_up_to_rounding_count_as_equal():
+    x = torch.tensor([0.1 + 0.2, 0.3], dtype=torch.float64)  # 0.30000000000000004 and 0.3: one ulp apart
+    assert (normalize(x) == 0).all()
+
+
+def test_near_equal_but_different_values_still_normalise():
+    x = torch.tensor([0.1, 0.1, 0.1001])
+    # centred = [-1, -1, 2] * 1e-4 / 3; population std = sqrt(2) * 1e-4 / 3 -> z = [-1, -1, 2] / sqrt(2)
+    expected = torch.tensor([-1.0, -1.0, 2.0]) / 2**0.5
+    torch.testing.assert_close(normalize(x), expected, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(group_normalize(x, ["a"] * 3), expected, rtol=1e-3, atol=1e-3)
