@@ -9,6 +9,8 @@ import torch
 
 from unstable.algorithms import (
     compute_gae,
+    explained_variance,
+    group_advantages,
     group_normalize,
     masked_mean,
     masked_sum,
@@ -130,19 +132,20 @@ def test_group_normalize_per_group():
         group_normalize(x, ["a"])
 
 
-# ------------------------------------------------------------------ equal values
+# ------------------------------------------------------------------ equal values, group advantages
 @pytest.mark.parametrize("value,n", [(0.1, 3), (0.3, 5), (2.9, 7)])
 def test_equal_inexact_values_normalise_to_exact_zeros(value, n):
     # the float32 mean of seven 2.9s is one ulp (2.4e-7) below 2.9, so the std is 2.4e-7 too, and the
     # old (x - mean) / (std + 1e-8) gave 0.96 for every element
     x = torch.full((n,), value)
-    for out in (normalize(x), group_normalize(x, ["g"] * n)):
+    for out in (normalize(x), group_normalize(x, ["g"] * n), group_advantages(x, ["g"] * n),
+                group_advantages(x, ["g"] * n, scale=False)):
         assert out.dtype == torch.float32 and (out == 0).all(), out
 
 
 def test_values_equal_up_to_rounding_count_as_equal():
     x = torch.tensor([0.1 + 0.2, 0.3], dtype=torch.float64)  # 0.30000000000000004 and 0.3: one ulp apart
-    assert (normalize(x) == 0).all()
+    assert (normalize(x) == 0).all() and (group_advantages(x, [0, 0]) == 0).all()
 
 
 def test_near_equal_but_different_values_still_normalise():
@@ -151,3 +154,38 @@ def test_near_equal_but_different_values_still_normalise():
     expected = torch.tensor([-1.0, -1.0, 2.0]) / 2**0.5
     torch.testing.assert_close(normalize(x), expected, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(group_normalize(x, ["a"] * 3), expected, rtol=1e-3, atol=1e-3)
+    centred = torch.tensor([-1.0, -1.0, 2.0]) * 1e-4 / 3
+    torch.testing.assert_close(group_advantages(x, ["a"] * 3, scale=False), centred, rtol=1e-3, atol=1e-9)
+
+
+def test_group_advantages_known_answer_with_singletons():
+    rewards = torch.tensor([0.1, 0.7, 0.3, 0.8, -0.3])
+    groups = [("Tak", 0), ("Tak", 1), ("Tak", 0), ("Tak", 0), "prompt-7"]
+    # group ("Tak", 0) = [0.1, 0.3, 0.8]: mean 0.4, centred [-0.3, -0.1, 0.4],
+    # Bessel std = sqrt((0.09 + 0.01 + 0.16) / 2) = 0.3605551; A = centred / (0.3605551 + 1e-4).
+    # ("Tak", 1) and "prompt-7" are singletons: 0, not NaN.
+    expected = torch.tensor([-0.8318196, 0.0, -0.2772732, 1.1090928, 0.0])
+    torch.testing.assert_close(group_advantages(rewards, groups), expected)
+    centred = torch.tensor([-0.3, 0.0, -0.1, 0.4, 0.0])
+    torch.testing.assert_close(group_advantages(rewards, groups, scale=False), centred)
+    with pytest.raises(ValueError, match="one group label"):
+        group_advantages(rewards, groups[:2])
+
+
+def test_group_advantages_matches_trl_formula_on_one_group():
+    torch.manual_seed(2)
+    rewards = torch.rand(8)
+    trl = (rewards - rewards.mean()) / (rewards.std() + 1e-4)  # torch's default std is Bessel-corrected
+    torch.testing.assert_close(group_advantages(rewards, [0] * 8), trl)
+
+
+def test_explained_variance_known_answers():
+    returns = torch.tensor([0.3, 0.6, 0.0])
+    # Var(returns) = (0 + 0.09 + 0.09) / 3 = 0.06; residual = [0.2, 0.1, -0.2] has variance 13/450,
+    # so 1 - (13/450) / 0.06 = 1 - 13/27 = 14/27
+    assert explained_variance(torch.tensor([0.1, 0.5, 0.2]), returns) == pytest.approx(14 / 27)
+    assert explained_variance(returns, returns) == pytest.approx(1.0)
+    assert explained_variance(torch.full((3,), 0.3), returns) == pytest.approx(0.0)  # predicts the mean
+    assert math.isnan(explained_variance(torch.tensor([0.0, 0.2, 0.1]), torch.full((3,), 0.1)))
+    with pytest.raises(ValueError, match="same shape"):
+        explained_variance(torch.zeros(2), torch.zeros(3))

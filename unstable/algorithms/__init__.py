@@ -7,12 +7,26 @@ Every function here is a stateless torch function with a known-answer test in
 
 from dataclasses import dataclass
 
-from unstable.algorithms.advantages import compute_gae, group_normalize, normalize, value_loss
-from unstable.algorithms.policy_gradient import masked_mean, masked_sum, reinforce_loss, token_logprobs
+from unstable.algorithms.advantages import (
+    compute_gae,
+    explained_variance,
+    group_advantages,
+    group_normalize,
+    normalize,
+    value_loss,
+)
+from unstable.algorithms.policy_gradient import (
+    masked_mean,
+    masked_sum,
+    reinforce_loss,
+    token_logprobs,
+)
 
 __all__ = [
     "Reinforce",
     "compute_gae",
+    "explained_variance",
+    "group_advantages",
     "group_normalize",
     "masked_mean",
     "masked_sum",

@@ -1,4 +1,4 @@
-"""Generalised advantage estimation, value loss and advantage normalisation."""
+"""Generalised advantage estimation, value loss, advantage normalisation and group-relative advantages."""
 
 from __future__ import annotations
 
@@ -81,6 +81,41 @@ def group_normalize(x: Tensor, groups: Sequence[Hashable], eps: float = 1e-8) ->
     return out
 
 
+def group_advantages(
+    rewards: Tensor,
+    groups: Sequence[Hashable],
+    *,
+    scale: bool = True,
+    eps: float = 1e-4,
+) -> Tensor:
+    """GRPO's group-relative advantage ``A_i = (r_i - mean_g) / (std_g + eps)``, as float32.
+
+    A *group* is the set of samples whose rewards are comparable, so the group mean is their
+    baseline: ``groups[i]`` is any hashable label of ``rewards[i]``, e.g. ``(env_id, player_id)``
+    for games or a prompt id for single-turn tasks. Labels need not be contiguous.
+
+    GRPO (Shao et al. 2024, DeepSeekMath §4.1.2, outcome supervision) normalises each reward by its
+    group's mean and std; TRL's ``GRPOTrainer`` computes ``(r - mean_g) / (std_g + 1e-4)`` with the
+    Bessel-corrected std (divide by n - 1), and so does this function, so both give the same
+    numbers. ``scale=False`` keeps only ``r - mean_g``: Dr. GRPO (Liu et al. 2025, §3) drops the
+    std because it up-weights groups whose rewards barely differ.
+
+    A singleton group, or a group whose rewards are equal up to rounding (the guard of
+    :func:`normalize`), gets advantage exactly 0, never NaN: it carries no relative signal.
+    """
+    out = torch.zeros_like(rewards, dtype=torch.float32)
+    for idx in _group_indices(groups, rewards):
+        group = rewards[idx]
+        if group.numel() < 2 or _is_constant(group):
+            continue
+        r64 = group.double()
+        centred = r64 - r64.mean()
+        if scale:
+            centred = centred / (r64.std(correction=1) + eps)
+        out[idx] = centred.float()
+    return out
+
+
 def _group_indices(groups: Sequence[Hashable], x: Tensor) -> list[Tensor]:
     """One index tensor per distinct label in ``groups``, in order of first appearance."""
     if len(groups) != x.shape[0]:
@@ -89,3 +124,21 @@ def _group_indices(groups: Sequence[Hashable], x: Tensor) -> list[Tensor]:
     for i, label in enumerate(groups):
         members.setdefault(label, []).append(i)
     return [torch.tensor(idx, device=x.device) for idx in members.values()]
+
+
+def explained_variance(values: Tensor, returns: Tensor) -> float:
+    """``1 - Var(returns - values) / Var(returns)``: how much of the returns' variance the critic explains.
+
+    1 is a perfect critic, 0 is no better than predicting the mean return, negative is worse
+    than that. Population variances (here in float64), as in Stable-Baselines3's
+    ``common.utils.explained_variance``. When the returns are all equal the ratio is undefined
+    and the result is NaN, as in SB3 (which checks ``Var(returns) == 0``; here "equal" is up to
+    rounding, as in :func:`normalize`).
+    """
+    if values.shape != returns.shape:
+        raise ValueError(f"values and returns must have the same shape: {values.shape}, {returns.shape}")
+    if returns.numel() == 0 or _is_constant(returns):
+        return float("nan")
+    returns64 = returns.double()
+    residual = returns64 - values.double()
+    return float(1.0 - residual.var(correction=0) / returns64.var(correction=0))
