@@ -16,6 +16,7 @@ from unstable.algorithms import (
     masked_sum,
     normalize,
     reinforce_loss,
+    token_entropy,
     token_logprobs,
     value_loss,
 )
@@ -189,3 +190,49 @@ def test_explained_variance_known_answers():
     assert math.isnan(explained_variance(torch.tensor([0.0, 0.2, 0.1]), torch.full((3,), 0.1)))
     with pytest.raises(ValueError, match="same shape"):
         explained_variance(torch.zeros(2), torch.zeros(3))
+
+
+# ------------------------------------------------------------------ temperature, entropy
+def test_token_logprobs_divides_logits_by_temperature():
+    # logits [0, ln 3] at T = 0.5 are [0, 2 ln 3]: odds 9:1, so p(token 1) = 0.9
+    logits = torch.tensor([[[0.0, math.log(3.0)], [0.0, 0.0]]])
+    out = token_logprobs(logits, torch.tensor([[0, 1]]), temperature=0.5)
+    torch.testing.assert_close(out, torch.tensor([[math.log(0.9)]]))
+
+
+def test_token_logprobs_with_one_temperature_per_row():
+    torch.manual_seed(3)
+    logits = torch.randn(2, 4, 6)
+    ids = torch.randint(0, 6, (2, 4))
+    temperature = torch.tensor([0.6, 1.0])
+    expected = torch.log_softmax(logits[:, :-1] / temperature[:, None, None], -1).gather(-1, ids[:, 1:, None])
+    torch.testing.assert_close(token_logprobs(logits, ids, temperature), expected.squeeze(-1))
+    torch.testing.assert_close(token_logprobs(logits[1:], ids[1:], 1.0), token_logprobs(logits, ids, temperature)[1:])
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.7, torch.tensor([0.6, 0.0]), torch.tensor([0.6])])
+def test_token_logprobs_and_entropy_reject_bad_temperatures(bad):
+    logits = torch.zeros(2, 3, 4)
+    with pytest.raises(ValueError, match="temperature"):
+        token_logprobs(logits, torch.zeros(2, 3, dtype=torch.long), bad)
+    with pytest.raises(ValueError, match="temperature"):
+        token_entropy(logits, bad)
+
+
+def test_token_entropy_known_answers():
+    uniform = torch.zeros(2, 3, 5, dtype=torch.bfloat16)
+    out = token_entropy(uniform)
+    assert out.shape == (2, 2) and out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.full((2, 2), math.log(5.0)))
+    # odds 3:1 -> H = -(0.75 ln 0.75 + 0.25 ln 0.25) = 0.5623351; at T = 0.5 odds 9:1 -> 0.3250830
+    logits = torch.tensor([[[math.log(3.0), 0.0], [0.0, 0.0]]])
+    torch.testing.assert_close(token_entropy(logits), torch.tensor([[0.5623351]]))
+    torch.testing.assert_close(token_entropy(logits, 0.5), torch.tensor([[0.3250830]]))
+
+
+def test_token_entropy_ignores_impossible_tokens():
+    logits = torch.tensor([[[0.0, 0.0, -math.inf], [0.0, 0.0, 0.0]]], requires_grad=True)
+    out = token_entropy(logits)
+    torch.testing.assert_close(out, torch.tensor([[math.log(2.0)]]))
+    out.sum().backward()
+    assert torch.isfinite(logits.grad).all()

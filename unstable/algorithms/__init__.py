@@ -19,6 +19,7 @@ from unstable.algorithms.policy_gradient import (
     masked_mean,
     masked_sum,
     reinforce_loss,
+    token_entropy,
     token_logprobs,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "masked_sum",
     "normalize",
     "reinforce_loss",
+    "token_entropy",
     "token_logprobs",
     "value_loss",
 ]

@@ -1,4 +1,9 @@
-"""Token log-probs and the REINFORCE loss with the Dr. GRPO constant normaliser."""
+"""Token log-probs and entropies, and the REINFORCE loss.
+
+Tensors are per token, ``[B, T]``, already shifted so column ``t`` scores one sampled token (see
+:func:`token_logprobs`); ``mask`` ``[B, T]`` (bool or 0/1) is true on the completion tokens that are
+trained on.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,52 @@ import torch
 from torch import Tensor
 
 
-def token_logprobs(logits: Tensor, input_ids: Tensor) -> Tensor:
-    """Log-probability of each next token under ``logits`` (shifted by one).
+def _shifted_logits(logits: Tensor, temperature: float | Tensor) -> Tensor:
+    """``logits[:, :-1]`` in float32, divided by the sampling temperature (a float or one per row)."""
+    shifted = logits[:, :-1].float()
+    if isinstance(temperature, Tensor):
+        if temperature.shape != (logits.shape[0],):
+            raise ValueError(f"temperature must be a float or one per row, shape ({logits.shape[0]},); "
+                             f"got shape {tuple(temperature.shape)}")
+        if bool((temperature <= 0).any()):
+            raise ValueError("temperature must be > 0 (for greedy samples pass 1.0)")
+        return shifted / temperature.to(device=shifted.device, dtype=shifted.dtype)[:, None, None]
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (for greedy samples pass 1.0), got {temperature}")
+    return shifted if temperature == 1.0 else shifted / temperature
+
+
+def token_logprobs(logits: Tensor, input_ids: Tensor, temperature: float | Tensor = 1.0) -> Tensor:
+    """Log-probability of each next token under ``softmax(logits / temperature)`` (shifted by one).
 
     ``logits[:, t]`` is the model's prediction after reading ``input_ids[:, : t + 1]``, so the
     result has one column fewer than the input: ``out[:, t] = log p(input_ids[:, t + 1] | ...)``.
     Shapes: ``logits`` ``[B, T, V]``, ``input_ids`` ``[B, T]`` -> ``[B, T - 1]`` (float32).
 
+    ``temperature`` is the one the tokens were sampled at, a float or a ``[B]`` tensor (one per
+    row), > 0: the sampler drew from ``softmax(logits / T)``, so that is the distribution whose
+    log-probs match the behaviour log-probs it recorded (TRL's ``GRPOTrainer`` divides the logits
+    by its sampling temperature the same way). Greedy samples: pass 1.0.
+
     Computed as ``gather - logsumexp`` in float32 so no full ``[B, T, V]`` log-softmax is kept.
     """
-    shifted = logits[:, :-1].float()
+    shifted = _shifted_logits(logits, temperature)
     targets = input_ids[:, 1:].unsqueeze(-1)
     picked = shifted.gather(-1, targets).squeeze(-1)
     return picked - torch.logsumexp(shifted, dim=-1)
+
+
+def token_entropy(logits: Tensor, temperature: float | Tensor = 1.0) -> Tensor:
+    """Entropy ``-sum_v p_v log p_v`` of each next-token distribution ``softmax(logits / temperature)``.
+
+    Shifted like :func:`token_logprobs`: ``out[:, t]`` is the entropy of the prediction made after
+    ``input_ids[:, : t + 1]``. Shapes: ``logits`` ``[B, T, V]`` -> ``[B, T - 1]`` (float32, nats).
+    Unlike :func:`token_logprobs` this builds the full ``[B, T - 1, V]`` log-softmax.
+    """
+    logp = torch.log_softmax(_shifted_logits(logits, temperature), dim=-1)
+    # a -inf logit has p = 0 and log p = -inf: clamp so it adds 0 * (finite) = 0, not NaN
+    logp = logp.clamp(min=torch.finfo(logp.dtype).min)
+    return -(logp.exp() * logp).sum(dim=-1)
 
 
 def masked_sum(values: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
