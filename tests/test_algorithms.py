@@ -12,6 +12,8 @@ from unstable.algorithms import (
     explained_variance,
     group_advantages,
     group_normalize,
+    importance_weights,
+    kl_penalty,
     masked_mean,
     masked_sum,
     normalize,
@@ -236,3 +238,72 @@ def test_token_entropy_ignores_impossible_tokens():
     torch.testing.assert_close(out, torch.tensor([[math.log(2.0)]]))
     out.sum().backward()
     assert torch.isfinite(logits.grad).all()
+
+
+# ------------------------------------------------------------------ KL estimators
+def test_kl_estimators_known_answers():
+    logp = torch.tensor([-0.7, -0.3])
+    ref = torch.tensor([-0.3, -0.7])
+    # log_r = ref - logp = [0.4, -0.4]: k1 = -log_r, k2 = log_r^2 / 2, k3 = exp(log_r) - log_r - 1
+    torch.testing.assert_close(kl_penalty(logp, ref, "k1"), torch.tensor([-0.4, 0.4]))
+    torch.testing.assert_close(kl_penalty(logp, ref, "k2"), torch.tensor([0.08, 0.08]))
+    torch.testing.assert_close(kl_penalty(logp, ref, "k3"), torch.tensor([0.0918247, 0.0703200]))
+    torch.testing.assert_close(kl_penalty(logp, ref), kl_penalty(logp, ref, "k3"))
+    with pytest.raises(ValueError, match="estimator"):
+        kl_penalty(logp, ref, "k4")
+
+
+def test_k3_is_non_negative_and_second_order_close_to_k1_and_k2():
+    torch.manual_seed(4)
+    logp, ref = -torch.rand(100) * 5, -torch.rand(100) * 5
+    assert (kl_penalty(logp, ref, "k3") >= 0).all()
+    assert (kl_penalty(logp, logp, "k3") == 0).all()
+    small_ref = logp + 1e-3 * torch.randn(100, dtype=torch.float64).float()
+    k1 = kl_penalty(logp.double(), small_ref.double(), "k1")
+    k2 = kl_penalty(logp.double(), small_ref.double(), "k2")
+    k3 = kl_penalty(logp.double(), small_ref.double(), "k3")
+    torch.testing.assert_close(k2, k1**2 / 2)
+    torch.testing.assert_close(k3, k2, rtol=1e-2, atol=1e-12)
+
+
+# ------------------------------------------------------------------ importance weights
+OLD = torch.tensor([[-0.1, -0.3, -0.9], [-0.2, -0.5, -0.4]])
+BEHAVIOUR = torch.tensor([[-0.4, -0.2, -math.inf], [-0.3, -0.5, -2.0]])  # -inf on a masked-out token
+IS_MASK = torch.tensor([[1, 1, 0], [1, 1, 1]])
+# token log-rho: [[0.3, -0.1, -], [0.1, 0.0, 1.6]] -> rho [[1.3498588, 0.9048374, -], [1.1051709, 1, 4.9530324]]
+
+
+def test_token_truncated_importance_weights():
+    weights, stats = importance_weights(OLD.clone().requires_grad_(), BEHAVIOUR, IS_MASK, cap=2.0)
+    torch.testing.assert_close(weights, torch.tensor([[1.3498588, 0.9048374, 0.0], [1.1051709, 1.0, 2.0]]))
+    assert not weights.requires_grad
+    torch.testing.assert_close(stats["ratio_mean"], torch.tensor(9.3128999 / 5))
+    torch.testing.assert_close(stats["ratio_max"], torch.tensor(4.9530324))
+    torch.testing.assert_close(stats["frac_truncated_or_masked"], torch.tensor(0.2))
+    floored, _ = importance_weights(OLD, BEHAVIOUR, IS_MASK, cap=2.0, floor=0.95)
+    torch.testing.assert_close(floored, torch.tensor([[1.3498588, 0.95, 0.0], [1.1051709, 1.0, 2.0]]))
+
+
+def test_token_masked_importance_weights_keep_the_ratio_inside_the_window():
+    weights, stats = importance_weights(OLD, BEHAVIOUR, IS_MASK, mode="mask", cap=2.0)
+    torch.testing.assert_close(weights, torch.tensor([[1.3498588, 0.9048374, 0.0], [1.1051709, 1.0, 0.0]]))
+    two_sided, stats = importance_weights(OLD, BEHAVIOUR, IS_MASK, mode="mask", cap=2.0, floor=0.95)
+    torch.testing.assert_close(two_sided, torch.tensor([[1.3498588, 0.0, 0.0], [1.1051709, 1.0, 0.0]]))
+    torch.testing.assert_close(stats["frac_truncated_or_masked"], torch.tensor(0.4))
+
+
+def test_sequence_importance_weights_are_the_product_of_token_ratios():
+    # row sums of log-rho over the mask: 0.2 and 1.7 -> rho = [1.2214028, 5.4739474] on every token
+    weights, stats = importance_weights(OLD, BEHAVIOUR, IS_MASK, level="sequence", cap=2.0)
+    torch.testing.assert_close(weights, torch.tensor([[1.2214028, 1.2214028, 0.0], [2.0, 2.0, 2.0]]))
+    torch.testing.assert_close(stats["ratio_mean"], torch.tensor((2 * 1.2214028 + 3 * 5.4739474) / 5))
+    torch.testing.assert_close(stats["frac_truncated_or_masked"], torch.tensor(0.6))
+    masked, _ = importance_weights(OLD, BEHAVIOUR, IS_MASK, level="sequence", mode="mask", cap=2.0)
+    torch.testing.assert_close(masked, torch.tensor([[1.2214028, 1.2214028, 0.0], [0.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("kwargs,match", [({"level": "turn"}, "level"), ({"mode": "clip"}, "mode"),
+                                          ({"cap": 0.9}, "cap"), ({"floor": 1.5}, "floor")])
+def test_importance_weights_reject_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        importance_weights(OLD, BEHAVIOUR, IS_MASK, **kwargs)

@@ -16,6 +16,8 @@ from unstable.algorithms.advantages import (
     value_loss,
 )
 from unstable.algorithms.policy_gradient import (
+    importance_weights,
+    kl_penalty,
     masked_mean,
     masked_sum,
     reinforce_loss,
@@ -29,6 +31,8 @@ __all__ = [
     "explained_variance",
     "group_advantages",
     "group_normalize",
+    "importance_weights",
+    "kl_penalty",
     "masked_mean",
     "masked_sum",
     "normalize",
