@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from unstable.algorithms import (
+    aggregate,
     compute_gae,
     explained_variance,
     group_advantages,
@@ -17,6 +18,7 @@ from unstable.algorithms import (
     masked_mean,
     masked_sum,
     normalize,
+    policy_loss,
     reinforce_loss,
     token_entropy,
     token_logprobs,
@@ -307,3 +309,264 @@ def test_sequence_importance_weights_are_the_product_of_token_ratios():
 def test_importance_weights_reject_bad_settings(kwargs, match):
     with pytest.raises(ValueError, match=match):
         importance_weights(OLD, BEHAVIOUR, IS_MASK, **kwargs)
+
+
+# ------------------------------------------------------------------ aggregation
+PER_TOKEN = torch.tensor([[0.1, 0.3, math.nan], [0.2, -0.5, 0.6]])  # NaN on the masked-out token
+AGG_MASK = torch.tensor([[True, True, False], [True, True, True]])
+
+
+@pytest.mark.parametrize("loss_type,batch_sequences,batch_tokens,expected", [
+    # row means (0.1 + 0.3) / 2 = 0.2 and (0.2 - 0.5 + 0.6) / 3 = 0.1, summed, / batch_sequences
+    ("grpo", 2, 5, 0.15), ("grpo", 4, 10, 0.075),
+    # masked sum 0.7 / batch_tokens
+    ("bnpo", 2, 5, 0.14), ("dapo", 2, 5, 0.14), ("dapo", 4, 10, 0.07),
+    # masked sum 0.7 / (batch_sequences * max_generation_len = 4)
+    ("dr_grpo", 2, 5, 0.0875), ("dr_grpo", 4, 10, 0.04375),
+])
+def test_aggregate_known_answers(loss_type, batch_sequences, batch_tokens, expected):
+    out = aggregate(PER_TOKEN, AGG_MASK, loss_type, max_generation_len=4, batch_sequences=batch_sequences,
+                    batch_tokens=batch_tokens)
+    torch.testing.assert_close(out, torch.tensor(expected))
+
+
+def test_aggregate_empty_batch_and_bad_arguments():
+    kw = {"max_generation_len": 4, "batch_sequences": 2, "batch_tokens": 0}
+    assert aggregate(PER_TOKEN, torch.zeros_like(AGG_MASK), "dapo", **kw).item() == 0.0
+    with pytest.raises(ValueError, match="loss_type"):
+        aggregate(PER_TOKEN, AGG_MASK, "sum", **kw)
+    with pytest.raises(ValueError, match="batch_sequences"):
+        aggregate(PER_TOKEN, AGG_MASK, "grpo", **{**kw, "batch_sequences": 1})
+    with pytest.raises(ValueError, match="max_generation_len"):
+        aggregate(PER_TOKEN, AGG_MASK, "grpo", **{**kw, "max_generation_len": 0})
+    with pytest.raises(ValueError, match="batch_tokens"):
+        aggregate(PER_TOKEN, AGG_MASK, "grpo", **{**kw, "batch_tokens": -1})
+
+
+# ------------------------------------------------------------------ policy loss
+# two rows, three tokens; logp - old_logp = [0.3, -0.3, 0.1] in both rows, the last token of row 1 masked out:
+# r = [1.3498588, 0.7408182, 1.1051709]; A = [0.5, -0.7]
+LOG_RATIO = torch.tensor([[0.3, -0.3, 0.1], [0.3, -0.3, 0.1]])
+OLD_LOGP = torch.tensor([[-0.9, -0.4, -1.3], [-0.2, -0.6, -0.8]])
+ADV = torch.tensor([0.5, -0.7])
+PG_MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
+NORMS = {"max_generation_len": 3, "batch_sequences": 2, "batch_tokens": 5}
+
+
+def _logp(log_ratio=LOG_RATIO, old=OLD_LOGP):
+    return (old + log_ratio).requires_grad_()
+
+
+def test_policy_loss_clip_higher_known_answer():
+    logp = _logp()
+    loss, stats = policy_loss(logp, OLD_LOGP, ADV, PG_MASK, clip_low=0.2, clip_high=0.28, **NORMS)
+    # window [0.8, 1.28]. Row 0 (A > 0): min(r, clip r) = [1.28 (high clip active), 0.7408182, 1.1051709].
+    # Row 1 (A < 0): max(r, clip r) = [1.3498588, 0.8 (low clip active)]. Per-token -min(rA, clip(r)A):
+    # [-0.64, -0.3704091, -0.5525855], [0.9449012, 0.56]; sum -0.0580934 / (2 * 3) = -0.0096822
+    torch.testing.assert_close(loss, torch.tensor(-0.0096822))
+    loss.backward()
+    # d/dlogp of -r A / 6 = -r A / 6 where the clip is not active, 0 where it is
+    r = LOG_RATIO.exp()
+    expected = -r * ADV[:, None] / 6 * torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    torch.testing.assert_close(logp.grad, expected)
+    assert stats["clipped_tokens"].item() == 2 and stats["tokens"].item() == 5
+    torch.testing.assert_close(stats["ratio_sum"], torch.tensor(5.2865250))
+    torch.testing.assert_close(stats["ratio_max"], torch.tensor(1.3498588))
+    # (r - 1) - log r summed: 2 * 0.0498588 + 2 * 0.0408182 + 0.0051709
+    torch.testing.assert_close(stats["approx_kl_sum"], torch.tensor(0.1865250))
+    assert "kl_sum" not in stats and "entropy_sum" not in stats
+    assert all(not v.requires_grad for v in stats.values())
+    per_token_adv = ADV[:, None].expand(2, 3)  # one advantage per token is accepted too
+    same, _ = policy_loss(_logp(), OLD_LOGP, per_token_adv, PG_MASK, clip_low=0.2, clip_high=0.28, **NORMS)
+    torch.testing.assert_close(same, loss.detach())
+
+
+def test_policy_loss_symmetric_clip_and_inactive_clip():
+    # clip_high=None -> 0.2 both ways: row 0 token 0 is clipped at 1.2 instead of 1.28
+    loss, stats = policy_loss(_logp(), OLD_LOGP, ADV, PG_MASK, clip_low=0.2, **NORMS)
+    torch.testing.assert_close(loss, torch.tensor((-0.6 - 0.3704091 - 0.5525855 + 0.9449012 + 0.56) / 6))
+    assert stats["clipped_tokens"].item() == 2
+    # a wide window never binds: the loss is the unclipped -r A
+    wide, wide_stats = policy_loss(_logp(), OLD_LOGP, ADV, PG_MASK, clip_low=0.5, clip_high=1.0, **NORMS)
+    unclipped, none_stats = policy_loss(_logp(), OLD_LOGP, ADV, PG_MASK, **NORMS)
+    torch.testing.assert_close(wide, unclipped)
+    assert wide_stats["clipped_tokens"].item() == 0 and none_stats["clipped_tokens"].item() == 0
+    # -r A summed: -0.5 * (1.3498588 + 0.7408182 + 1.1051709) + 0.7 * (1.3498588 + 0.7408182) = -0.1344901
+    torch.testing.assert_close(unclipped, torch.tensor(-0.1344901 / 6))
+
+
+@pytest.mark.parametrize("ratio_level", ["sequence", "sequence_token"])
+def test_gspo_sequence_ratio_is_exp_mean_log_ratio_and_clips_per_sequence(ratio_level):
+    log_ratio = torch.tensor([[0.3, 0.5, 2.0], [0.1, -0.2, 0.4]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    advantages = torch.tensor([0.3, -0.7])
+    logp = _logp(log_ratio)
+    loss, stats = policy_loss(logp, OLD_LOGP, advantages, mask, loss_type="grpo", clip_low=0.2,
+                              ratio_level=ratio_level, **NORMS)
+    # s = exp(mean of masked log-ratios) = [exp(0.4), exp(0.1)] = [1.4918247, 1.1051709] (2.0 is masked out).
+    # Row 0 (A = 0.3) is clipped to 1.2 as a whole; row 1 is inside. grpo: mean per row, / 2 rows:
+    # (-1.2 * 0.3 + 0.7 * 1.1051709) / 2 = 0.2068098
+    torch.testing.assert_close(loss, torch.tensor(0.2068098))
+    torch.testing.assert_close(stats["ratio_sum"], torch.tensor(2 * 1.4918247 + 3 * 1.1051709))
+    assert stats["clipped_tokens"].item() == 2  # both tokens of row 0
+    loss.backward()
+    # row 0 clipped: no gradient; row 1: d(-A s)/dlogp_t = -A s / 3 per token, halved by the 2 rows
+    expected = torch.tensor([[0.0, 0.0, 0.0], [0.1289366, 0.1289366, 0.1289366]])
+    torch.testing.assert_close(logp.grad, expected)
+
+
+def test_is_weights_scale_the_surrogate_only():
+    ref = OLD_LOGP - 0.1
+    weights = torch.tensor([[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]])
+    plain, _ = policy_loss(_logp(), OLD_LOGP, ADV, PG_MASK, clip_low=0.2, **NORMS)
+    halved, _ = policy_loss(_logp(), OLD_LOGP, ADV, PG_MASK, clip_low=0.2, is_weights=weights, **NORMS)
+    torch.testing.assert_close(halved, plain / 2)
+    kl_only, _ = policy_loss(_logp(), OLD_LOGP, torch.zeros(2), PG_MASK, ref_logp=ref, beta=0.1, **NORMS)
+    kl_weighted, _ = policy_loss(_logp(), OLD_LOGP, torch.zeros(2), PG_MASK, ref_logp=ref, beta=0.1,
+                                 is_weights=weights, **NORMS)
+    torch.testing.assert_close(kl_weighted, kl_only)
+
+
+def test_policy_loss_kl_and_entropy_terms():
+    logp = OLD_LOGP.clone().requires_grad_()  # r = 1, and A = 0 leaves only the KL and entropy terms
+    ref = OLD_LOGP + torch.tensor([[0.4, -0.4, 0.4], [0.4, -0.4, 0.4]])
+    entropy = torch.tensor([[0.3, 0.1, 0.7], [0.9, 0.2, 5.0]])
+    loss, stats = policy_loss(logp, OLD_LOGP, torch.zeros(2), PG_MASK, ref_logp=ref, beta=0.1,
+                              entropy=entropy, entropy_coef=0.01, **NORMS)
+    # k3 per masked token: 0.0918247 (log_r = 0.4, three tokens) and 0.0703200 (log_r = -0.4, two tokens)
+    kl_sum = 3 * 0.0918247 + 2 * 0.0703200
+    entropy_sum = 0.3 + 0.1 + 0.7 + 0.9 + 0.2
+    torch.testing.assert_close(loss, torch.tensor((0.1 * kl_sum - 0.01 * entropy_sum) / 6))
+    torch.testing.assert_close(stats["kl_sum"], torch.tensor(kl_sum))
+    torch.testing.assert_close(stats["entropy_sum"], torch.tensor(entropy_sum))
+    assert stats["approx_kl_sum"].item() == 0.0
+    _, k1_stats = policy_loss(_logp(), OLD_LOGP, ADV, PG_MASK, ref_logp=ref, kl_estimator="k1", **NORMS)
+    assert "kl_sum" in k1_stats  # KL to the reference is reported even with beta = 0
+
+
+@pytest.mark.parametrize("ratio_level", ["token", "sequence", "sequence_token"])
+def test_policy_loss_ignores_non_finite_padding(ratio_level):
+    padded = OLD_LOGP.masked_fill(~PG_MASK.bool(), -math.inf)  # row 1's last token is padding
+    entropy = torch.full((2, 3), 0.3).masked_fill(~PG_MASK.bool(), math.nan)
+    logp = _logp()
+    loss, stats = policy_loss(logp, padded, ADV, PG_MASK, clip_low=0.2, ratio_level=ratio_level, ref_logp=padded,
+                              beta=0.1, entropy=entropy, entropy_coef=0.01, **NORMS)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+    assert logp.grad[1, 2].item() == 0.0
+    assert all(torch.isfinite(v) for v in stats.values())
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"ratio_level": "turn"}, "ratio_level"),
+    ({"loss_type": "sum"}, "loss_type"),
+    ({"clip_low": 1.0}, "clip_low"),
+    ({"clip_low": -0.1}, "clip_low"),
+    ({"clip_high": 0.2}, "clip_high needs clip_low"),
+    ({"clip_low": 0.2, "clip_high": -0.1}, "clip_high"),
+    ({"beta": 0.1}, "ref_logp"),
+    ({"entropy_coef": 0.01}, "entropy"),
+    ({"kl_estimator": "k4", "ref_logp": OLD_LOGP}, "estimator"),
+])
+def test_policy_loss_rejects_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        policy_loss(_logp(), OLD_LOGP, ADV, PG_MASK, **{**NORMS, **kwargs})
+
+
+def test_dr_grpo_without_clip_has_reinforce_gradient():
+    torch.manual_seed(5)
+    logp = (-torch.rand(4, 6) * 3).requires_grad_()
+    mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]])
+    advantages = torch.tensor([0.3, -0.7, 0.1, 1.9])
+    # this micro-batch is 4 of the batch's 8 rows
+    loss, _ = policy_loss(logp, logp.detach(), advantages, mask, max_generation_len=7, batch_sequences=8,
+                          batch_tokens=20)
+    (grad,) = torch.autograd.grad(loss, logp)
+    reinforce, _ = reinforce_loss(logp, mask, advantages, max_generation_len=7)
+    (reinforce_grad,) = torch.autograd.grad(reinforce, logp)
+    torch.testing.assert_close(grad, reinforce_grad * 4 / 8)
+
+
+def _random_batch(seed: int, rows: int = 4, tokens: int = 5) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(rows, tokens, generator=g) * 3
+    mask = torch.rand(rows, tokens, generator=g) < 0.7
+    mask[:, 0] = True
+    return {
+        "logp": old + 0.3 * torch.randn(rows, tokens, generator=g),
+        "old_logp": old,
+        "advantages": torch.randn(rows, generator=g),
+        "mask": mask,
+        "ref_logp": old + 0.2 * torch.randn(rows, tokens, generator=g),
+        "is_weights": 0.5 + torch.rand(rows, tokens, generator=g),
+        "entropy": torch.rand(rows, tokens, generator=g) * 2,
+    }
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize("ratio_level", ["token", "sequence", "sequence_token"])
+def test_micro_batch_losses_add_up_to_the_batch_loss(loss_type, ratio_level):
+    batch = _random_batch(6)
+    settings = {"loss_type": loss_type, "ratio_level": ratio_level, "clip_low": 0.2, "clip_high": 0.28,
+                "beta": 0.04, "entropy_coef": 0.01, "max_generation_len": 5, "batch_sequences": 4,
+                "batch_tokens": float(batch["mask"].sum())}
+
+    def loss_and_grad(rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        logp = batch["logp"].clone().requires_grad_()
+        part = {k: v[rows] for k, v in batch.items() if k != "logp"}
+        loss, _ = policy_loss(logp[rows], **part, **settings)
+        loss.backward()
+        return loss.detach(), logp.grad
+
+    whole, whole_grad = loss_and_grad(slice(0, 4))
+    first, first_grad = loss_and_grad(slice(0, 2))
+    second, second_grad = loss_and_grad(slice(2, 4))
+    torch.testing.assert_close(first + second, whole)
+    torch.testing.assert_close(first_grad + second_grad, whole_grad)
+
+
+def _trl_loss(logp, old_logp, advantages, mask, is_weights, ref_logp, *, loss_type, level, eps_low, eps_high,
+              beta, max_completion_length):
+    """TRL GRPOTrainer._compute_loss written out element by element, one micro-batch = the whole batch."""
+    rows, tokens = logp.shape
+    per_token = [[None] * tokens for _ in range(rows)]
+    for i in range(rows):
+        n_i = sum(int(mask[i, t]) for t in range(tokens))
+        seq_log_ratio = sum((logp[i, t] - old_logp[i, t]) * mask[i, t] for t in range(tokens)) / max(n_i, 1)
+        for t in range(tokens):
+            log_ratio = logp[i, t] - old_logp[i, t] if level == "token" else seq_log_ratio
+            coef_1 = torch.exp(log_ratio)
+            coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+            loss = -torch.min(coef_1 * advantages[i], coef_2 * advantages[i])
+            loss = loss * is_weights[i, t]
+            diff = ref_logp[i, t] - logp[i, t]
+            per_token[i][t] = loss + beta * (torch.exp(diff) - diff - 1)
+    if loss_type == "grpo":
+        row_means = []
+        for i in range(rows):
+            n_i = sum(int(mask[i, t]) for t in range(tokens))
+            row_means.append(sum(per_token[i][t] * mask[i, t] for t in range(tokens)) / max(n_i, 1))
+        return sum(row_means) / rows
+    total = sum(per_token[i][t] * mask[i, t] for i in range(rows) for t in range(tokens))
+    if loss_type in ("bnpo", "dapo"):
+        return total / max(int(mask.sum()), 1)
+    return total / (rows * max_completion_length)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_policy_loss_matches_trl_compute_loss(loss_type, level):
+    batch = _random_batch(7, rows=3, tokens=4)
+    mask = batch["mask"].float()
+    logp = batch["logp"].clone().requires_grad_()
+    loss, _ = policy_loss(logp, batch["old_logp"], batch["advantages"], mask, loss_type=loss_type, ratio_level=level,
+                          clip_low=0.2, clip_high=0.28, is_weights=batch["is_weights"], ref_logp=batch["ref_logp"],
+                          beta=0.04, max_generation_len=6, batch_sequences=3, batch_tokens=float(mask.sum()))
+    (grad,) = torch.autograd.grad(loss, logp)
+    trl_logp = batch["logp"].clone().requires_grad_()
+    expected = _trl_loss(trl_logp, batch["old_logp"], batch["advantages"], mask, batch["is_weights"],
+                         batch["ref_logp"], loss_type=loss_type, level=level, eps_low=0.2, eps_high=0.28, beta=0.04,
+                         max_completion_length=6)
+    (expected_grad,) = torch.autograd.grad(expected, trl_logp)
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(grad, expected_grad)

@@ -1,7 +1,29 @@
-"""Pure maths of the learners: log-probs, policy-gradient and value losses, GAE.
+"""Pure maths of the learners: log-probs, policy-gradient and value losses, advantages.
 
 Every function here is a stateless torch function with a known-answer test in
 ``tests/test_algorithms.py``; the learners in :mod:`unstable.learners` only wire them to a model.
+
+Per-token tensors are ``[B, T]``, shifted so column ``t`` scores one sampled token; ``mask`` is
+true on the completion tokens trained on. Losses take the whole batch's normalisers, so the
+losses of its micro-batches add up to the batch's.
+
+From :mod:`~unstable.algorithms.policy_gradient`:
+
+* :func:`token_logprobs`, :func:`token_entropy`: per-token log-probs / entropies from logits,
+  at the sampling temperature.
+* :func:`masked_sum`, :func:`masked_mean`: reductions over the masked tokens.
+* :func:`kl_penalty`: the k1 / k2 / k3 per-token estimators of ``KL(pi_theta || pi_ref)``.
+* :func:`importance_weights`: truncated or masked IS weights, behaviour policy -> pi_old.
+* :func:`aggregate`: per-token loss -> scalar (``grpo``, ``bnpo``, ``dapo``, ``dr_grpo``).
+* :func:`policy_loss`: the clipped surrogate of PPO / GRPO / DAPO / Dr. GRPO / GSPO.
+* :func:`reinforce_loss`: REINFORCE with Dr. GRPO's constant normaliser.
+
+From :mod:`~unstable.algorithms.advantages`:
+
+* :func:`compute_gae`, :func:`value_loss`, :func:`explained_variance`: the critic's side.
+* :func:`normalize`, :func:`group_normalize`: z-scores (all-equal input gives zeros).
+* :func:`group_advantages`: GRPO's / Dr. GRPO's group-relative advantage.
+
 ``Reinforce`` is how UnstableBaselines 0.1 scripts chose REINFORCE (see :mod:`unstable.compat`).
 """
 
@@ -16,10 +38,12 @@ from unstable.algorithms.advantages import (
     value_loss,
 )
 from unstable.algorithms.policy_gradient import (
+    aggregate,
     importance_weights,
     kl_penalty,
     masked_mean,
     masked_sum,
+    policy_loss,
     reinforce_loss,
     token_entropy,
     token_logprobs,
@@ -27,6 +51,7 @@ from unstable.algorithms.policy_gradient import (
 
 __all__ = [
     "Reinforce",
+    "aggregate",
     "compute_gae",
     "explained_variance",
     "group_advantages",
@@ -36,6 +61,7 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "normalize",
+    "policy_loss",
     "reinforce_loss",
     "token_entropy",
     "token_logprobs",

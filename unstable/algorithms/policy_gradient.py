@@ -1,8 +1,10 @@
-"""Token log-probs and entropies, KL estimators, importance weights and the REINFORCE loss.
+"""Token log-probs and entropies, KL estimators, importance weights and the policy-gradient losses.
 
 Tensors are per token, ``[B, T]``, already shifted so column ``t`` scores one sampled token (see
 :func:`token_logprobs`); ``mask`` ``[B, T]`` (bool or 0/1) is true on the completion tokens that are
-trained on.
+trained on. Learners accumulate gradients over micro-batches of one batch, so every loss divides by
+a *batch-wide* normaliser passed in by the caller: the micro-batch losses then add up to the loss
+of the whole batch.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from torch import Tensor
 KL_ESTIMATORS = ("k1", "k2", "k3")
 IS_LEVELS = ("token", "sequence")
 IS_MODES = ("truncate", "mask")
+RATIO_LEVELS = ("token", "sequence", "sequence_token")
+LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
 def _shifted_logits(logits: Tensor, temperature: float | Tensor) -> Tensor:
@@ -63,9 +67,13 @@ def token_entropy(logits: Tensor, temperature: float | Tensor = 1.0) -> Tensor:
     return -(logp.exp() * logp).sum(dim=-1)
 
 
-def masked_sum(values: Tensor, mask: Tensor, dim: int = -1) -> Tensor:
-    """Sum of ``values`` where ``mask`` is true (mask may be bool or 0/1) along ``dim``."""
-    return (values * mask.to(values.dtype)).sum(dim=dim)
+def masked_sum(values: Tensor, mask: Tensor, dim: int | None = -1) -> Tensor:
+    """Sum of ``values`` where ``mask`` is true (bool or 0/1) along ``dim`` (all of them if None).
+
+    Entries outside the mask are ignored even if they are not finite (padding).
+    """
+    kept = values.masked_fill(~mask.bool(), 0.0)
+    return kept.sum() if dim is None else kept.sum(dim=dim)
 
 
 def masked_mean(values: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -186,3 +194,205 @@ def importance_weights(
             "frac_truncated_or_masked": masked_mean(outside.float(), keep),
         }
     return weights, stats
+
+
+def aggregate(
+    per_token: Tensor,
+    mask: Tensor,
+    loss_type: str,
+    *,
+    max_generation_len: int,
+    batch_sequences: int,
+    batch_tokens: float,
+) -> Tensor:
+    """Reduce a per-token loss ``[B, T]`` to a scalar; summed over micro-batches it is the batch's loss.
+
+    ``B`` is this micro-batch's rows; the normalisers are the whole batch's (TRL's names):
+
+    * ``"grpo"``: each row's mean over its own masked tokens, summed over rows, divided by
+      ``batch_sequences`` (GRPO, Shao et al. 2024: ``1/G sum_i 1/|o_i| sum_t``). Long
+      completions get less weight per token.
+    * ``"bnpo"``, ``"dapo"``: sum over all masked tokens divided by ``batch_tokens``, the
+      masked-token count of the whole batch (DAPO, Yu et al. 2025, §3.3, token-level
+      loss: every token weighs the same). The two names are the same here; in TRL they differ only
+      in whether the count spans the local micro-batch (bnpo) or the whole batch (dapo).
+    * ``"dr_grpo"``: sum over masked tokens divided by the constant
+      ``batch_sequences * max_generation_len`` (Dr. GRPO, Liu et al. 2025, §3; TRL divides by
+      ``B * max_completion_length``): no length bias, and no normaliser that depends on the data.
+
+    Masked-out entries are ignored even if they are not finite. ``batch_tokens`` below 1 is
+    taken as 1, as TRL does, so a batch with no trained tokens gives a loss of 0.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    if max_generation_len <= 0:
+        raise ValueError(f"max_generation_len must be positive, got {max_generation_len}")
+    if batch_sequences < per_token.shape[0]:
+        raise ValueError(f"batch_sequences ({batch_sequences}) is the whole batch's row count and cannot be "
+                         f"smaller than this micro-batch's ({per_token.shape[0]})")
+    if batch_tokens < 0:
+        raise ValueError(f"batch_tokens must be >= 0, got {batch_tokens}")
+    keep = mask.bool()
+    per_token = per_token.masked_fill(~keep, 0.0)
+    if loss_type == "grpo":
+        row_tokens = keep.sum(dim=-1).clamp(min=1)
+        return (per_token.sum(dim=-1) / row_tokens).sum() / batch_sequences
+    if loss_type in ("bnpo", "dapo"):
+        return per_token.sum() / max(batch_tokens, 1.0)
+    return per_token.sum() / (batch_sequences * max_generation_len)
+
+
+def policy_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    loss_type: str = "dr_grpo",
+    max_generation_len: int,
+    batch_sequences: int,
+    batch_tokens: float,
+    clip_low: float | None = None,
+    clip_high: float | None = None,
+    ratio_level: str = "token",
+    is_weights: Tensor | None = None,
+    ref_logp: Tensor | None = None,
+    beta: float = 0.0,
+    kl_estimator: str = "k3",
+    entropy: Tensor | None = None,
+    entropy_coef: float = 0.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The clipped policy-gradient loss of PPO / GRPO / DAPO / Dr. GRPO / GSPO for one micro-batch.
+
+    Per masked token, with ``A`` the row's advantage and ``r`` the ratio of ``ratio_level``:
+
+    ``loss_t = -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) * w_t + beta * KL_t - entropy_coef * H_t``
+
+    then reduced by :func:`aggregate` (``loss_type``, with the whole batch's normalisers), as
+    TRL's ``GRPOTrainer._compute_loss`` does.
+
+    Ratio (``ratio_level``):
+
+    * ``"token"``: ``r_t = exp(logp_t - old_logp_t)`` (PPO, Schulman et al. 2017; GRPO).
+    * ``"sequence"``: GSPO's ``s_i = exp(mean_t (logp_t - old_logp_t))`` over the row's masked
+      tokens, the same on every token, clipped per sequence (Zheng et al. 2025, §4.1; TRL
+      ``importance_sampling_level="sequence"``). GSPO's own objective averages per sequence:
+      ``loss_type="grpo"``.
+    * ``"sequence_token"``: GSPO-token, ``s_i`` with a token-level gradient:
+      ``sg[s_i] * exp(logp_t - sg[logp_t])`` (same value as ``s_i``).
+
+    Clipping: ``clip_low=None`` turns it off, leaving ``-r A`` (at ``r = 1`` its gradient is
+    REINFORCE's). ``clip_high=None`` means ``clip_high = clip_low`` (PPO's symmetric clip); a
+    larger ``clip_high`` is DAPO's clip-higher (Yu et al. 2025, §3.1).
+
+    ``is_weights``: the detached per-token weights ``w_t`` of :func:`importance_weights` (decoupled
+    PPO: behaviour policy -> ``old_logp``); they scale the surrogate, not the KL or entropy terms.
+    KL: with ``beta != 0``, ``KL_t = kl_penalty(logp, ref_logp, kl_estimator)`` (``ref_logp`` needed).
+    Entropy bonus: with ``entropy_coef != 0``, ``H_t = entropy`` (e.g. :func:`token_entropy`), needed
+    then. Unlike TRL, whose bonus is a mean over tokens whatever the loss type, it is aggregated
+    with the rest of the per-token loss.
+
+    Args:
+        logp: ``[B, T]`` log-probs under the policy being trained (with grad).
+        old_logp: ``[B, T]`` log-probs under pi_old, the policy that the clip is relative to
+            (``logp.detach()`` when each batch is trained on once).
+        advantages: ``[B]`` one per row (or ``[B, T]`` one per token).
+        mask: ``[B, T]`` true on the tokens trained on.
+
+    Returns:
+        ``(loss, stats)``. ``stats`` are detached sums over this micro-batch's masked tokens, so
+        the learner can add them across micro-batches (``ratio_max`` takes a max instead):
+        ``tokens``, ``ratio_sum``, ``ratio_max``, ``clipped_tokens`` (TRL's clip ratio: ``r <
+        1 - clip_low`` with ``A < 0`` or ``r > 1 + clip_high`` with ``A > 0``), ``approx_kl_sum``
+        (k3 estimate of ``KL(pi_old || pi_theta)``, ``(r - 1) - log r`` with the token ratio, as
+        CleanRL and SB3 log), and ``kl_sum`` (when ``ref_logp`` is given) and ``entropy_sum``
+        (when ``entropy`` is given).
+    """
+    if ratio_level not in RATIO_LEVELS:
+        raise ValueError(f"ratio_level must be one of {RATIO_LEVELS}, got {ratio_level!r}")
+    clip_low, clip_high = _clip_range(clip_low, clip_high)
+    if beta != 0.0 and ref_logp is None:
+        raise ValueError("beta != 0 needs ref_logp, the reference policy's log-probs of the same tokens")
+    if entropy_coef != 0.0 and entropy is None:
+        raise ValueError("entropy_coef != 0 needs entropy, e.g. token_entropy(logits)")
+    keep = mask.bool()
+    advantages = advantages.to(logp.dtype)
+    if advantages.dim() == 1:
+        advantages = advantages[:, None]
+    # masked positions get log-ratio 0 so padding (even -inf) never reaches exp or the gradient
+    log_ratio = (logp - old_logp).masked_fill(~keep, 0.0)
+    ratio = _ratio(logp, log_ratio, keep, ratio_level)
+    surrogate = ratio * advantages
+    if clip_low is not None:
+        clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantages
+        surrogate = torch.minimum(surrogate, clipped)
+    per_token = -surrogate
+    if is_weights is not None:
+        per_token = per_token * is_weights.detach()
+    kl = None
+    if ref_logp is not None:
+        kl = kl_penalty(logp.masked_fill(~keep, 0.0), ref_logp.masked_fill(~keep, 0.0), kl_estimator)
+    if beta != 0.0:
+        per_token = per_token + beta * kl
+    if entropy_coef != 0.0:
+        per_token = per_token - entropy_coef * entropy
+    loss = aggregate(per_token, keep, loss_type, max_generation_len=max_generation_len,
+                     batch_sequences=batch_sequences, batch_tokens=batch_tokens)
+    with torch.no_grad():
+        stats = _policy_stats(ratio, log_ratio, advantages, keep, clip_low, clip_high)
+        if kl is not None:
+            stats["kl_sum"] = masked_sum(kl, keep, dim=None)
+        if entropy is not None:
+            stats["entropy_sum"] = masked_sum(entropy.float(), keep, dim=None)
+    return loss, stats
+
+
+def _clip_range(clip_low: float | None, clip_high: float | None) -> tuple[float | None, float | None]:
+    """Check ``clip_low`` / ``clip_high`` and fill in the symmetric default."""
+    if clip_low is None:
+        if clip_high is not None:
+            raise ValueError("clip_high needs clip_low (clip_low=None turns clipping off)")
+        return None, None
+    if not 0.0 <= clip_low < 1.0:
+        raise ValueError(f"clip_low must be in [0, 1) so that 1 - clip_low > 0, got {clip_low}")
+    if clip_high is None:
+        return clip_low, clip_low
+    if clip_high < 0.0:
+        raise ValueError(f"clip_high must be >= 0, got {clip_high}")
+    return clip_low, clip_high
+
+
+def _ratio(logp: Tensor, log_ratio: Tensor, keep: Tensor, ratio_level: str) -> Tensor:
+    """The importance ratio of :func:`policy_loss`, ``[B, T]``, from the masked ``log_ratio``."""
+    if ratio_level == "token":
+        return log_ratio.exp()
+    seq_ratio = masked_mean(log_ratio, keep, dim=-1).exp()[:, None]
+    if ratio_level == "sequence":
+        return seq_ratio.expand_as(log_ratio)
+    return seq_ratio.detach() * (logp - logp.detach()).masked_fill(~keep, 0.0).exp()
+
+
+def _policy_stats(
+    ratio: Tensor,
+    log_ratio: Tensor,
+    advantages: Tensor,
+    keep: Tensor,
+    clip_low: float | None,
+    clip_high: float | None,
+) -> dict[str, Tensor]:
+    """The detached per-micro-batch sums that :func:`policy_loss` returns."""
+    ratio = ratio.detach()
+    log_ratio = log_ratio.detach()
+    if clip_low is None:
+        clipped = torch.zeros_like(keep)
+    else:
+        low = (ratio < 1.0 - clip_low) & (advantages < 0)
+        high = (ratio > 1.0 + clip_high) & (advantages > 0)
+        clipped = low | high
+    return {
+        "tokens": keep.sum().float(),
+        "ratio_sum": masked_sum(ratio, keep, dim=None),
+        "ratio_max": ratio.masked_fill(~keep, 0.0).max(),
+        "clipped_tokens": masked_sum(clipped.float(), keep, dim=None),
+        "approx_kl_sum": masked_sum(torch.expm1(log_ratio) - log_ratio, keep, dim=None),
+    }
