@@ -94,3 +94,28 @@ def ray_session():
              _temp_dir=temp_dir, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+VOCAB = 96
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> str:
+    """A tiny random Qwen3 without a tokenizer (vocabulary VOCAB): what the learner tests train."""
+    import torch
+    import transformers
+
+    config = transformers.Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny") / "qwen3"
+    transformers.Qwen3ForCausalLM(config).save_pretrained(path)
+    return str(path)

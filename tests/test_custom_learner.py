@@ -92,7 +92,7 @@ class NoUpdate(BaseLearner):
     [
         (NotALearner, "must be a subclass of unstable.learners.BaseLearner, got the class NotALearner"),
         (NoUpdate, "does not implement _update"),
-        ("ppo", r"algorithm must be one of \[.*'reinforce'\]"),
+        ("trpo", r"algorithm must be one of \[.*'reinforce'\]"),
         ("unstable.learners.config:LearnerConfig", "must be a subclass"),
     ],
 )

@@ -66,6 +66,7 @@ def recorded_run(tmp_path) -> tuple[Path, Tracker, ModelRegistry]:
     tracker.log_game(FailedGame(spec=game(200, "[0]", True).spec, stage="env", error_type="KeyError", message="x"))
     tracker.log({"train/loss": 0.5, "train/grad_norm": 2.0, "train/version": 1})
     tracker.log({"train/loss": 0.25, "train/grad_norm": 1.5, "train/version": 2, "train/staleness_mean": 0.5,
+                 "train/approx_kl": 3.1e-3, "train/clipfrac": 0.047,
                  "train/staleness_max": 1.0, "train/lr": 1e-5})
     tracker.log_inference("inference-0", {"tokens_per_second": 123.4, "queue_size": 5, "mean_batch_size": 7.5,
                                           "requests": 40})
@@ -94,6 +95,7 @@ def test_dashboard_from_a_run_directory_shows_every_panel(recorded_run):
     assert re.search(r"TicTacToe-v0\s+12\s+75%\s+0%\s+25%\s+67%\s+0%\s+5\.0\s+2\.50\s+0\.500", text)
     assert re.search(r"TicTacToe-v0\s+random\s+100%\s+0%\s+0%", text)  # eval per opponent
     assert "0.2500" in text and "1.500" in text and "(max 1)" in text  # latest loss, grad norm, staleness
+    assert "3.10e-03" in text and "0.047" in text  # approx KL to the behaviour policy, clip fraction
     assert "12 / 16" in text and "75%" in text  # buffer fill
     for uid, r in registry.interface_info()["ratings"].items():
         if r["games"]:

@@ -11,8 +11,7 @@ import textwrap
 
 import pytest
 import torch
-import transformers
-from conftest import make_sample
+from conftest import VOCAB, make_sample
 
 from unstable.algorithms import masked_sum, token_logprobs
 from unstable.learners import A2CLearner, REINFORCELearner
@@ -20,26 +19,7 @@ from unstable.learners.batching import collate
 from unstable.learners.checkpoints import atomic_save, list_checkpoints, versions_to_keep
 from unstable.records import Step, TrainBatch, episode_indices
 
-VOCAB = 96
 FAST = {"gradient_checkpointing": False, "activation_checkpointing": False, "seed": 0, "lora_cfg": {"lora_rank": 4}}
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
-    config = transformers.Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny") / "qwen3"
-    transformers.Qwen3ForCausalLM(config).save_pretrained(path)
-    return str(path)
 
 
 def make_step(game=0, turn=0, reward=1.0, prompt=(3, 4, 5), completion=(6, 7), last=True, player=0, env="E"):

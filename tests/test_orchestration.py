@@ -1,5 +1,6 @@
 """build(), the seed's standard script, and a real asynchronous run on local Ray (tiny model, CPU)."""
 
+import math
 import os
 
 import pytest
@@ -14,7 +15,11 @@ from unstable.tracking import read_metrics
 @pytest.mark.parametrize(
     ("override", "match"),
     [
-        ({"algorithm": "ppo"}, "algorithm must be one of"),
+        ({"algorithm": "trpo"}, "algorithm must be one of"),
+        ({"algorithm": "grpo", "vllm_config": {"top_p": 0.9}}, "top_p=0.9 with algorithm='grpo'"),
+        ({"algorithm": "ppo", "temperature": 0}, "temperature=0"),
+        ({"algorithm": "gspo", "learner": {"off_policy_correction": "token_mask"}}, "ratio_level='sequence'"),
+        ({"learner": {"clip_ratio": 0}}, "clip_ratio must be in"),
         ({"opponent_sampling_strategy": "league"}, "opponent_sampling_strategy must be one of"),
         ({"env_sampling_strategy": "curriculum"}, "env_sampling_strategy"),
         ({"batch_size": 0}, "batch_size must be"),
@@ -76,6 +81,24 @@ def test_build_runs_three_learner_steps_with_concurrent_collection(ray_session, 
     for prefix in ("collect/", "train/", "eval/", "inference/"):
         assert any(k.startswith(prefix) for k in keys), prefix
     assert os.path.isfile(os.path.join(run.run_dir, "registry", "registry.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["a2c", "ppo", "grpo", "gspo"])
+def test_every_algorithm_trains_through_build(algorithm, ray_session, tiny_model_dir, tmp_path):
+    """Two learner steps per algorithm on a real asynchronous run (REINFORCE: the test above)."""
+    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, algorithm=algorithm, temperature=1.0))
+    try:
+        summary = run.start(learning_steps=2, num_collection_workers=8, num_eval_workers=1)
+    finally:
+        run.stop()
+    assert summary["checkpoints"][-2:] == ["ckpt-1", "ckpt-2"]
+    trained = [line for line in read_metrics(run.run_dir) if "train/approx_kl" in line]
+    assert len(trained) == 2
+    for line in trained:
+        assert all(math.isfinite(line[k]) for k in ("train/loss", "train/approx_kl", "train/clipfrac", "train/entropy"))
+        assert line["train/approx_kl"] < 0.05  # the recorded behaviour log-probs are the learner's own distribution
+        assert any(k.startswith("train/staleness_frac/") for k in line)
 
 
 @pytest.mark.slow

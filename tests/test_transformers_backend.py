@@ -18,13 +18,20 @@ PROMPT = "<|im_start|>user\nObservation: board [4]<|im_end|>\n<|im_start|>assist
 GREEDY = SamplingParams(temperature=0, max_new_tokens=10)
 
 
-def fresh_logprobs(model_dir, adapter, prompt_ids, completion_ids):
+def fresh_logprobs(model_dir, adapter, prompt_ids, completion_ids, temperature=1.0, top_p=1.0):
+    """Teacher-forced log-probs of ``completion_ids`` at ``temperature``, renormalised over the
+    ``top_p`` nucleus (the smallest set of most likely tokens whose probability reaches top_p)."""
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     if adapter:
         model = PeftModel.from_pretrained(model, adapter)
     ids = torch.tensor([list(prompt_ids) + list(completion_ids)])
     with torch.no_grad():
-        logp = model(ids).logits.log_softmax(-1)[0, len(prompt_ids) - 1 : -1]
+        logp = (model(ids).logits[0, len(prompt_ids) - 1 : -1] / temperature).log_softmax(-1)
+    if top_p < 1.0:
+        probs, order = logp.exp().sort(-1, descending=True)
+        before = probs.cumsum(-1) - probs  # mass of the more likely tokens
+        keep = torch.zeros_like(logp, dtype=torch.bool).scatter(-1, order, before < top_p)
+        logp = logp.masked_fill(~keep, float("-inf")).log_softmax(-1)
     return logp.gather(-1, torch.tensor(completion_ids)[:, None]).squeeze(-1)
 
 
@@ -41,13 +48,18 @@ def test_mixed_adapter_batch_matches_single_requests_and_a_fresh_forward_pass(ba
         assert res.sample.text == backend.tokenizer.decode(res.sample.completion_ids, skip_special_tokens=True)
 
 
-def test_sampled_tokens_logprobs_are_the_unmodified_model_distribution(backend, adapters, tiny_model_dir):
-    sampling = SamplingParams(temperature=1.3, top_p=0.9, max_new_tokens=12)
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.6, 1.0), (1.3, 1.0), (1.3, 0.9)])
+def test_sampled_tokens_carry_the_logprobs_of_the_distribution_they_were_drawn_from(
+    backend, adapters, tiny_model_dir, temperature, top_p
+):
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=12)
     res = backend.generate_batch([GenerationRequest(PROMPT, adapters[0], sampling, policy_version=4)])[0]
-    fresh = fresh_logprobs(tiny_model_dir, adapters[0], res.sample.prompt_ids, res.sample.completion_ids)
+    ids = (adapters[0], res.sample.prompt_ids, res.sample.completion_ids)
+    fresh = fresh_logprobs(tiny_model_dir, *ids, temperature=temperature, top_p=top_p)
     assert torch.allclose(fresh, torch.tensor(res.sample.completion_logprobs), atol=1e-4)
-    # The sample says how it was drawn, which is not what its log-probs are measured at.
-    assert (res.sample.temperature, res.sample.top_p, res.sample.policy_version) == (1.3, 0.9, 4)
+    # ... which is not the model at temperature 1: the behaviour policy is the tempered one
+    assert not torch.allclose(fresh_logprobs(tiny_model_dir, *ids), fresh, atol=1e-3)
+    assert (res.sample.temperature, res.sample.top_p, res.sample.policy_version) == (temperature, top_p, 4)
 
 
 def test_finish_reasons_and_per_request_length(backend):

@@ -67,20 +67,20 @@ def test_greedy_equals_transformers_backend_with_and_without_adapters(vllm_backe
     assert len({r.sample.completion_ids for r in ours[:3]}) == 3  # the adapters really change the output
 
 
-def test_sampled_tokens_carry_the_unmodified_models_logprobs(vllm_backend, adapters, tiny_model_dir):
-    # Teacher-force vLLM's sampled tokens through a fresh PEFT model: temperature and top-p
-    # shape the sampling, not the log-probs reported (vLLM's "raw_logprobs").
+def test_sampled_tokens_carry_the_logprobs_they_were_drawn_from(vllm_backend, adapters, tiny_model_dir):
+    # Teacher-force vLLM's sampled tokens through a fresh PEFT model at the sampling temperature:
+    # vLLM's "processed_logprobs" are those of the tempered distribution (top_p=1: no nucleus).
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    sampling = SamplingParams(temperature=1.3, top_p=0.9, max_new_tokens=16)
+    sampling = SamplingParams(temperature=1.3, top_p=1.0, max_new_tokens=16)
     res = vllm_backend.generate_batch([GenerationRequest(PROMPTS[1], adapters[0], sampling, policy_version=4)])[0]
     assert len(res.sample.completion_logprobs) == len(res.sample.completion_ids) > 0
-    assert (res.sample.temperature, res.sample.top_p, res.sample.policy_version) == (1.3, 0.9, 4)
+    assert (res.sample.temperature, res.sample.top_p, res.sample.policy_version) == (1.3, 1.0, 4)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapters[0]).eval()
     ids = torch.tensor([list(res.sample.prompt_ids) + list(res.sample.completion_ids)])
     with torch.no_grad():
-        logp = model(ids).logits.log_softmax(-1)[0, len(res.sample.prompt_ids) - 1 : -1]
+        logp = (model(ids).logits / 1.3).log_softmax(-1)[0, len(res.sample.prompt_ids) - 1 : -1]
     fresh = logp.gather(-1, torch.tensor(res.sample.completion_ids)[:, None]).squeeze(-1)
     assert torch.allclose(fresh, torch.tensor(res.sample.completion_logprobs), atol=ATOL)
 
@@ -192,8 +192,8 @@ def test_config_errors_are_raised_before_an_engine_starts(tiny_model_dir):
     with pytest.raises(ValueError, match="dtype"):
         VLLMBackendConfig(tiny_model_dir, dtype="int8")
     assert VLLMBackendConfig(tiny_model_dir, max_lora_rank=4).max_lora_rank == 8  # vLLM's allowed ranks
-    with pytest.raises(ValueError, match="raw_logprobs"):  # a Sample's log-probs are at temperature 1
-        VLLMBackendConfig(tiny_model_dir, engine_kwargs={"logprobs_mode": "processed_logprobs"})
+    with pytest.raises(ValueError, match="processed_logprobs"):  # a Sample's log-probs are the behaviour policy's
+        VLLMBackendConfig(tiny_model_dir, engine_kwargs={"logprobs_mode": "raw_logprobs"})
 
 
 def test_cpu_lora_fix_gives_rows_without_an_adapter_no_adapter():

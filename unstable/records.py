@@ -41,11 +41,12 @@ class Sample:
 
     ``prompt_ids`` + ``completion_ids`` are exactly the tokens the model conditioned on and
     sampled (an end-of-sequence token that stopped it is included). ``completion_logprobs[i]`` is
-    log p(completion_ids[i] | prefix) under the unmodified model: temperature 1, no top-p, which
-    is what both backends report (transformers' raw ``output_logits``, vLLM's ``raw_logprobs``)
-    and what a fresh forward pass of the same weights gives. The tokens were *drawn* at
-    ``temperature`` and ``top_p`` (``temperature == 0``: greedy), so the behaviour policy's own
-    probabilities differ from these log-probs unless both are 1. ``finish_reason`` is ``"stop"``
+    log mu(completion_ids[i] | prefix) under the distribution the token was drawn from: the model's
+    logits divided by ``temperature``, renormalised over the ``top_p`` nucleus (both backends report
+    this: transformers' processed ``scores``, vLLM's ``processed_logprobs``). These are the
+    behaviour log-probs an importance ratio needs. With ``top_p == 1`` they equal a fresh forward
+    pass of the same weights at the same temperature, which is what the learners compute; greedy
+    samples (``temperature == 0``) carry the raw model's log-probs (temperature 1). ``finish_reason`` is ``"stop"``
     (an end-of-sequence token was sampled) or ``"length"`` (the token budget ran out).
     ``policy_version`` is the learner step of the weights that sampled it (``PolicyRef.version``
     of the requesting policy; ``None`` if the request did not say). ``text`` is the completion

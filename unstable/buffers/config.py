@@ -15,8 +15,11 @@ class BufferConfig:
 
     size: int | None = None
     """Steps the buffer holds before it drops the oldest; ``None``: twice the learner's ``batch_size``."""
-    max_staleness: int | None = None
-    """Drop steps sampled by a policy more than this many versions behind the learner (``None``: keep all)."""
+    max_staleness: int | None = 8
+    """Drop steps sampled by a policy more than this many versions behind the learner (``None``: keep
+    all); the buffer counts them (``buffer/dropped_stale``). The default job's steps are ~2.7 versions
+    old on average and at most ~10; within the bound, the learners' importance weights correct for
+    the age (``off_policy_correction``)."""
     reward_transforms: Any = None
     """``(final, step, sampling)`` reward-transform callables (each may be ``None``); ``None``: the
     default chain."""

@@ -13,7 +13,7 @@ from unstable.utils.fields import add_field_options
 
 # QuickstartConfig fields offered as options, their --help made from the fields' docstrings
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
-                      "eval_workers", "seed"]
+                      "eval_workers", "seed", "algorithm", "max_staleness"]
 
 
 def _cmd_tiny_model(args: argparse.Namespace) -> int:

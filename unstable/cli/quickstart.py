@@ -72,6 +72,12 @@ class QuickstartConfig:
     max_new_tokens: int = 16
     seed: int = 0
     """Seeds the tiny model, the warm start and the run."""
+    algorithm: str = "reinforce"
+    """The learner: ``"reinforce"``, ``"a2c"``, ``"ppo"``, ``"grpo"`` or ``"gspo"`` (README: "Algorithms")."""
+    max_staleness: int = 8
+    """Drop training moves sampled more than this many learner versions ago (counted in ``buffer/dropped_stale``)."""
+    learner: dict[str, Any] = field(default_factory=dict)
+    """More learner settings, as ``build(learner={...})`` takes them (e.g. ``{"beta": 0.05}``)."""
 
     def __post_init__(self) -> None:
         if self.out is None:
@@ -84,6 +90,7 @@ class QuickstartConfig:
         check_int("seed", self.seed, 0)
         check_positive("learning_rate", self.learning_rate)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_int("max_staleness", self.max_staleness, 0)
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")
@@ -138,7 +145,9 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         eval_envs=[unstable.EvalEnvSpec(cfg.env_id, 2, cfg.prompt_template, fixed_opponent="random")]
         if cfg.num_eval_workers else None,
         opponent_sampling_strategy="mirror",
-        algorithm="reinforce",
+        algorithm=cfg.algorithm,
+        learner=dict(cfg.learner),
+        max_staleness=cfg.max_staleness,
         batch_size=cfg.batch_size,
         mini_batch_size=cfg.mini_batch_size,
         learning_rate=cfg.learning_rate,

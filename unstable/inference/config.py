@@ -33,9 +33,14 @@ class InferenceConfig:
     num_actors: int = 1
     """Inference actors (build(): one per GPU left after the learner's, else one)."""
     temperature: float = 0.6
-    """Sampling temperature of model seats in training and eval games (0: greedy)."""
-    top_p: float = 0.95
-    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+    """Sampling temperature of model seats in training and eval games (0: greedy). The learners
+    compute their log-probs at each sample's own temperature, so the gradient and any importance
+    ratio belong to the distribution that was sampled."""
+    top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p. The
+    learners do not model the nucleus, so the default is 1 (exact); below 1 is refused with the
+    algorithms that weigh samples by a ratio to the behaviour policy (see the README's algorithm
+    table), and a plain REINFORCE gradient then belongs to the un-truncated tempered policy."""
     max_tokens: int = 4096
     """New tokens per answer at most (the seed's max_generation_len)."""
     max_parallel_seq: int = 128

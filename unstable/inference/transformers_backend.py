@@ -177,7 +177,7 @@ class TransformersBackend:
             "do_sample": not sampling.greedy,
             "pad_token_id": self.pad_id,
             "eos_token_id": sorted(self.eos_ids),
-            "output_logits": True,
+            "output_scores": True,
             "return_dict_in_generate": True,
         }
         if not sampling.greedy:  # top_k=0 overrides any top_k in the model's generation_config
@@ -190,8 +190,9 @@ class TransformersBackend:
             input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
         )
         new_tokens = out.sequences[:, width:].cpu()
-        # output_logits are the raw logits, before temperature and top-p: log-probs at temperature 1.
-        logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1).cpu()
+        # output_scores are the logits after temperature and top-p (-inf outside the nucleus): their
+        # log-softmax is the distribution each token was drawn from (greedy: the raw logits).
+        logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1).cpu()
         chosen = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
         elapsed = time.perf_counter() - t0
         results = []

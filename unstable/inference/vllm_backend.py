@@ -7,9 +7,10 @@ hands each finished result back to the caller's future, so ``generate`` works fr
 loop (a Ray actor's, ``asyncio.run``) and ``generate_batch`` from plain threads.
 
 Prompts are tokenised here (no special tokens added, as in the transformers backend) and sent as
-token ids, so ``prompt_ids`` are exactly what the model saw. Log-probs are vLLM's raw log-probs of
-the sampled token (``logprobs_mode="raw_logprobs"``: temperature 1, no top-p), the same quantity
-the transformers backend and the learner compute.
+token ids, so ``prompt_ids`` are exactly what the model saw. Log-probs are vLLM's processed log-probs of
+the sampled token (``logprobs_mode="processed_logprobs"``: after temperature and top-p), the
+distribution it was drawn from, as the transformers backend reports it; the learner's log-probs at
+the sample's temperature equal them when ``top_p == 1``.
 
 LoRA adapters are chosen by path. Each adapter version, keyed by its real path and the
 modification time of its weights, gets its own integer id once; an adapter directory rewritten in
@@ -78,9 +79,10 @@ class VLLMBackendConfig:
             raise ValueError(f"max_model_len must be >= 2 or None, got {self.max_model_len}")
         if self.dtype not in (None, "auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be one of float32, bfloat16, float16, auto or None, got {self.dtype!r}")
-        if self.engine_kwargs.get("logprobs_mode", "raw_logprobs") != "raw_logprobs":
-            raise ValueError("logprobs_mode must stay 'raw_logprobs': a Sample records log-probs at temperature 1, "
-                             f"without top-p; got {self.engine_kwargs['logprobs_mode']!r}")
+        if self.engine_kwargs.get("logprobs_mode", "processed_logprobs") != "processed_logprobs":
+            raise ValueError("logprobs_mode must stay 'processed_logprobs': a Sample records the log-probs of the "
+                             "distribution it was drawn from (after temperature and top-p); "
+                             f"got {self.engine_kwargs['logprobs_mode']!r}")
 
 
 def _eos_ids(model_name: str, tokenizer: Any) -> set[int]:
@@ -160,7 +162,7 @@ class VLLMBackend:
         return EngineArgs(
             model=cfg.model_name, dtype=cfg.dtype or "auto", max_num_seqs=cfg.max_batch_size, max_model_len=max_len,
             enable_lora=cfg.enable_lora, disable_log_stats=True, **(lora if cfg.enable_lora else {}),
-            **{**cfg.engine_kwargs, "logprobs_mode": "raw_logprobs"},
+            **{**cfg.engine_kwargs, "logprobs_mode": "processed_logprobs"},
         )
 
     # ------------------------------------------------------------------ adapters

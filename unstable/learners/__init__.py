@@ -2,8 +2,13 @@
 
 * :class:`REINFORCELearner` (``"reinforce"``) - policy gradient with the shaped step reward as the advantage.
 * :class:`A2CLearner` (``"a2c"``) - adds a critic (own LoRA adapter + value head on the same base) and GAE.
+* :class:`PPOLearner` (``"ppo"``) - A2C's critic with the clipped surrogate over epochs of mini-batches.
+* :class:`GRPOLearner` (``"grpo"``) - group-relative advantages, clipped surrogate, no critic.
+* :class:`GSPOLearner` (``"gspo"``) - GRPO with GSPO's length-normalised sequence ratio.
 
-Both are plain Python classes; ``update(batch)`` does one optimiser step and writes
+All share one policy-gradient update (``reinforce.py``) and differ in advantages and settings
+(``config.py``: ratio, clip, epochs, off-policy correction, KL, entropy). They are plain Python
+classes; ``update(batch)`` takes one or more optimiser steps and writes
 ``output_dir/ckpt-{version}`` (a standard PEFT adapter directory), ``train(n)`` runs
 :func:`~unstable.learners.loop.run_training` over a buffer. A new algorithm subclasses
 :class:`BaseLearner` with ``_update(batch)``; :func:`register_learner` gives it a name for
@@ -13,8 +18,10 @@ Both are plain Python classes; ``update(batch)`` does one optimiser step and wri
 from unstable.learners.a2c import A2CLearner
 from unstable.learners.base import BaseLearner
 from unstable.learners.catalog import available_learners, register_learner, resolve_learner
-from unstable.learners.config import DEFAULT_LORA_CFG, A2CConfig, LearnerConfig
+from unstable.learners.config import DEFAULT_LORA_CFG, A2CConfig, GRPOConfig, GSPOConfig, LearnerConfig, PPOConfig
+from unstable.learners.grpo import GRPOLearner, GSPOLearner
 from unstable.learners.loop import run_training
+from unstable.learners.ppo import PPOLearner
 from unstable.learners.protocol import UpdateResult
 from unstable.learners.reinforce import REINFORCELearner
 from unstable.records import TrainBatch
@@ -24,7 +31,13 @@ __all__ = [
     "A2CConfig",
     "A2CLearner",
     "BaseLearner",
+    "GRPOConfig",
+    "GRPOLearner",
+    "GSPOConfig",
+    "GSPOLearner",
     "LearnerConfig",
+    "PPOConfig",
+    "PPOLearner",
     "REINFORCELearner",
     "TrainBatch",
     "UpdateResult",

@@ -21,8 +21,7 @@ every turn, as 0.2's StepBuffer does, GAE will add it up once per remaining turn
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,11 +29,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from unstable.algorithms import compute_gae, group_normalize, value_loss
+from unstable.algorithms import compute_gae, explained_variance, group_normalize, value_loss
 from unstable.learners import model_utils as mu
-from unstable.learners.batching import collate_prompts, micro_batches
+from unstable.learners.batching import collate_prompts
 from unstable.learners.config import A2CConfig
-from unstable.learners.reinforce import REINFORCELearner
+from unstable.learners.reinforce import REINFORCELearner, _Totals
 from unstable.records import Step, TrainBatch
 
 CRITIC_ADAPTER = "critic"  # PEFT saves a non-default adapter in a subfolder of this name
@@ -53,6 +52,7 @@ class A2CLearner(REINFORCELearner):
     config_cls = A2CConfig
     config: A2CConfig
     needs_episodes = True
+    normalizes_advantages = True
 
     def __init__(self, model_name: str, **kwargs) -> None:
         super().__init__(model_name, **kwargs)
@@ -102,31 +102,40 @@ class A2CLearner(REINFORCELearner):
         steps = batch.steps
         # 1. critic (no gradient) and GAE per episode
         advantages, returns, old_values = self.advantages(batch)
-        # 2. policy: REINFORCE's gradient with the (per-env normalised) advantages
+        # 2. policy: the shared policy-gradient update with the (per-env normalised) advantages;
+        # 3. critic: regress V(s_t) towards the returns on the same micro-batches (_auxiliary_backward)
         policy_adv = advantages
         if self.config.normalize_adv:
             policy_adv = group_normalize(advantages, [s.env_id for s in steps])
+        self._returns = returns
         metrics = self.policy_gradient(steps, policy_adv)
-        # 3. critic: regress V(s_t) towards the returns, micro-batch by micro-batch
-        total_loss, abs_err = 0.0, 0.0
-        with self._adapter(CRITIC_ADAPTER):
-            for idx in micro_batches(steps, self.config.mini_batch_size):
-                predicted = self.values([steps[i] for i in idx])
-                target = returns[idx].to(self.device)
-                loss = value_loss(predicted, target) * (len(idx) / len(steps))
-                self._backward(loss, "value loss")
-                total_loss += float(loss.detach())
-                abs_err += float((predicted.detach() - target).abs().sum())
         metrics.update(
             {
-                "train/value_loss": total_loss,
-                "train/value_mae": abs_err / len(steps),
                 "train/value_mean": float(old_values.mean()),
+                "train/explained_variance": explained_variance(old_values, returns),
                 "train/adv_mean": float(advantages.mean()),
                 "train/adv_std": float(advantages.std(unbiased=False)),
                 "train/return_mean": float(returns.mean()),
             }
         )
+        return metrics
+
+    def _auxiliary_backward(self, steps: Sequence[Step], rows: list[int], part_size: int, epoch: int,
+                            totals: _Totals) -> None:
+        """The critic's regression on the policy's micro-batch, weighted by its share of the part."""
+        with self._adapter(CRITIC_ADAPTER):
+            predicted = self.values([steps[i] for i in rows])
+            target = self._returns[rows].to(self.device)
+            loss = value_loss(predicted, target) * (len(rows) / part_size)
+            self._backward(loss, "value loss")
+        totals.add("value_loss", loss.detach())
+        if epoch == 0:
+            totals.add("value_abs_err", (predicted.detach() - target).abs().sum())
+
+    def _metrics(self, totals: _Totals, n: int, optimizer_steps: int) -> dict[str, float]:
+        metrics = super()._metrics(totals, n, optimizer_steps)
+        metrics["train/value_loss"] = totals.get("value_loss") / optimizer_steps
+        metrics["train/value_mae"] = totals.get("value_abs_err") / n
         return metrics
 
     # ---------------------------------------------------------------------------------- critic
@@ -142,16 +151,6 @@ class A2CLearner(REINFORCELearner):
             advantages[idx] = adv
             returns[idx] = ret
         return advantages, returns, values
-
-    @contextmanager
-    def _adapter(self, name: str) -> Iterator[None]:
-        """Make ``name`` the active adapter. Forward *and* backward must run inside: non-reentrant
-        gradient checkpointing re-runs the forward with whatever adapter is active at backward."""
-        self.model.set_adapter(name)
-        try:
-            yield
-        finally:
-            self.model.set_adapter(mu.POLICY_ADAPTER)
 
     def values(self, steps: Sequence[Step]) -> Tensor:
         """``V(s)`` of each step's prompt (call inside ``self._adapter(CRITIC_ADAPTER)``)."""

@@ -56,11 +56,14 @@ class BaseLearner:
     ``buffer``, ``tracker``, ``model_registry`` and ``on_checkpoint`` are only used by :meth:`train`.
 
     Subclasses implement :meth:`_update`; one that needs whole episodes in every batch (GAE) sets
-    ``needs_episodes = True``, and ``unstable.build()`` then gives it an EpisodeBuffer.
+    ``needs_episodes = True``, and ``unstable.build()`` then gives it an EpisodeBuffer; one that
+    normalises its own advantages sets ``normalizes_advantages = True``, and ``build()`` then leaves
+    the default per-env z-scoring out of the buffer's reward transforms.
     """
 
     config_cls: ClassVar[type[LearnerConfig]] = LearnerConfig
     needs_episodes: ClassVar[bool] = False
+    normalizes_advantages: ClassVar[bool] = False  # True: build() leaves out the default per-env z-scoring
 
     def __init__(
         self,
@@ -105,6 +108,7 @@ class BaseLearner:
         self.version = cfg.initial_version
         self.adapter_path: str | None = cfg.initial_lora_path
         self.skipped_total = 0
+        self._norms: list[dict[str, float]] = []  # pre-clip gradient norms of this update's optimiser steps
         self.last_version: int | None = None  # where a "linear" lr schedule reaches 0; set by train()
 
     # ------------------------------------------------------------------------------ setup, loop
@@ -142,31 +146,50 @@ class BaseLearner:
         steps = batch.steps
         self.model.train()
         self._zero_grad()
+        self._norms = []
         try:
             metrics = self._update(batch)
-            norms = self._clip_gradients()
+            if not self._norms:  # an algorithm with one optimiser step per batch leaves it to us
+                self._optimizer_step()
         except NonFiniteError as err:
-            return self._skip(steps, trained_version, str(err), start)
+            if not self._norms:
+                return self._skip(steps, trained_version, str(err), start)
+            # earlier mini-batches already moved the weights: keep them, drop the rest of this batch
+            logger.warning("stopping update at version %d after %d optimiser steps: %s",
+                           trained_version, len(self._norms), err)
+            self._zero_grad()
+            metrics = {"train/stopped_nonfinite": 1.0}
+        self.version += 1
+        self.adapter_path = str(
+            ckpt.atomic_save(ckpt.checkpoint_dir(self.config.output_dir, self.version), self._write_all)
+        )
+        ckpt.apply_retention(self.config.output_dir, self.config.keep_last, self.config.keep_every)
+        metrics.update({name: sum(n[name] for n in self._norms) / len(self._norms) for name in self._norms[0]})
+        metrics["train/optimizer_steps"] = float(len(self._norms))
+        metrics.update(self._common_metrics(steps, trained_version, start, skipped=False))
+        return UpdateResult(self.version, self.adapter_path, metrics)
+
+    def _optimizer_step(self) -> None:
+        """Clip the accumulated gradients, set the learning rate, step every optimiser, zero the
+        gradients. :meth:`update` calls it once after ``_update``; an algorithm that takes several
+        optimiser steps per batch (PPO's mini-batches and epochs) calls it itself after each one.
+        Raises ``NonFiniteError`` (nothing stepped) if a gradient norm is NaN/inf."""
+        norms = self._clip_gradients()
         lr = self.current_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         for optimizer in self._optimizers():
             optimizer.step()
         self._zero_grad()
-        self.version += 1
-        self.adapter_path = str(
-            ckpt.atomic_save(ckpt.checkpoint_dir(self.config.output_dir, self.version), self._write_all)
-        )
-        ckpt.apply_retention(self.config.output_dir, self.config.keep_last, self.config.keep_every)
-        metrics.update(norms)
-        metrics.update(self._common_metrics(steps, trained_version, start, skipped=False))
-        return UpdateResult(self.version, self.adapter_path, metrics)
+        self._norms.append(norms)
 
     def _update(self, batch: TrainBatch) -> dict[str, float]:
         """The algorithm: forward, loss and backward over ``batch`` (summing gradients in ``.grad``,
         each loss through :meth:`_backward`); return its metrics (``train/...``).
 
-        :meth:`update` has zeroed the gradients before and clips and steps the optimisers after.
+        :meth:`update` has zeroed the gradients before, and clips and steps the optimisers after
+        unless ``_update`` called :meth:`_optimizer_step` itself (several steps per batch). The
+        pre-clip gradient norms are averaged over the steps taken.
         """
         raise NotImplementedError(f"{type(self).__name__} must implement _update(batch)")
 
@@ -287,4 +310,19 @@ class BaseLearner:
         if staleness:
             metrics["train/staleness_mean"] = sum(staleness) / len(staleness)
             metrics["train/staleness_max"] = float(max(staleness))
+            metrics.update(staleness_histogram(staleness))
         return metrics
+
+
+STALENESS_BINS = ((0, 0), (1, 1), (2, 2), (3, 4), (5, 8), (9, None))
+
+
+def staleness_histogram(staleness: Sequence[int]) -> dict[str, float]:
+    """The share of a batch's steps per staleness bin, as ``train/staleness_frac/<bin>`` metrics
+    (bins ``0``, ``1``, ``2``, ``3-4``, ``5-8``, ``9+`` learner versions behind)."""
+    out = {}
+    for low, high in STALENESS_BINS:
+        label = str(low) if low == high else (f"{low}+" if high is None else f"{low}-{high}")
+        count = sum(1 for s in staleness if s >= low and (high is None or s <= high))
+        out[f"train/staleness_frac/{label}"] = count / len(staleness)
+    return out

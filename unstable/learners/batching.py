@@ -22,6 +22,9 @@ class TokenBatch:
 
     ``completion_mask[b, t]`` is true where ``input_ids[b, t]`` is a kept completion token (the
     loss targets); prompt and padding positions are false. ``prompt_lens`` are after truncation.
+    ``behaviour_logp[b, t]`` is the log-prob the backend recorded for that token when it sampled it
+    (0 elsewhere); ``temperature[b]`` is the temperature row ``b`` was sampled at (1 for greedy
+    samples, whose recorded log-probs are the raw model's).
     """
 
     input_ids: Tensor  # [B, T] long
@@ -29,6 +32,20 @@ class TokenBatch:
     completion_mask: Tensor  # [B, T] bool
     prompt_lens: Tensor  # [B] long
     num_truncated: int
+    behaviour_logp: Tensor  # [B, T] float32
+    temperature: Tensor  # [B] float32
+
+    def scatter(self, rows: Sequence[Tensor]) -> Tensor:
+        """Per-row values of the kept completion tokens (``rows[b]`` has one per token) laid out
+        ``[B, T]`` like ``input_ids`` (0 at prompt and padding positions)."""
+        out = torch.zeros(self.completion_mask.shape, dtype=torch.float32)
+        for b, values in enumerate(rows):
+            out[b, self.completion_mask[b]] = values.float()
+        return out
+
+    def gather(self, values: Tensor) -> list[Tensor]:
+        """The inverse of :meth:`scatter`: each row's values at its kept completion tokens."""
+        return [values[b, self.completion_mask[b]].detach().cpu() for b in range(values.shape[0])]
 
     @property
     def first_target(self) -> int:
@@ -64,6 +81,8 @@ def collate(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> To
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
     completion_mask = torch.zeros((len(rows), width), dtype=torch.bool)
     prompt_lens = torch.zeros(len(rows), dtype=torch.long)
+    behaviour_logp = torch.zeros((len(rows), width), dtype=torch.float32)
+    temperature = torch.ones(len(rows), dtype=torch.float32)
     for b, (ids, step) in enumerate(zip(rows, steps, strict=True)):
         n = len(ids)
         p = min(len(step.prompt_ids), n)
@@ -71,7 +90,12 @@ def collate(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> To
         attention_mask[b, :n] = 1
         completion_mask[b, p:n] = True
         prompt_lens[b] = p
-    return TokenBatch(input_ids, attention_mask, completion_mask, prompt_lens, num_truncated)
+        if n > p and step.completion_logprobs:
+            behaviour_logp[b, p:n] = torch.tensor(step.completion_logprobs[: n - p], dtype=torch.float32)
+        if step.sample is not None and step.sample.temperature > 0:
+            temperature[b] = step.sample.temperature
+    return TokenBatch(input_ids, attention_mask, completion_mask, prompt_lens, num_truncated, behaviour_logp,
+                      temperature)
 
 
 def collate_prompts(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> tuple[Tensor, Tensor]:

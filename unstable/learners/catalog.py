@@ -1,6 +1,6 @@
 """Learners by name: what ``unstable.build(algorithm=...)`` accepts.
 
-``algorithm`` is a registered name (``"reinforce"``, ``"a2c"``, or one given to
+``algorithm`` is a registered name (``"reinforce"``, ``"a2c"``, ``"ppo"``, ``"grpo"``, ``"gspo"``, or one given to
 :func:`register_learner`), a :class:`~unstable.learners.BaseLearner` subclass, or the import path
 ``"package.module:ClassName"`` of one (how ``config.json`` records an unregistered class).
 """
@@ -14,9 +14,17 @@ from typing import Any
 
 from unstable.learners.a2c import A2CLearner
 from unstable.learners.base import BaseLearner
+from unstable.learners.grpo import GRPOLearner, GSPOLearner
+from unstable.learners.ppo import PPOLearner
 from unstable.learners.reinforce import REINFORCELearner
 
-_LEARNERS: dict[str, type[BaseLearner]] = {"reinforce": REINFORCELearner, "a2c": A2CLearner}
+_LEARNERS: dict[str, type[BaseLearner]] = {
+    "reinforce": REINFORCELearner,
+    "a2c": A2CLearner,
+    "ppo": PPOLearner,
+    "grpo": GRPOLearner,
+    "gspo": GSPOLearner,
+}
 
 
 def register_learner(name: str, cls: type[BaseLearner], *, overwrite: bool = False) -> None:

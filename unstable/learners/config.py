@@ -20,6 +20,12 @@ def _default_lora_cfg() -> dict[str, Any]:
 
 
 LR_SCHEDULES = ("constant", "linear")
+LOSS_TYPES = ("dr_grpo", "grpo", "bnpo", "dapo")
+RATIO_LEVELS = ("token", "sequence")
+OLD_LOGPROBS = ("recompute", "behaviour")
+CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+STEP_FIELDS = ("env_id", "game_id", "player_id", "turn_index", "prompt")
 
 
 @dataclass
@@ -88,6 +94,52 @@ class LearnerConfig:
     max_consecutive_skips: int = 5
     """``train``: raise after this many non-finite updates in a row (one or two are tolerated)."""
 
+    # ---- the policy loss (``unstable.algorithms.policy_loss``); the README's algorithm table
+    loss_type: str = "dr_grpo"
+    """How per-token losses become one number: ``"dr_grpo"`` (sum / (sequences * max_generation_len),
+    Dr. GRPO's constant), ``"grpo"`` (mean per sequence, then over sequences), ``"bnpo"``/``"dapo"``
+    (mean over all tokens of the batch)."""
+    clip_ratio: float | None = None
+    """PPO's clip epsilon: the ratio pi/pi_old is clipped to ``[1 - clip_ratio, 1 + clip_ratio_high]``.
+    ``None``: no clipping (REINFORCE). Active only from the second optimiser step on a batch
+    (``epochs`` or ``minibatches`` > 1), or always with ``old_logprobs="behaviour"``."""
+    clip_ratio_high: float | None = None
+    """Upper clip epsilon (DAPO's clip-higher); ``None``: the same as ``clip_ratio``."""
+    ratio_level: str = "token"
+    """``"token"``: one ratio per token (PPO, GRPO); ``"sequence"``: GSPO's length-normalised
+    sequence ratio ``exp(mean_t log(pi/pi_old))``, the same for every token of a completion."""
+    epochs: int = 1
+    """Passes over each batch (PPO's epochs)."""
+    minibatches: int = 1
+    """Optimiser steps per epoch: the batch is shuffled and split into this many parts (at most
+    ``batch_size // mini_batch_size``; each part is still accumulated in micro-batches)."""
+    old_logprobs: str = "recompute"
+    """What the clipped ratio is taken against. ``"recompute"`` (default): the learner's own
+    log-probs at the start of the update (one extra no-grad forward when ``epochs * minibatches >
+    1``, free otherwise), as PPO and AReaL's decoupled PPO do; the gap from the behaviour policy
+    that sampled the tokens (staleness, backend numerics) is then handled by
+    ``off_policy_correction``. ``"behaviour"``: the log-probs recorded at generation, so the clip
+    itself bounds how far the update moves from the policy that sampled (no correction then)."""
+    off_policy_correction: str = "none"
+    """Importance weights pi_old/mu against the behaviour log-probs ``mu`` the backend recorded:
+    ``"token_truncate"``/``"sequence_truncate"`` (truncated IS: ``min(rho, correction_cap)``, per
+    token or per completion), ``"token_mask"``/``"sequence_mask"`` (drop tokens or completions whose
+    ratio leaves ``[correction_floor, correction_cap]``), or ``"none"``."""
+    correction_cap: float = 2.0
+    """Upper bound of the importance weight (truncate) or of the kept range (mask); >= 1."""
+    correction_floor: float | None = None
+    """Lower bound of the kept range for the ``*_mask`` corrections (see
+    :func:`unstable.algorithms.importance_weights` for the default)."""
+    beta: float = 0.0
+    """Weight of the KL penalty to the reference policy (0: none, and no reference forward)."""
+    kl_estimator: str = "k3"
+    """``"k1"``, ``"k2"`` or ``"k3"`` (Schulman's estimators of KL(pi || pi_ref))."""
+    reference_adapter: str | None = None
+    """The KL reference: ``None`` is the base model with the adapter disabled (the warm start when
+    the base is a warm-started model); a PEFT adapter directory is loaded frozen and used instead."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (subtracted from the loss); 0: entropy is only measured."""
+
     def __post_init__(self) -> None:
         if not self.model_name:
             raise ValueError("model_name is required (a Hugging Face id or a local path)")
@@ -118,6 +170,55 @@ class LearnerConfig:
         if self.use_trainer_cache:
             raise ValueError("use_trainer_cache is not supported (it was a no-op in 0.2); leave it False")
         self.lora_cfg = _complete_lora_cfg(self.lora_cfg)
+        self._check_policy_loss()
+
+    def _check_policy_loss(self) -> None:
+        check_choice("loss_type", self.loss_type, LOSS_TYPES)
+        check_choice("ratio_level", self.ratio_level, RATIO_LEVELS)
+        check_choice("old_logprobs", self.old_logprobs, OLD_LOGPROBS)
+        check_choice("off_policy_correction", self.off_policy_correction, CORRECTIONS)
+        check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        for name in ("epochs", "minibatches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if self.minibatches > self.batch_size // self.mini_batch_size:
+            raise ValueError(f"minibatches ({self.minibatches}) must be at most batch_size // mini_batch_size "
+                             f"({self.batch_size // self.mini_batch_size}): each optimiser step needs a micro-batch")
+        if self.clip_ratio is not None and not 0 < self.clip_ratio < 1:
+            raise ValueError(f"clip_ratio must be in (0, 1) or None (no clipping), got {self.clip_ratio!r}")
+        if self.clip_ratio_high is not None and not self.clip_ratio_high > 0:
+            raise ValueError(f"clip_ratio_high must be > 0 or None (= clip_ratio), got {self.clip_ratio_high!r}")
+        if self.clip_ratio_high is not None and self.clip_ratio is None:
+            raise ValueError("clip_ratio_high needs clip_ratio (the lower side) too; "
+                             "set both, or neither for no clipping")
+        if not self.correction_cap >= 1.0:
+            raise ValueError(f"correction_cap must be >= 1, got {self.correction_cap!r}")
+        if self.correction_floor is not None:
+            if not self.off_policy_correction.endswith("_mask"):
+                raise ValueError(f"correction_floor only applies to the *_mask corrections, "
+                                 f"not off_policy_correction={self.off_policy_correction!r}")
+            if not 0 <= self.correction_floor <= 1:
+                raise ValueError(f"correction_floor must be in [0, 1], got {self.correction_floor!r}")
+        if self.ratio_level == "sequence" and self.off_policy_correction.startswith("token_"):
+            raise ValueError(f"off_policy_correction={self.off_policy_correction!r} weighs single tokens, but "
+                             "ratio_level='sequence' (GSPO) treats a completion as one action; use "
+                             "'sequence_truncate' or 'sequence_mask'")
+        if self.old_logprobs == "behaviour" and self.off_policy_correction != "none":
+            raise ValueError(f"off_policy_correction={self.off_policy_correction!r} corrects from the behaviour "
+                             "policy to the recomputed old policy; with old_logprobs='behaviour' the ratio is "
+                             "already taken against the behaviour policy; set off_policy_correction='none'")
+        if not self.beta >= 0:
+            raise ValueError(f"beta must be >= 0, got {self.beta!r}")
+        if self.reference_adapter is not None and self.beta == 0:
+            raise ValueError("reference_adapter is only read for the KL penalty; set beta > 0 or drop it")
+        if not self.entropy_coef >= 0:
+            raise ValueError(f"entropy_coef must be >= 0, got {self.entropy_coef!r}")
+
+    @property
+    def uses_behaviour_ratio(self) -> bool:
+        """True when the loss weighs samples by a ratio to the behaviour log-probs ``mu``."""
+        return self.old_logprobs == "behaviour" or self.off_policy_correction != "none"
 
 
 def _complete_lora_cfg(lora_cfg: dict[str, Any] | None) -> dict[str, Any]:
@@ -158,3 +259,52 @@ class A2CConfig(LearnerConfig):
         for name in ("gamma", "gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+
+@dataclass
+class PPOConfig(A2CConfig):
+    """Settings of :class:`~unstable.learners.PPOLearner`: A2C's critic and GAE with PPO's clipped
+    surrogate, two epochs of two mini-batches per batch, and truncated importance sampling from
+    the behaviour policy (Schulman et al. 2017; the correction as in AReaL's decoupled PPO)."""
+
+    clip_ratio: float | None = 0.2
+    epochs: int = 2
+    minibatches: int = 2
+    off_policy_correction: str = "token_truncate"
+
+
+@dataclass
+class GRPOConfig(LearnerConfig):
+    """Settings of :class:`~unstable.learners.GRPOLearner`: group-relative advantages (Shao et al.
+    2024), the clipped surrogate, and truncated importance sampling from the behaviour policy."""
+
+    clip_ratio: float | None = 0.2
+    off_policy_correction: str = "token_truncate"
+    group_by: tuple[str, ...] = ("env_id", "player_id")
+    """The Step fields whose values form a group: each step's advantage is its reward minus its
+    group's mean (over the batch). Games: the same env and seat (``("env_id", "player_id")``);
+    single-turn tasks: the samples of one prompt (``("env_id", "prompt")``)."""
+    scale_rewards: bool = True
+    """Also divide by the group's standard deviation (GRPO); ``False`` is Dr. GRPO's unscaled form."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.group_by, str) or not self.group_by:
+            raise ValueError(f"group_by must be a non-empty tuple of Step fields from {STEP_FIELDS}, "
+                             f"got {self.group_by!r}")
+        self.group_by = tuple(self.group_by)
+        for name in self.group_by:
+            check_choice("group_by", name, STEP_FIELDS)
+
+
+@dataclass
+class GSPOConfig(GRPOConfig):
+    """Settings of :class:`~unstable.learners.GSPOLearner`: GRPO's advantages with GSPO's
+    length-normalised sequence ratio and its small clip range (Zheng et al. 2025, 3e-4 / 4e-4),
+    the loss averaged per sequence, and sequence-level truncated importance sampling."""
+
+    ratio_level: str = "sequence"
+    clip_ratio: float | None = 3e-4
+    clip_ratio_high: float | None = 4e-4
+    loss_type: str = "grpo"
+    off_policy_correction: str = "sequence_truncate"

@@ -1,59 +1,216 @@
-"""REINFORCE: ``-A * log pi(completion | prompt) / max_generation_len``, with ``A = Step.reward``.
+"""The policy-gradient learners' shared update, and REINFORCE: advantage = ``Step.reward``.
 
 Read top to bottom: :meth:`REINFORCELearner._update` takes the advantages, then
-:meth:`~REINFORCELearner.policy_gradient` runs, per micro-batch, the model forward on the sampled
-tokens, their log-probs, the loss from :mod:`unstable.algorithms` and the backward pass.
-:class:`~unstable.learners.BaseLearner` zeroes, clips and steps the optimiser around it and writes
-the checkpoint.
+:meth:`~REINFORCELearner.policy_gradient` runs the update every policy-gradient learner shares:
+
+1. the log-probs each update compares against: the "old" policy's, recomputed before the first
+   optimiser step when there will be several (``old_logprobs="recompute"``), or the behaviour
+   log-probs the backend recorded (``"behaviour"``); and the reference policy's when ``beta > 0``;
+2. ``epochs`` passes over the batch, each split into ``minibatches`` shuffled parts, one optimiser
+   step per part; each part is accumulated in micro-batches of ``mini_batch_size`` steps: forward on
+   the sampled tokens, log-probs at each sample's own temperature, importance weights against the
+   behaviour log-probs, and the loss of :func:`unstable.algorithms.policy_loss`, then backward.
+
+With the defaults (one epoch, one part, no clip, no correction, ``loss_type="dr_grpo"``) this is
+exactly the REINFORCE gradient ``-A * log pi(completion | prompt) / max_generation_len``.
+:class:`~unstable.learners.BaseLearner` clips and steps the optimiser (once, or after each part)
+and writes the checkpoint. GRPO, GSPO, A2C and PPO change the advantages and the settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from unstable.algorithms import reinforce_loss, token_logprobs
+from unstable.algorithms import importance_weights, kl_penalty, policy_loss, token_entropy, token_logprobs
+from unstable.learners import model_utils as mu
 from unstable.learners.base import BaseLearner
 from unstable.learners.batching import TokenBatch, collate, micro_batches
 from unstable.records import Step, TrainBatch
 
+REFERENCE_ADAPTER = "reference"  # a frozen adapter loaded from config.reference_adapter
+
+
+@dataclass
+class _Totals:
+    """Sums over the tokens of an update, turned into ``train/...`` means at the end."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    maxima: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, value: float | Tensor) -> None:
+        self.sums[name] = self.sums.get(name, 0.0) + float(value)
+
+    def max(self, name: str, value: float | Tensor) -> None:
+        self.maxima[name] = max(self.maxima.get(name, float("-inf")), float(value))
+
+    def get(self, name: str) -> float:
+        return self.sums.get(name, 0.0)
+
 
 class REINFORCELearner(BaseLearner):
-    """Plain policy gradient on a LoRA adapter, no baseline, no ratio/clipping, no KL.
+    """Policy gradient on a LoRA adapter with ``A = Step.reward``.
 
     The advantage is each step's ``reward`` as the buffer shaped it (final, step and sampling
-    reward transforms, e.g. per-env z-scoring). Gradients are accumulated over micro-batches of
-    ``mini_batch_size`` steps, each weighted by its share of the batch, so the result equals one
-    pass over the whole batch.
+    reward transforms, e.g. per-env z-scoring). By default no baseline, ratio, clip or KL: the
+    settings of :class:`~unstable.learners.LearnerConfig`'s "policy loss" section add them.
+    Gradients are accumulated over micro-batches of ``mini_batch_size`` steps, each weighted by its
+    share of the part, so the result equals one pass over the whole part.
     """
+
+    def __init__(self, model_name: str, **kwargs) -> None:
+        super().__init__(model_name, **kwargs)
+        if self.config.reference_adapter is not None:
+            self.model.load_adapter(self.config.reference_adapter, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+            self.model.set_adapter(mu.POLICY_ADAPTER)
 
     def _update(self, batch: TrainBatch) -> dict[str, float]:
         advantages = torch.tensor([s.reward for s in batch.steps], dtype=torch.float32)
         return self.policy_gradient(batch.steps, advantages)
 
+    # ------------------------------------------------------------------------ the shared update
     def policy_gradient(self, steps: Sequence[Step], advantages: Tensor) -> dict[str, float]:
-        """Accumulate the policy gradient of ``steps`` with these ``advantages`` (one per step)."""
-        totals = {"loss": 0.0, "seq_logp_sum": 0.0, "token_logp_sum": 0.0, "tokens": 0.0, "truncated": 0.0}
-        for idx in micro_batches(steps, self.config.mini_batch_size):
-            micro = collate([steps[i] for i in idx], self.config.max_train_len, self.pad_id)
-            out = self._policy_backward(micro, advantages[idx], weight=len(idx) / len(steps))
-            for key, value in out.items():
-                totals[key] += value
-            totals["truncated"] += micro.num_truncated
-        n = len(steps)
-        return {
-            "train/loss": totals["loss"],
-            "train/tokens": totals["tokens"],
-            "train/seq_logp_mean": totals["seq_logp_sum"] / n,
-            "train/token_logp_mean": totals["token_logp_sum"] / max(totals["tokens"], 1.0),
-            "train/pct_truncated": 100.0 * totals["truncated"] / n,
-        }
+        """Train the policy on ``steps`` with these ``advantages`` (one per step); see the module
+        docstring for the order of things. Returns the ``train/...`` metrics."""
+        cfg = self.config
+        several_steps = cfg.epochs * cfg.minibatches > 1
+        # 1. what the ratios are taken against, computed before any weight moves
+        old = self._logprobs_no_grad(steps) if several_steps and cfg.old_logprobs == "recompute" else None
+        ref = self._logprobs_no_grad(steps, reference=True) if cfg.beta > 0 else None
+        # 2. epochs of shuffled parts, one optimiser step per part
+        totals = _Totals()
+        generator = torch.Generator().manual_seed(1_000_003 * (cfg.seed or 0) + self.version)
+        for epoch in range(cfg.epochs):
+            for part in self._partition(len(steps), generator):
+                part_tokens = sum(_kept_completion_tokens(steps[i], cfg.max_train_len) for i in part)
+                for idx in micro_batches([steps[i] for i in part], cfg.mini_batch_size):
+                    rows = [part[i] for i in idx]
+                    self._policy_backward(steps, rows, advantages, old, ref, len(part), part_tokens, epoch, totals)
+                    self._auxiliary_backward(steps, rows, len(part), epoch, totals)
+                if several_steps:
+                    self._optimizer_step()
+        return self._metrics(totals, len(steps), cfg.epochs * cfg.minibatches)
 
-    def _policy_backward(self, micro: TokenBatch, advantages: Tensor, weight: float) -> dict[str, float]:
-        """REINFORCE loss of one micro-batch scaled by ``weight`` (its share of the batch); backward."""
-        # 1. forward: logits only from the first position that predicts a completion token
+    def _partition(self, n: int, generator: torch.Generator) -> list[list[int]]:
+        """``minibatches`` near-equal parts of ``range(n)``, shuffled when there is more than one."""
+        if self.config.minibatches == 1:
+            return [list(range(n))]
+        order = torch.randperm(n, generator=generator)
+        return [chunk.tolist() for chunk in torch.tensor_split(order, min(self.config.minibatches, n)) if len(chunk)]
+
+    def _policy_backward(
+        self,
+        steps: Sequence[Step],
+        rows: list[int],
+        advantages: Tensor,
+        old: list[Tensor] | None,
+        ref: list[Tensor] | None,
+        part_size: int,
+        part_tokens: int,
+        epoch: int,
+        totals: _Totals,
+    ) -> None:
+        """The policy loss of the micro-batch ``rows`` (its share of a part of ``part_size`` steps
+        and ``part_tokens`` completion tokens), backward, and its statistics into ``totals``."""
+        cfg = self.config
+        micro = collate([steps[i] for i in rows], cfg.max_train_len, self.pad_id)
+        # 1. forward: log-probs of the sampled tokens at each sample's temperature
+        logits, start = self._forward_logits(micro)
+        ids = micro.input_ids[:, start:].to(self.device)
+        temperature = micro.temperature.to(self.device)
+        if cfg.activation_checkpointing:  # recompute the float32 head in backward instead of keeping it
+            token_logp = torch.utils.checkpoint.checkpoint(token_logprobs, logits, ids, temperature,
+                                                           use_reentrant=False)
+        else:
+            token_logp = token_logprobs(logits, ids, temperature)
+        mask = micro.completion_mask[:, start + 1 :].to(self.device)
+        behaviour = micro.behaviour_logp[:, start + 1 :].to(self.device)
+        # 2. the old policy: recomputed before the first step, the behaviour policy, or this forward
+        if old is not None:
+            old_logp = micro.scatter([old[i] for i in rows])[:, start + 1 :].to(self.device)
+        elif cfg.old_logprobs == "behaviour":
+            old_logp = behaviour
+        else:
+            old_logp = token_logp.detach()
+        # 3. importance weights from the behaviour policy to the old one
+        is_weights = None
+        if cfg.off_policy_correction != "none":
+            level, mode = cfg.off_policy_correction.split("_")
+            is_weights, is_stats = importance_weights(old_logp, behaviour, mask, level=level, mode=mode,
+                                                      cap=cfg.correction_cap, floor=cfg.correction_floor)
+            if epoch == 0:
+                tokens = float(mask.sum())
+                totals.add("is_ratio_sum", float(is_stats["ratio_mean"]) * tokens)
+                totals.max("is_ratio_max", is_stats["ratio_max"])
+                totals.add("is_filtered_sum", float(is_stats["frac_truncated_or_masked"]) * tokens)
+        ref_logp = micro.scatter([ref[i] for i in rows])[:, start + 1 :].to(self.device) if ref is not None else None
+        entropy = None
+        if cfg.entropy_coef > 0:
+            entropy = token_entropy(logits, temperature)
+        elif epoch == 0:
+            with torch.no_grad():
+                entropy_only = token_entropy(logits.detach(), temperature)
+            totals.add("entropy_sum", (entropy_only * mask).sum())
+        # 4. the loss and its backward
+        loss, stats = policy_loss(
+            token_logp, old_logp, advantages[rows].to(self.device), mask,
+            loss_type=cfg.loss_type, max_generation_len=cfg.max_generation_len,
+            batch_sequences=part_size, batch_tokens=max(part_tokens, 1),
+            clip_low=cfg.clip_ratio, clip_high=cfg.clip_ratio_high, ratio_level=cfg.ratio_level,
+            is_weights=is_weights, ref_logp=ref_logp, beta=cfg.beta, kl_estimator=cfg.kl_estimator,
+            entropy=entropy, entropy_coef=cfg.entropy_coef,
+        )
+        self._backward(loss, "policy loss")
+        # 5. statistics: the first pass measures the batch, every pass the clipping
+        totals.add("loss", loss.detach())
+        totals.add("ratio_sum", stats["ratio_sum"])
+        totals.max("ratio_max", stats["ratio_max"])
+        totals.add("clipped_tokens", stats["clipped_tokens"])
+        totals.add("all_tokens", stats["tokens"])
+        if epoch == 0:
+            current = token_logp.detach()
+            totals.add("tokens", mask.sum())
+            totals.add("approx_kl_sum", (kl_penalty(behaviour, current, "k3") * mask).sum())
+            totals.add("token_logp_sum", (current * mask).sum())
+            totals.add("truncated", micro.num_truncated)
+            if entropy is not None:
+                totals.add("entropy_sum", (entropy.detach() * mask).sum())
+            if ref_logp is not None:
+                totals.add("kl_ref_sum", stats["kl_sum"])
+
+    def _auxiliary_backward(self, steps: Sequence[Step], rows: list[int], part_size: int, epoch: int,
+                            totals: _Totals) -> None:
+        """Another loss on the same micro-batch before the optimiser step (A2C/PPO: the critic's)."""
+
+    def _metrics(self, totals: _Totals, n: int, optimizer_steps: int) -> dict[str, float]:
+        tokens = max(totals.get("tokens"), 1.0)
+        metrics = {
+            "train/loss": totals.get("loss") / optimizer_steps,
+            "train/tokens": totals.get("tokens"),
+            "train/token_logp_mean": totals.get("token_logp_sum") / tokens,
+            "train/seq_logp_mean": totals.get("token_logp_sum") / n / self.config.max_generation_len,
+            "train/pct_truncated": 100.0 * totals.get("truncated") / n,
+            "train/approx_kl": totals.get("approx_kl_sum") / tokens,
+            "train/entropy": totals.get("entropy_sum") / tokens,
+            "train/clipfrac": totals.get("clipped_tokens") / max(totals.get("all_tokens"), 1.0),
+            "train/ratio_mean": totals.get("ratio_sum") / max(totals.get("all_tokens"), 1.0),
+            "train/ratio_max": totals.maxima.get("ratio_max", 1.0),
+        }
+        if "kl_ref_sum" in totals.sums:
+            metrics["train/kl_ref"] = totals.get("kl_ref_sum") / tokens
+        if "is_ratio_sum" in totals.sums:
+            metrics["train/is_ratio_mean"] = totals.get("is_ratio_sum") / tokens
+            metrics["train/is_ratio_max"] = totals.maxima["is_ratio_max"]
+            metrics["train/is_filtered_frac"] = totals.get("is_filtered_sum") / tokens
+        return metrics
+
+    # ---------------------------------------------------------------------------- forward passes
+    def _forward_logits(self, micro: TokenBatch) -> tuple[Tensor, int]:
+        """Logits from the first position that predicts a completion token, and that position."""
         start = micro.first_target - 1
         input_ids = micro.input_ids.to(self.device)
         kwargs = {"logits_to_keep": input_ids.shape[1] - start} if self._logits_to_keep else {}
@@ -62,20 +219,44 @@ class REINFORCELearner(BaseLearner):
         ).logits
         if not self._logits_to_keep:
             logits = logits[:, start:]
-        # 2. log-probs of the sampled tokens (recomputed in backward to save the float32 logits)
-        ids = input_ids[:, start:]
-        if self.config.activation_checkpointing:
-            token_logp = torch.utils.checkpoint.checkpoint(token_logprobs, logits, ids, use_reentrant=False)
-        else:
-            token_logp = token_logprobs(logits, ids)
-        # 3. loss over the completion tokens, Dr. GRPO's constant normaliser
-        mask = micro.completion_mask[:, start + 1 :].to(self.device)
-        loss, stats = reinforce_loss(token_logp, mask, advantages.to(self.device), self.config.max_generation_len)
-        # 4. backward (skips the whole update if the loss is not finite)
-        self._backward(loss * weight, "policy loss")
-        return {
-            "loss": float(loss.detach()) * weight,
-            "seq_logp_sum": float(stats["seq_logp"].sum()),
-            "token_logp_sum": float((token_logp.detach() * mask).sum()),
-            "tokens": float(mask.sum()),
-        }
+        return logits, start
+
+    @torch.no_grad()
+    def _logprobs_no_grad(self, steps: Sequence[Step], reference: bool = False) -> list[Tensor]:
+        """Each step's completion-token log-probs under the current policy, or the reference policy
+        (``reference_adapter``, else the base model with the adapter disabled), on the CPU."""
+        cfg = self.config
+        out: list[Tensor] = [torch.empty(0)] * len(steps)
+        for idx in micro_batches(steps, cfg.mini_batch_size):
+            micro = collate([steps[i] for i in idx], cfg.max_train_len, self.pad_id)
+            with self._reference_policy() if reference else nullcontext():
+                logits, start = self._forward_logits(micro)
+            logp = token_logprobs(logits, micro.input_ids[:, start:].to(self.device), micro.temperature.to(self.device))
+            full = torch.zeros(micro.completion_mask.shape, dtype=torch.float32)
+            full[:, start + 1 :] = logp.cpu()
+            for i, values in zip(idx, micro.gather(full), strict=True):
+                out[i] = values
+        return out
+
+    def _reference_policy(self):
+        """Context in which the model is the KL reference."""
+        if self.config.reference_adapter is None:
+            return self.model.disable_adapter()
+        return self._adapter(REFERENCE_ADAPTER)
+
+    @contextmanager
+    def _adapter(self, name: str) -> Iterator[None]:
+        """Make ``name`` the active adapter. Forward *and* backward must run inside: non-reentrant
+        gradient checkpointing re-runs the forward with whatever adapter is active at backward."""
+        self.model.set_adapter(name)
+        try:
+            yield
+        finally:
+            self.model.set_adapter(mu.POLICY_ADAPTER)
+
+
+def _kept_completion_tokens(step: Step, max_train_len: int | None) -> int:
+    """Completion tokens of ``step`` left after cutting ``prompt + completion`` to ``max_train_len``."""
+    total = len(step.prompt_ids) + len(step.completion_ids)
+    kept = total if max_train_len is None else min(total, max_train_len)
+    return max(kept - len(step.prompt_ids), 0)

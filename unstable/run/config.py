@@ -218,11 +218,30 @@ class ModelConfig:
                 "max_generation_len": self.setting("max_generation_len"), **other}
         init = algorithm_settings(learner_cls, init)
         try:  # the learner's own checks, on what it will be built with
-            learner_cls.config_cls(model_name=self.model_name, lora_cfg=self.lora_cfg,
-                                   **{**ctor, **{k: v for k, v in init.items() if k in config_fields}})
+            config = learner_cls.config_cls(model_name=self.model_name, lora_cfg=self.lora_cfg,
+                                            **{**ctor, **{k: v for k, v in init.items() if k in config_fields}})
         except (TypeError, ValueError) as exc:
             raise ValueError(f"learner settings: {exc}") from None
+        self._check_sampling(config)
         return ctor, init
+
+    def _check_sampling(self, config: Any) -> None:
+        """Refuse sampling the learner's ratios can't honour: importance ratios need the behaviour
+        log-probs of the distribution the learner models (temperature-scaled logits, no nucleus)."""
+        if not getattr(config, "uses_behaviour_ratio", False):
+            return
+        top_p = self.inference.get("top_p", 1.0)
+        temperature = self.inference.get("temperature")
+        why = ("weighs samples by their ratio to the behaviour policy (off_policy_correction="
+               f"{config.off_policy_correction!r}, old_logprobs={config.old_logprobs!r})")
+        if top_p < 1.0:
+            algorithm = learner_name(resolve_learner(self.algorithm))
+            raise ValueError(f"top_p={top_p} with algorithm={algorithm!r}: the learner {why}, and it models "
+                             "the tempered distribution without the top-p nucleus; sample training games with "
+                             "top_p=1, or set off_policy_correction='none' and old_logprobs='recompute'")
+        if temperature == 0:
+            raise ValueError(f"temperature=0 (greedy) with a learner that {why}: a greedy choice has no "
+                             "behaviour probability to weigh by; sample training games at a temperature > 0")
 
     @property
     def lora_cfg(self) -> dict:

@@ -150,8 +150,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     learner_cls = resolve_learner(model.algorithm)
     transforms = model.buffer.reward_transforms
     final, step, sampling = transforms or default_transforms()
-    if transforms is None and learner_cls.needs_episodes:
-        sampling = None  # A2C sums per-turn rewards into returns and normalises its advantages itself
+    if transforms is None and learner_cls.normalizes_advantages:
+        sampling = None  # A2C/PPO/GRPO normalise their advantages themselves (per env, per group)
     buffer_cls = EpisodeBuffer if learner_cls.needs_episodes else StepBuffer
     buffer = actor_class(buffer_cls).options(**light, name="Buffer").remote(
         max_buffer_size=model.buffer.size, tracker=tracker, final_reward_transformation=final,

@@ -32,7 +32,8 @@ from unstable.tracking.transcripts import TRANSCRIPTS_FILE
 
 logger = logging.getLogger(__name__)
 
-SERIES_KEYS = ("train/loss", "train/grad_norm", "train/reward_mean")  # kept as series for sparklines
+# kept as series for sparklines
+SERIES_KEYS = ("train/loss", "train/grad_norm", "train/reward_mean", "train/approx_kl", "train/clipfrac")
 _LINE_FIELDS = ("time", "wall_s", "learner_step")
 
 

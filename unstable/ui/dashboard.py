@@ -9,7 +9,8 @@ it, from the width it gets: two columns from 140 characters, one below.
 
 Panels: inference (tokens/s, queue, batch; GPU utilisation, memory and power, or CPU and memory),
 collection (games/s, per env win/draw/loss, format-ok and invalid-move rates, game length and
-times; eval per opponent), learner (step, loss, grad norm, staleness, buffer fill), TrueSkill (mu
+times; eval per opponent), learner (step, loss, grad
+norm, approx KL to the behaviour policy, clip fraction, staleness, buffer fill), TrueSkill (mu
 ± sigma bars), match counts (heat-map of the top-N models) and action diversity.
 """
 
@@ -200,7 +201,8 @@ def learner_panel(info: dict) -> Panel:
     table.add_column(style="magenta")
     step = train.get("train/version", info.get("learner_step"))
     table.add_row("step", fmt(step, ".0f"), "")
-    for label, key, spec in (("loss", "train/loss", ".4f"), ("grad norm", "train/grad_norm", ".3f")):
+    for label, key, spec in (("loss", "train/loss", ".4f"), ("grad norm", "train/grad_norm", ".3f"),
+                             ("approx KL", "train/approx_kl", ".2e"), ("clip frac", "train/clipfrac", ".3f")):
         table.add_row(label, fmt(train.get(key), spec), sparkline(history.get(key) or []))
     table.add_row("staleness", f"{fmt(train.get('train/staleness_mean'), '.2f')} (max "
                   f"{fmt(train.get('train/staleness_max'), '.0f')})", "")
