@@ -83,12 +83,9 @@ def require_legal_move_reader(env_id: str) -> None:
         )
 
 
-def legal_moves(env_id: str, env: Any, player_id: int) -> list[str]:
-    """The legal moves of ``player_id``, who must be the player to move, as action strings.
-
-    ``env`` is the live env from ``ta.make`` (wrapped or ``-raw``); it is only read. The order is
-    deterministic, so a seeded ``random.Random`` picks the same move for the same position.
-    """
+def game_state(env_id: str, env: Any, player_id: int) -> dict[str, Any]:
+    """The TextArena ``game_state`` of ``env`` (wrapped or ``-raw``), read for ``player_id``, who
+    must be the player to move in a game that is not over. Only read: never mutate it."""
     require_legal_move_reader(env_id)
     state = _unwrap(env).state
     if state.done:
@@ -97,9 +94,17 @@ def legal_moves(env_id: str, env: Any, player_id: int) -> list[str]:
         raise ValueError(
             f"{env_id}: asked for player {player_id}'s moves but player {state.current_player_id} is to move"
         )
-    return _READERS[base_name(env_id)](state.game_state)
+    return state.game_state
 
 
+def legal_moves(env_id: str, env: Any, player_id: int) -> list[str]:
+    """The legal moves of ``player_id``, who must be the player to move, as action strings.
+
+    ``env`` is the live env from ``ta.make`` (wrapped or ``-raw``); it is only read. The order is
+    deterministic, so a seeded ``random.Random`` picks the same move for the same position.
+    """
+    state = game_state(env_id, env, player_id)  # raises first for a game without a reader
+    return _READERS[base_name(env_id)](state)
 
 
 def check_scripted_opponent(name: str, env_id: str) -> None:
