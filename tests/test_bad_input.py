@@ -90,6 +90,11 @@ BUILD_CASES = [
      {"opponent_sampling_strategy": "fixed", "fixed_opponents": ["random"],
       "train_envs": [{"env_id": "Snake-v0", "num_players": 2, "num_actors": 1, "prompt_template": "qwen3-zs"}]},
      "no scripted baseline for 'Snake-v0'"),
+    ("fixed scripted opponent that a train game lacks",
+     {"opponent_sampling_strategy": "fixed", "fixed_opponents": ["random", "optimal"],
+      "train_envs": [TRAIN, {**TRAIN, "env_id": "KuhnPoker-v0-train", "num_actors": 1}]},
+     r"fixed_opponents\[1\] = 'optimal' is drawn for every train env .* 'KuhnPoker' has the scripted baselines "
+     "random, nash"),
     # integers
     ("max_train_len 1", {"max_train_len": 1}, "max_train_len must be an integer >= 2"),
     ("max_generation_len 0", {"max_generation_len": 0}, "max_generation_len must be an integer >= 1"),
@@ -225,6 +230,8 @@ EVAL_ENV_CASES = [
      "needs a key in the environment variable OPENROUTER_API_KEY"),
     ("fixed_opponent random on an unsupported game",
      {"env_id": "Snake-v0", "fixed_opponent": "random"}, "no scripted baseline"),
+    ("fixed_opponent a scripted baseline the game lacks", {"fixed_opponent": "nash"},
+     "cannot play 'TicTacToe-v0-train': game 'TicTacToe' has the scripted baselines random, heuristic, optimal"),
     ("eval num_players 0", {"num_players": 0}, "num_players must be an integer >= 1"),
     ("eval prompt_template unknown", {"prompt_template": "chatml"}, "unknown prompt template"),
     ("eval num_actors (a train-only field)", {"num_actors": 1}, "unexpected keyword argument 'num_actors'"),
@@ -386,6 +393,13 @@ def test_valid_inputs_still_pass(tiny_model_dir, bad_paths, tmp_path, no_ray, mo
                               "vllm_config": {"temperature": 0, "top_p": 1.0, "max_tokens": 16},
                               "learner_device": "cuda:1", "temperature": 0}, subs))
     assert ok.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent.endswith("adapter")
+    strong_evals = [{**EVAL, "fixed_opponent": "optimal"},
+                    {**EVAL, "env_id": "KuhnPoker-v0-train", "fixed_opponent": "nash"},
+                    {**EVAL, "env_id": "ConnectFour-v0-train", "fixed_opponent": "heuristic"}]
+    strong = BuildConfig(**_fill({**VALID, "fixed_opponents": ["heuristic", "optimal"],
+                                  "opponent_sampling_strategy": "fixed", "eval_envs": strong_evals}, subs))
+    assert strong.fixed_opponents == ("heuristic", "optimal")
+    assert [s.fixed_opponent for s in strong.eval_envs] == ["optimal", "nash", "heuristic"]
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-not-a-real-key-000000")
     BuildConfig(**_fill({**VALID, "eval_envs": [{**EVAL, "fixed_opponent": "google/gemini-2.0-flash-lite-001"}]}, subs))
     path = tmp_path / "c.yaml"

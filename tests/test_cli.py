@@ -30,6 +30,21 @@ def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path, capsys, monkeypatc
     assert "NLTK" in capsys.readouterr().err
 
 
+def test_eval_and_play_help_list_each_games_scripted_baselines(capsys):
+    for command in ("eval", "play"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert ("TicTacToe: random, heuristic, optimal; KuhnPoker: random, nash; ConnectFour: random, heuristic; "
+                "Nim: random; SimpleTak: random") in text
+
+
+def test_eval_refuses_a_baseline_the_game_lacks(capsys):
+    assert main(["eval", "--model", "tiny", "--env", "TicTacToe-v0-train", "--opponent", "nash", "--games", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "'nash' cannot play 'TicTacToe-v0-train'" in err and "random, heuristic, optimal" in err
+
+
 README_BLOCKS = re.findall(r"```python\n(.*?)```", (Path(__file__).parents[1] / "README.md").read_text(), re.S)
 
 

@@ -130,14 +130,26 @@ def test_evaluate_rejects_bad_opponents_before_playing(tiny_model_dir, tmp_path,
         evaluate(tiny_model_dir, ENV, adapter=str(tmp_path / "missing"), games=2)
 
 
+@pytest.mark.parametrize(("env_id", "opponent"), [(ENV, "heuristic"), (ENV, "optimal"), ("KuhnPoker-v0-train", "nash"),
+                                                  ("ConnectFour-v0-train", "heuristic")])
+def test_evaluate_against_a_strong_scripted_baseline(tiny_model_dir, env_id, opponent):
+    seen = []
+    result = evaluate(tiny_model_dir, env_id, opponent=opponent, games=2, sampling=SHORT, num_workers=1,
+                      on_done=seen.append)
+    _check_counts(result, 2)
+    theirs = [t for r in seen for t in r.turns if t.player_id != r.spec.eval_player_id]
+    assert theirs and all(t.policy == PolicyRef(opponent, kind="scripted") and not t.invalid for t in theirs)
+
+
 @pytest.mark.slow
-def test_worker_processes_play_the_same_games(tiny_model_dir):
-    """Greedy model + seeded random opponent: two spawned workers deal and play exactly what one process does."""
+@pytest.mark.parametrize("opponent", ["random", "optimal"])
+def test_worker_processes_play_the_same_games(tiny_model_dir, opponent):
+    """Greedy model + seeded scripted opponent: two spawned workers deal and play exactly what one process does."""
     runs = {}
     for workers in (1, 2):
         seen = []
-        result = evaluate(tiny_model_dir, ENV, games=6, sampling=SHORT, greedy=True, num_workers=workers,
-                          on_done=seen.append)
+        result = evaluate(tiny_model_dir, ENV, opponent=opponent, games=6, sampling=SHORT, greedy=True,
+                          num_workers=workers, on_done=seen.append)
         _check_counts(result, 6)
         assert result.num_workers == workers
         runs[workers] = sorted((r.game_id, r.spec.eval_player_id, tuple(t.action for t in r.turns)) for r in seen)

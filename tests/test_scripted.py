@@ -12,13 +12,16 @@ import textarena as ta
 from unstable.games.envs import base_name
 from unstable.policies.base import Policy, TurnContext
 from unstable.policies.scripted import (
+    SCRIPTED_BASELINES,
     SCRIPTED_POLICIES,
     SUPPORTED_GAMES,
     NoScriptedBaselineError,
     RandomLegalPolicy,
+    check_scripted_opponent,
     has_scripted_baseline,
     legal_moves,
     make_scripted_policy,
+    scripted_baselines,
 )
 
 PLAYED_IDS = (
@@ -203,13 +206,50 @@ def test_unsupported_game_is_refused_with_the_supported_list():
 
 
 def test_unknown_scripted_policy_name():
-    assert SCRIPTED_POLICIES == ("random",)
-    with pytest.raises(ValueError, match="known: random"):
+    assert SCRIPTED_POLICIES == ("random", "heuristic", "optimal", "nash")
+    with pytest.raises(ValueError, match="known: random, heuristic, optimal, nash"):
         make_scripted_policy("minimax", "TicTacToe-v0")
 
 
-def play_with_policy(env_id: str, seed: int, *, disturb_global_rng: bool = False) -> list[str]:
-    policy = make_scripted_policy("random", env_id)
+def test_every_game_with_a_reader_names_its_baselines_and_random_plays_them_all():
+    assert set(SCRIPTED_BASELINES) == set(SUPPORTED_GAMES)
+    assert all(names[0] == "random" for names in SCRIPTED_BASELINES.values())
+    assert scripted_baselines("TicTacToe-v0-raw") == ("random", "heuristic", "optimal")
+    assert scripted_baselines("KuhnPoker-v0-long-train") == ("random", "nash")
+    assert scripted_baselines("ConnectFour-v0-large") == ("random", "heuristic")
+    assert scripted_baselines("Poker-v0") == ()
+    for game, names in SCRIPTED_BASELINES.items():
+        for name in names:
+            check_scripted_opponent(name, f"{game}-v0-train")
+
+
+@pytest.mark.parametrize(("name", "env_id", "has"), [
+    ("nash", "TicTacToe-v0", "random, heuristic, optimal"),
+    ("optimal", "ConnectFour-v0-train", "random, heuristic"),
+    ("heuristic", "KuhnPoker-v0-raw", "random, nash"),
+    ("heuristic", "Nim-v0", "random"),
+])
+def test_a_baseline_the_game_lacks_is_refused_with_the_games_list(name, env_id, has):
+    with pytest.raises(ValueError, match=f"game '{base_name(env_id)}' has the scripted baselines {has};") as info:
+        make_scripted_policy(name, env_id)
+    assert not isinstance(info.value, NoScriptedBaselineError)  # the game has a reader, not this baseline
+    with pytest.raises(NoScriptedBaselineError):
+        check_scripted_opponent("nash", "Poker-v0")
+
+
+STRONG = [(env_id, name) for env_id in PLAYED_IDS for name in scripted_baselines(env_id) if name != "random"]
+assert len(STRONG) == 10  # heuristic and optimal on 3 TicTacToe ids, nash on 2 KuhnPoker, heuristic on 2 ConnectFour
+
+
+@pytest.mark.parametrize(("env_id", "name"), STRONG)
+def test_strong_baselines_play_every_variant_without_invalid_moves(env_id, name):
+    for seed in range(6):
+        moves = play_with_policy(env_id, seed, name=name)
+        assert moves
+
+
+def play_with_policy(env_id: str, seed: int, *, disturb_global_rng: bool = False, name: str = "random") -> list[str]:
+    policy = make_scripted_policy(name, env_id)
     env = new_env(env_id, seed)
     rng = random.Random(seed)
     moves, done, turn = [], False, 0
@@ -241,9 +281,11 @@ def test_random_policy_acts_through_the_protocol():
     assert out.action in legal_moves("TicTacToe-v0-train", env, pid)
 
 
-@pytest.mark.parametrize("env_id", ["TicTacToe-v0-train", "ConnectFour-v0-train", "Nim-v0-large-train"])
-def test_same_seed_same_moves_whatever_the_global_rng_does(env_id):
-    first = play_with_policy(env_id, 11)
-    again = play_with_policy(env_id, 11, disturb_global_rng=True)
+@pytest.mark.parametrize(("env_id", "name"), [("TicTacToe-v0-train", "random"), ("ConnectFour-v0-train", "random"),
+                                           ("Nim-v0-large-train", "random"), ("TicTacToe-v0-train", "heuristic"),
+                                           ("TicTacToe-v0-train", "optimal"), ("ConnectFour-v0-train", "heuristic")])
+def test_same_seed_same_moves_whatever_the_global_rng_does(env_id, name):
+    first = play_with_policy(env_id, 11, name=name)
+    again = play_with_policy(env_id, 11, disturb_global_rng=True, name=name)
     assert first == again
-    assert any(play_with_policy(env_id, s) != first for s in range(3))
+    assert any(play_with_policy(env_id, s, name=name) != first for s in range(3))

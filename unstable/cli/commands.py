@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from unstable.games.scripted_names import describe_scripted_baselines
 from unstable.run.arguments import settings_help
 from unstable.ui.options import add_dashboard_arguments
 from unstable.utils.fields import add_field_options
@@ -174,6 +175,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="unstable", description=__doc__)
+    opponent_help = (f"a scripted baseline ({describe_scripted_baselines()}), a LoRA adapter directory, "
+                     "or an API model name")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("tiny-model", help="build a tiny Qwen3-architecture model with a locally trained tokenizer")
@@ -187,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="tiny", help="HF id, local path, or tiny / tiny:<size>")
     p.add_argument("--adapter", default=None, help="a PEFT LoRA adapter directory to apply")
     p.add_argument("--env", default="TicTacToe-v0-train")
-    p.add_argument("--opponent", default="random")
+    p.add_argument("--opponent", default="random", help=opponent_help)
     p.add_argument("--games", type=int, default=20)
     p.add_argument("--template", default="qwen3-zs")
     p.add_argument("--temperature", type=float, default=0.6)
@@ -214,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="HF id, local path, or tiny / tiny:<size>")
     p.add_argument("--adapter", default=None, help="a PEFT LoRA adapter directory to apply")
     p.add_argument("--env", default="TicTacToe-v0-train")
-    p.add_argument("--opponent", default="random", help="random, a LoRA adapter directory, or an API model name")
+    p.add_argument("--opponent", default="random", help=opponent_help)
     p.add_argument("--games", type=int, default=100)
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
     p.add_argument("--greedy", action="store_true", help="the evaluated model decodes greedily (temperature 0)")

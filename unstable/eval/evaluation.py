@@ -2,8 +2,10 @@
 
 :func:`evaluate` (and ``unstable eval``) plays game ``i`` with the model in seat ``i % num_players``
 and seed ``seed + i``, so every seat is covered equally and a rerun deals the same games. The
-opponent is ``"random"`` (the random-legal-move baseline), a LoRA adapter directory (played by the
-same base model, sharing its backend and batches) or an API model name (an OpenAI-compatible chat API).
+opponent is a scripted baseline of the game (``"random"``, the random-legal-move baseline, for every
+game with a legal-move reader; ``"heuristic"``, ``"optimal"``, ``"nash"`` where the game has them, see
+:mod:`unstable.games.scripted_names`), a LoRA adapter directory (played by the same base model, sharing
+its backend and batches) or an API model name (an OpenAI-compatible chat API).
 
 Win/draw/loss rates get Wilson score intervals (sound near 0 and 1 and for few games, where the
 normal approximation is not); the mean reward gets Student's t interval.
@@ -182,7 +184,7 @@ class EvalJob:
 
     model: str  # HF id or local path (already resolved)
     env_id: str
-    opponent: str = "random"  # "random", a LoRA adapter directory, or an API model name
+    opponent: str = "random"  # a scripted baseline's name, a LoRA adapter directory, or an API model name
     adapter: str | None = None  # LoRA adapter the evaluated model plays with
     num_players: int = 2
     prompt_template: str = "qwen3-zs"

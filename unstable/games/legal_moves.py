@@ -4,6 +4,9 @@ TextArena has no common "legal actions" API, so each reader below reads that gam
 (checked against the 0.7.4 source in ``textarena/envs/<Game>/env.py``) and formats each move
 exactly as the game's parser accepts it. The scripted policies (``unstable.policies.scripted``)
 play from these; specs and the registry only need the names here, not the policies.
+
+Which scripted baselines each game has is named in :mod:`unstable.games.scripted_names`: every game
+with a reader has ``"random"``; a few have stronger ones (``unstable.policies.baselines``).
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ from typing import Any
 import textarena as ta
 
 from unstable.games.envs import base_name
-
-SCRIPTED_POLICIES = ("random",)
+from unstable.games.scripted_names import SCRIPTED_BASELINES, SCRIPTED_POLICIES
 
 
 class NoScriptedBaselineError(ValueError):
@@ -83,12 +85,9 @@ def require_legal_move_reader(env_id: str) -> None:
         )
 
 
-def legal_moves(env_id: str, env: Any, player_id: int) -> list[str]:
-    """The legal moves of ``player_id``, who must be the player to move, as action strings.
-
-    ``env`` is the live env from ``ta.make`` (wrapped or ``-raw``); it is only read. The order is
-    deterministic, so a seeded ``random.Random`` picks the same move for the same position.
-    """
+def game_state(env_id: str, env: Any, player_id: int) -> dict[str, Any]:
+    """The TextArena ``game_state`` of ``env`` (wrapped or ``-raw``), read for ``player_id``, who
+    must be the player to move in a game that is not over. Only read: never mutate it."""
     require_legal_move_reader(env_id)
     state = _unwrap(env).state
     if state.done:
@@ -97,9 +96,22 @@ def legal_moves(env_id: str, env: Any, player_id: int) -> list[str]:
         raise ValueError(
             f"{env_id}: asked for player {player_id}'s moves but player {state.current_player_id} is to move"
         )
-    return _READERS[base_name(env_id)](state.game_state)
+    return state.game_state
 
 
+def legal_moves(env_id: str, env: Any, player_id: int) -> list[str]:
+    """The legal moves of ``player_id``, who must be the player to move, as action strings.
+
+    ``env`` is the live env from ``ta.make`` (wrapped or ``-raw``); it is only read. The order is
+    deterministic, so a seeded ``random.Random`` picks the same move for the same position.
+    """
+    state = game_state(env_id, env, player_id)  # raises first for a game without a reader
+    return _READERS[base_name(env_id)](state)
+
+
+def scripted_baselines(env_id: str) -> tuple[str, ...]:
+    """The scripted baselines that can play ``env_id`` (any variant of its game); none if no reader."""
+    return SCRIPTED_BASELINES.get(base_name(env_id), ())
 
 
 def check_scripted_opponent(name: str, env_id: str) -> None:
@@ -107,3 +119,10 @@ def check_scripted_opponent(name: str, env_id: str) -> None:
     if name not in SCRIPTED_POLICIES:
         raise ValueError(f"unknown scripted policy {name!r}; known: {', '.join(SCRIPTED_POLICIES)}")
     require_legal_move_reader(env_id)
+    if name not in scripted_baselines(env_id):
+        game = base_name(env_id)
+        others = [g for g, names in SCRIPTED_BASELINES.items() if name in names]
+        raise ValueError(
+            f"scripted policy {name!r} cannot play {env_id!r}: game {game!r} has the scripted baselines "
+            f"{', '.join(scripted_baselines(env_id))}; {name!r} plays only {', '.join(others)}"
+        )

@@ -14,7 +14,8 @@ from unstable.games.legal_moves import SCRIPTED_POLICIES, check_scripted_opponen
 from unstable.games.templates import get_template
 from unstable.utils.checks import check_int, check_str
 
-#: The built-in scripted opponent; API model names ("provider/model") and checkpoint paths also work.
+#: The default scripted opponent (every game with a legal-move reader has it; some have stronger
+#: ones, see ``SCRIPTED_BASELINES``); API model names ("provider/model") and checkpoint paths also work.
 DEFAULT_EVAL_OPPONENT = "random"
 
 
@@ -57,7 +58,8 @@ class TrainEnvSpec:
 @dataclass(frozen=True)
 class EvalEnvSpec:
     """A game to evaluate the current checkpoint on: one seat is the checkpoint, the rest
-    ``fixed_opponent`` (``"random"`` = the random-legal-move baseline; an API model name such as
+    ``fixed_opponent`` (a scripted baseline the game has: ``"random"`` = the random-legal-move
+    baseline, or ``"heuristic"``, ``"optimal"``, ``"nash"``, see ``SCRIPTED_BASELINES``; an API model name such as
     ``"google/gemini-2.0-flash-lite-001"``; or a checkpoint path). The seed defaulted to Gemini
     over OpenRouter, which needs a key and a network; the offline baseline is our default.
     """

@@ -279,7 +279,11 @@ def _check_opponents(cfg: BuildConfig) -> tuple[str, ...]:
     for i, name in enumerate(cfg.samplers.fixed_opponents):
         if name in SCRIPTED_POLICIES:
             for spec in cfg.train_envs if plays_fixed else ():
-                make_scripted_policy(name, spec.env_id)
+                try:
+                    make_scripted_policy(name, spec.env_id)
+                except ValueError as exc:
+                    raise ValueError(f"fixed_opponents[{i}] = {name!r} is drawn for every train env "
+                                     f"(opponent_sampling_strategy='fixed'), so it must play each: {exc}") from None
         elif looks_like_path(name):
             name = os.path.expanduser(name)
             check_adapter_dir(name, f"fixed_opponents[{i}]")
