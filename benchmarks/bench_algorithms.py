@@ -84,7 +84,7 @@ def curve_rows(name: str, algorithm: str, seed: int, summary: dict[str, Any], ru
 
     model = summary["model"]
     checkpoints = list_checkpoints(run_dir / "checkpoints")
-    versions = [0] + sorted(v for v in checkpoints if v % every == 0 or v == max(checkpoints))
+    versions = [0, *sorted(v for v in checkpoints if v % every == 0 or v == max(checkpoints))]
     rows = []
     for version in versions:
         adapter = None if version == 0 else str(checkpoints[version])
@@ -108,7 +108,8 @@ def main() -> None:
     parser.add_argument("--opponents", nargs="+", default=["random"])
     parser.add_argument("--max-staleness", type=int, default=8)
     parser.add_argument("--ablation", action="store_true",
-                        help="max_staleness 0/2/8 x off_policy_correction off/on with REINFORCE; final checkpoints only")
+                        help="max_staleness 0/2/8 x off_policy_correction off/on with REINFORCE; "
+                             "final checkpoints only")
     parser.add_argument("--name", default=None, help="result file name (default: algorithms or ablation)")
     args = parser.parse_args()
     if args.quick:

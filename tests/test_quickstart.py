@@ -199,3 +199,22 @@ def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, caps
     (tmp_path / "used" / "summary.json").write_text("{}")
     assert main(["quickstart", "--out", str(tmp_path / "used")]) == 2
     assert "already holds files" in capsys.readouterr().err
+
+
+def test_quickstart_config_files_load_and_misspelt_settings_are_refused(tmp_path):
+    from pathlib import Path
+
+    from unstable.cli.quickstart import load_quickstart_config
+
+    recipe = Path(__file__).resolve().parent.parent / "configs" / "tictactoe-vs-heuristic.yaml"
+    cfg = load_quickstart_config(str(recipe), out=str(tmp_path / "run"))
+    assert (cfg.algorithm, cfg.opponent_sampling_strategy, cfg.fixed_opponents, cfg.eval_opponent) == (
+        "grpo", "fixed", ["heuristic"], "heuristic")
+    assert cfg.out == str(tmp_path / "run") and cfg.learner == {"beta": 0.1}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algorithm: grpo\nopponent: heuristic\n")
+    with pytest.raises(ValueError, match=r"unknown quickstart settings \['opponent'\]"):
+        load_quickstart_config(str(bad))
+    bad.write_text("opponent_sampling_strategy: league\n")
+    with pytest.raises(ValueError, match="opponent_sampling_strategy must be one of"):
+        load_quickstart_config(str(bad), out=str(tmp_path / "x"))

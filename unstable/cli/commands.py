@@ -72,9 +72,12 @@ def _cmd_play(args: argparse.Namespace) -> int:
 def _cmd_quickstart(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from unstable.cli.quickstart import QuickstartConfig, run_quickstart
+    from unstable.cli.quickstart import QuickstartConfig, load_quickstart_config, run_quickstart
 
-    cfg = QuickstartConfig(out=args.out)
+    if args.config:
+        cfg = load_quickstart_config(args.config, **({"out": args.out} if args.out else {}))
+    else:
+        cfg = QuickstartConfig(out=args.out)
     changes = {k: getattr(args, k) for k in QUICKSTART_OPTIONS if k != "out" and getattr(args, k) is not None}
     if "batch_size" in changes:
         changes["mini_batch_size"] = min(cfg.mini_batch_size, changes["batch_size"])
@@ -250,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_replay)
 
     p = sub.add_parser("quickstart", help="the default CPU job: warm start, self-play training, evaluation, plots")
+    p.add_argument("--config", default=None, metavar="YAML",
+                   help="a YAML file of the job's settings (e.g. configs/tictactoe-vs-heuristic.yaml); "
+                        "the options below override it")
     add_field_options(p, "unstable.cli.quickstart", "QuickstartConfig", QUICKSTART_OPTIONS)
     add_field_options(p, "unstable.models.warmstart", "WarmStartConfig", ["positions"], prefix="warm_start_")
     p.set_defaults(fn=_cmd_quickstart)

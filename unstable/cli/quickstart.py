@@ -7,7 +7,7 @@
    the uniform distribution over the legal moves as the target, so it arrives like a pretrained
    base model does, reading the board and answering ``\\boxed{move}`` with a legal move, but with
    no strategy: it plays like the random-legal-move baseline (see :mod:`unstable.models.warmstart`);
-3. evaluates that starting checkpoint against the random baseline;
+3. evaluates that starting checkpoint against the random baseline (``eval_opponent``);
 4. trains a LoRA adapter by **asynchronous mirror self-play** through :func:`unstable.build`
    (REINFORCE, the SPIRAL role baseline, a penalty on each invalid move, per-env z-scores);
 5. evaluates the final checkpoint the same way and writes ``RUN_DIR/summary.json`` and plots.
@@ -64,7 +64,7 @@ class QuickstartConfig:
     invalid move costs its penalty without ending the game, so game outcomes teach strategy."""
     num_collection_workers: int = 64
     num_eval_workers: int = 4
-    """Eval games (vs random, sampled) kept in flight during training: the learning curve's data."""
+    """Eval games (vs ``eval_opponent``, sampled) kept in flight during training: the learning curve's data."""
     eval_games: int = 2000
     """Games per evaluation of the initial and of the final checkpoint (seats alternate)."""
     eval_workers: int = 2
@@ -78,6 +78,13 @@ class QuickstartConfig:
     """Drop training moves sampled more than this many learner versions ago (counted in ``buffer/dropped_stale``)."""
     learner: dict[str, Any] = field(default_factory=dict)
     """More learner settings, as ``build(learner={...})`` takes them (e.g. ``{"beta": 0.05}``)."""
+    opponent_sampling_strategy: str = "mirror"
+    """Who the learner plays in training games: ``"mirror"`` (itself), ``"fixed"`` (``fixed_opponents``),
+    ``"lagged"`` or ``"match-quality"`` (past checkpoints and the fixed opponents), as in build()."""
+    fixed_opponents: list[str] = field(default_factory=lambda: ["random"])
+    """The fixed opponents (scripted baselines such as ``"heuristic"``) of the non-mirror strategies."""
+    eval_opponent: str = "random"
+    """The opponent of the initial, in-training and final evaluations (e.g. ``"heuristic"``)."""
 
     def __post_init__(self) -> None:
         if self.out is None:
@@ -91,11 +98,32 @@ class QuickstartConfig:
         check_positive("learning_rate", self.learning_rate)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_int("max_staleness", self.max_staleness, 0)
+        check_choice("opponent_sampling_strategy", self.opponent_sampling_strategy,
+                     ("mirror", "fixed", "lagged", "match-quality"))
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")
         if self.warm_start.env_id != self.env_id or self.warm_start.prompt_template != self.prompt_template:
             raise ValueError("warm_start.env_id and warm_start.prompt_template must match env_id and prompt_template")
+
+
+def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
+    """A :class:`QuickstartConfig` from a YAML file of its fields (``warm_start`` as a mapping of
+    :class:`~unstable.models.warmstart.WarmStartConfig`'s), with ``overrides`` on top."""
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a quickstart config is a mapping of QuickstartConfig fields")
+    known = set(QuickstartConfig.__dataclass_fields__)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown quickstart settings {unknown}; known: {sorted(known)}")
+    data.update(overrides)
+    if isinstance(data.get("warm_start"), dict):
+        data["warm_start"] = WarmStartConfig(**data["warm_start"])
+    return QuickstartConfig(**data)
 
 
 def _check_out_dir(out: str) -> Path:
@@ -117,7 +145,7 @@ def _eval(model: str, adapter: str | None, cfg: QuickstartConfig, label: str, sa
         if done[0] % step == 0:
             say(f"  {label}: {done[0]}/{cfg.eval_games} games")
 
-    return evaluate(model, cfg.env_id, opponent="random", games=cfg.eval_games, adapter=adapter,
+    return evaluate(model, cfg.env_id, opponent=cfg.eval_opponent, games=cfg.eval_games, adapter=adapter,
                     prompt_template=cfg.prompt_template, greedy=True, num_workers=cfg.eval_workers,
                     sampling=SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=cfg.max_new_tokens),
                     seed=cfg.seed + 10_000, on_done=progress)
@@ -142,9 +170,10 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         model_name=model,
         train_envs=[unstable.TrainEnvSpec(cfg.env_id, 2, num_actors=2, prompt_template=cfg.prompt_template,
                                           error_allowance=cfg.train_error_allowance)],
-        eval_envs=[unstable.EvalEnvSpec(cfg.env_id, 2, cfg.prompt_template, fixed_opponent="random")]
+        eval_envs=[unstable.EvalEnvSpec(cfg.env_id, 2, cfg.prompt_template, fixed_opponent=cfg.eval_opponent)]
         if cfg.num_eval_workers else None,
-        opponent_sampling_strategy="mirror",
+        opponent_sampling_strategy=cfg.opponent_sampling_strategy,
+        fixed_opponents=list(cfg.fixed_opponents),
         algorithm=cfg.algorithm,
         learner=dict(cfg.learner),
         max_staleness=cfg.max_staleness,
@@ -219,7 +248,7 @@ def _train_line(info: dict, total: int, elapsed: float) -> str:
         parts.append(f"invalid moves {invalid:.1%}")
     win = [v for k, v in means.items() if k.startswith("eval/") and k.endswith("/win_rate")]
     if win:
-        parts.append(f"eval win rate vs random (sampled) {sum(win) / len(win):.2f}")
+        parts.append(f"eval win rate (sampled) {sum(win) / len(win):.2f}")
     return ", ".join(parts)
 
 
@@ -255,7 +284,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
 
     model, cached = warm_start_path(base, cfg.warm_start, progress=ws_progress)
     say(f"  {'reused the cached' if cached else 'saved the'} warm start: {model}")
-    say(f"[3/5] evaluating the starting checkpoint: {cfg.eval_games} greedy games vs random")
+    say(f"[3/5] evaluating the starting checkpoint: {cfg.eval_games} greedy games vs {cfg.eval_opponent}")
     initial = _eval(str(model), None, cfg, "initial", say)
     say(f"  win rate {_fmt(initial)}")
     warnings = []
@@ -271,7 +300,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     t_train = time.perf_counter()
     adapter, steps = _train(str(model), cfg, run_dir, say)
     train_s = time.perf_counter() - t_train
-    say(f"[5/5] evaluating the final checkpoint ({Path(adapter).name}): {cfg.eval_games} greedy games vs random")
+    say(f"[5/5] evaluating the final checkpoint ({Path(adapter).name}): {cfg.eval_games} greedy games "
+        f"vs {cfg.eval_opponent}")
     final = _eval(str(model), adapter, cfg, "final", say)
     say(f"  win rate {_fmt(final)}")
     summary = {
@@ -282,7 +312,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
         "model": str(model),
         "warm_start_cached": cached,
         "eval": {"initial": _summary_entry(initial, None), "final": _summary_entry(final, adapter),
-                 "opponent": "random", "decoding": "greedy"},
+                 "opponent": cfg.eval_opponent, "decoding": "greedy"},
         "improved": final.overall.win_rate_ci95[0] > initial.overall.win_rate_ci95[1],
         "warnings": warnings,
         "config": asdict(cfg),
@@ -292,7 +322,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     atomic_write_json(run_dir / "eval_final.json", final.to_dict())
     plots = plot_run(run_dir)
     say("")
-    say(f"win rate vs the random-legal-move baseline ({cfg.eval_games} games each, 95% intervals):")
+    say(f"win rate vs the {cfg.eval_opponent!r} baseline ({cfg.eval_games} games each, 95% intervals):")
     say(f"  initial (warm start)    {_fmt(initial)}")
     say(f"  final ({steps} steps)   {_fmt(final)}")
     verdict = "the intervals do not overlap" if summary["improved"] else "the intervals overlap"
