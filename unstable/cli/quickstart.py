@@ -322,7 +322,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     atomic_write_json(run_dir / "eval_final.json", final.to_dict())
     plots = plot_run(run_dir)
     say("")
-    say(f"win rate vs the {cfg.eval_opponent!r} baseline ({cfg.eval_games} games each, 95% intervals):")
+    opponent = "random-legal-move" if cfg.eval_opponent == "random" else repr(cfg.eval_opponent)
+    say(f"win rate vs the {opponent} baseline ({cfg.eval_games} games each, 95% intervals):")
     say(f"  initial (warm start)    {_fmt(initial)}")
     say(f"  final ({steps} steps)   {_fmt(final)}")
     verdict = "the intervals do not overlap" if summary["improved"] else "the intervals overlap"
