@@ -218,3 +218,13 @@ def test_quickstart_config_files_load_and_misspelt_settings_are_refused(tmp_path
     bad.write_text("opponent_sampling_strategy: league\n")
     with pytest.raises(ValueError, match="opponent_sampling_strategy must be one of"):
         load_quickstart_config(str(bad), out=str(tmp_path / "x"))
+
+
+def test_the_recommended_algorithm_recipe_loads(tmp_path):
+    from pathlib import Path
+
+    from unstable.cli.quickstart import load_quickstart_config
+
+    recipe = Path(__file__).resolve().parent.parent / "configs" / "quickstart-grpo-kl.yaml"
+    cfg = load_quickstart_config(str(recipe), out=str(tmp_path / "run"))
+    assert (cfg.algorithm, cfg.learner, cfg.learning_steps) == ("grpo", {"beta": 0.1}, 100)
