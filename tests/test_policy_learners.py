@@ -247,3 +247,12 @@ def test_sampled_temperature_and_behaviour_logprobs_are_collated():
     torch.testing.assert_close(micro.behaviour_logp, torch.tensor([[0, 0, 0, -0.1, -0.7], [0, 0, -0.3, 0, 0]]))
     rows = micro.gather(micro.behaviour_logp)
     assert rows[0].tolist() == pytest.approx([-0.1, -0.7]) and rows[1].tolist() == pytest.approx([-0.3])
+
+
+def test_staleness_histogram_bins():
+    from unstable.learners.base import staleness_histogram
+
+    hist = staleness_histogram([0, 0, 1, 3, 4, 5, 9, 12, 2, 8])
+    assert hist == {"train/staleness_frac/0": 0.2, "train/staleness_frac/1": 0.1, "train/staleness_frac/2": 0.1,
+                    "train/staleness_frac/3-4": 0.2, "train/staleness_frac/5-8": 0.2, "train/staleness_frac/9+": 0.2}
+    assert sum(hist.values()) == pytest.approx(1.0)
