@@ -256,3 +256,12 @@ def test_staleness_histogram_bins():
     assert hist == {"train/staleness_frac/0": 0.2, "train/staleness_frac/1": 0.1, "train/staleness_frac/2": 0.1,
                     "train/staleness_frac/3-4": 0.2, "train/staleness_frac/5-8": 0.2, "train/staleness_frac/9+": 0.2}
     assert sum(hist.values()) == pytest.approx(1.0)
+
+
+def test_kept_completion_tokens_match_what_collate_keeps():
+    from unstable.learners.batching import kept_completion_tokens
+
+    steps = [make_step(prompt=(3, 4, 5), completion=(6, 7, 8, 9)), make_step(prompt=(3, 4), completion=(6,))]
+    for max_train_len in (None, 2, 4, 6):
+        micro = collate(steps, max_train_len, 0)
+        assert [kept_completion_tokens(s, max_train_len) for s in steps] == micro.completion_mask.sum(1).tolist()

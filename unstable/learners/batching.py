@@ -66,6 +66,14 @@ def validate_steps(steps: Sequence[Step], vocab_size: int) -> None:
             raise ValueError(f"{where} has token ids outside [0, {vocab_size}); was it sampled with another tokenizer?")
 
 
+def kept_completion_tokens(step: Step, max_train_len: int | None) -> int:
+    """Completion tokens of ``step`` that :func:`collate` keeps after cutting ``prompt + completion``
+    to its first ``max_train_len`` tokens (what a learner trains on)."""
+    total = len(step.prompt_ids) + len(step.completion_ids)
+    kept = total if max_train_len is None else min(total, max_train_len)
+    return max(kept - len(step.prompt_ids), 0)
+
+
 def collate(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> TokenBatch:
     """Pad ``prompt_ids + completion_ids`` of each step into a :class:`TokenBatch` (on CPU)."""
     rows = []

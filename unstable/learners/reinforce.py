@@ -29,7 +29,7 @@ from torch import Tensor
 from unstable.algorithms import importance_weights, kl_penalty, policy_loss, token_entropy, token_logprobs
 from unstable.learners import model_utils as mu
 from unstable.learners.base import BaseLearner
-from unstable.learners.batching import TokenBatch, collate, micro_batches
+from unstable.learners.batching import TokenBatch, collate, kept_completion_tokens, micro_batches
 from unstable.records import Step, TrainBatch
 
 REFERENCE_ADAPTER = "reference"  # a frozen adapter loaded from config.reference_adapter
@@ -86,7 +86,7 @@ class REINFORCELearner(BaseLearner):
         generator = torch.Generator().manual_seed(1_000_003 * (cfg.seed or 0) + self.version)
         for epoch in range(cfg.epochs):
             for part in self._partition(len(steps), generator):
-                part_tokens = sum(_kept_completion_tokens(steps[i], cfg.max_train_len) for i in part)
+                part_tokens = sum(kept_completion_tokens(steps[i], cfg.max_train_len) for i in part)
                 for idx in micro_batches([steps[i] for i in part], cfg.mini_batch_size):
                     rows = [part[i] for i in idx]
                     self._policy_backward(steps, rows, advantages, old, ref, len(part), part_tokens, epoch, totals)
@@ -253,10 +253,3 @@ class REINFORCELearner(BaseLearner):
             yield
         finally:
             self.model.set_adapter(mu.POLICY_ADAPTER)
-
-
-def _kept_completion_tokens(step: Step, max_train_len: int | None) -> int:
-    """Completion tokens of ``step`` left after cutting ``prompt + completion`` to ``max_train_len``."""
-    total = len(step.prompt_ids) + len(step.completion_ids)
-    kept = total if max_train_len is None else min(total, max_train_len)
-    return max(kept - len(step.prompt_ids), 0)
