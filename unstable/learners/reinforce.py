@@ -93,7 +93,7 @@ class REINFORCELearner(BaseLearner):
                     self._auxiliary_backward(steps, rows, len(part), epoch, totals)
                 if several_steps:
                     self._optimizer_step()
-        return self._metrics(totals, len(steps), cfg.epochs * cfg.minibatches)
+        return self._metrics(totals, len(steps), max(len(self._norms), 1))  # steps taken (1: update() takes it)
 
     def _partition(self, n: int, generator: torch.Generator) -> list[list[int]]:
         """``minibatches`` near-equal parts of ``range(n)``, shuffled when there is more than one."""
