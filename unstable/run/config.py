@@ -222,10 +222,10 @@ class ModelConfig:
                                             **{**ctor, **{k: v for k, v in init.items() if k in config_fields}})
         except (TypeError, ValueError) as exc:
             raise ValueError(f"learner settings: {exc}") from None
-        self._check_sampling(config)
+        self._check_sampling(config, learner_cls)
         return ctor, init
 
-    def _check_sampling(self, config: Any) -> None:
+    def _check_sampling(self, config: Any, learner_cls: type) -> None:
         """Refuse sampling the learner's ratios can't honour: importance ratios need the behaviour
         log-probs of the distribution the learner models (temperature-scaled logits, no nucleus)."""
         if not getattr(config, "uses_behaviour_ratio", False):
@@ -235,7 +235,7 @@ class ModelConfig:
         why = ("weighs samples by their ratio to the behaviour policy (off_policy_correction="
                f"{config.off_policy_correction!r}, old_logprobs={config.old_logprobs!r})")
         if top_p < 1.0:
-            algorithm = learner_name(resolve_learner(self.algorithm))
+            algorithm = learner_name(learner_cls)
             raise ValueError(f"top_p={top_p} with algorithm={algorithm!r}: the learner {why}, and it models "
                              "the tempered distribution without the top-p nucleus; sample training games with "
                              "top_p=1, or set off_policy_correction='none' and old_logprobs='recompute'")
