@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 
 import pytest
 import textarena as ta
@@ -58,6 +59,11 @@ def test_random_game_positions_hold_the_legal_moves_and_keep_the_global_rng():
     pid, obs = env.get_observation()
     assert random_game_positions("TicTacToe-v0-train", 1, seed=0)[0] == Position(obs, tuple(legal_moves(
         "TicTacToe-v0-train", env, pid)))
+    # a longer draw extends a shorter one (rounds of the warm start take consecutive slices of one
+    # stream), and the held-out stream plays other games
+    assert random_game_positions("TicTacToe-v0-train", 100, seed=1)[:40] == positions
+    held = random_game_positions("TicTacToe-v0-train", 40, seed=1, stream="held-out")
+    assert held != positions and len(held) == 40
 
 
 def test_few_moves_bias_keeps_late_positions_more_often():
@@ -113,7 +119,7 @@ def test_loss_is_cross_entropy_with_a_uniform_target_over_the_legal_moves(tiny):
 
 
 def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
-    cfg = WarmStartConfig(positions=512, batch_size=32, learning_rate=3e-3, warmup_steps=2)
+    cfg = WarmStartConfig(positions=512, batch_size=32, learning_rate=3e-3, warmup_steps=2, max_rounds=1)
     seen = []
     path, cached = warm_start_path(tiny_model_dir, cfg, cache_dir=tmp_path, progress=lambda *a: seen.append(a))
     assert not cached and (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
@@ -127,6 +133,25 @@ def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
     assert not cached and other != path
 
 
+def test_warm_start_trains_in_rounds_until_the_target(tiny_model_dir, tmp_path):
+    """Rounds of fresh positions until the held-out legal-move probability reaches the target."""
+    short = WarmStartConfig(positions=128, batch_size=32, warmup_steps=1, held_out=64)
+    rounds = {}
+    for target, max_rounds in ((0.0, 3), (1.0, 3)):
+        seen = []
+        path, _ = warm_start_path(tiny_model_dir, replace(short, target_legal_mass=target, max_rounds=max_rounds),
+                                  cache_dir=tmp_path, progress=lambda *a, seen=seen: seen.append(a))
+        rounds[target] = json.loads((path / "warm_start.json").read_text())["rounds"]
+        ends = [stats for step, total, stats in seen if step == total]
+        assert [s["round"] for s in ends] == list(range(1, len(rounds[target]) + 1))
+        assert [s["held_out_legal_mass"] for s in ends] == [r["held_out_legal_mass"] for r in rounds[target]]
+    assert len(rounds[0.0]) == 1  # any mass reaches 0: one round, as before rounds existed
+    assert len(rounds[1.0]) == 3  # never reached: stops at max_rounds
+    assert rounds[0.0][0] == rounds[1.0][0]  # the first round does not depend on the target
+    masses = [r["held_out_legal_mass"] for r in rounds[1.0]]
+    assert all(0 < m < 1 for m in masses) and masses[-1] > masses[0]
+
+
 def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="positions"):
         WarmStartConfig(positions=0)
@@ -134,7 +159,8 @@ def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
         WarmStartConfig(prompt_template="nope")
     with pytest.raises(ValueError):
         WarmStartConfig(env_id="NotAGame-v0")
-    for name, bad in (("weight_decay", -0.1), ("weight_decay", math.nan), ("few_moves_bias", -1.0)):
+    for name, bad in (("weight_decay", -0.1), ("weight_decay", math.nan), ("few_moves_bias", -1.0),
+                      ("target_legal_mass", 1.1), ("max_rounds", 0), ("held_out", 0)):
         with pytest.raises(ValueError, match=name):
             WarmStartConfig(**{name: bad})
     with pytest.raises(FileNotFoundError, match=r"config\.json"):

@@ -12,7 +12,9 @@ from unstable.run.arguments import settings_help
 from unstable.ui.options import add_dashboard_arguments
 from unstable.utils.fields import add_field_options
 
-# QuickstartConfig fields offered as options, their --help made from the fields' docstrings
+# QuickstartConfig and WarmStartConfig fields offered as options (--warm-start-* for the latter),
+# their --help made from the fields' docstrings
+WARM_START_OPTIONS = ["positions", "target_legal_mass", "max_rounds"]
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
                       "eval_workers", "seed", "algorithm", "max_staleness"]
 
@@ -82,8 +84,10 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     if "batch_size" in changes:
         changes["mini_batch_size"] = min(cfg.mini_batch_size, changes["batch_size"])
     cfg = replace(cfg, **changes)
-    if args.warm_start_positions is not None:
-        cfg = replace(cfg, warm_start=replace(cfg.warm_start, positions=args.warm_start_positions))
+    ws_changes = {k: getattr(args, f"warm_start_{k}") for k in WARM_START_OPTIONS
+                  if getattr(args, f"warm_start_{k}") is not None}
+    if ws_changes:
+        cfg = replace(cfg, warm_start=replace(cfg.warm_start, **ws_changes))
     print(f"unstable quickstart: self-play on {cfg.env_id} with the tiny {cfg.model_size} model -> {cfg.out}",
           flush=True)
     summary = run_quickstart(cfg, say=lambda line: print(line, flush=True))
@@ -257,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a YAML file of the job's settings (e.g. configs/tictactoe-vs-heuristic.yaml); "
                         "the options below override it")
     add_field_options(p, "unstable.cli.quickstart", "QuickstartConfig", QUICKSTART_OPTIONS)
-    add_field_options(p, "unstable.models.warmstart", "WarmStartConfig", ["positions"], prefix="warm_start_")
+    add_field_options(p, "unstable.models.warmstart", "WarmStartConfig", WARM_START_OPTIONS, prefix="warm_start_")
     p.set_defaults(fn=_cmd_quickstart)
     return parser
 

@@ -273,14 +273,19 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     t0 = time.perf_counter()
     say(f"[1/5] tiny model ({cfg.model_size})")
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
-    say(f"[2/5] warm start on {cfg.warm_start.positions} random-game positions of {cfg.env_id}")
+    ws = cfg.warm_start
+    say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}, until "
+        f"{ws.target_legal_mass:.0%} probability on legal moves (at most {ws.max_rounds} rounds)")
     last_print = [0.0]
 
     def ws_progress(step: int, total: int, stats: dict[str, float]) -> None:
         if time.perf_counter() - last_print[0] > 10 or step == total:
             last_print[0] = time.perf_counter()
-            say(f"  step {step}/{total}: loss {stats['loss']:.3f}, "
-                f"probability on legal moves {stats['legal_mass']:.1%}")
+            line = (f"  round {stats['round']}, step {step}/{total}: loss {stats['loss']:.3f}, "
+                    f"probability on legal moves {stats['legal_mass']:.1%}")
+            if "held_out_legal_mass" in stats:
+                line += f" (held-out positions: {stats['held_out_legal_mass']:.1%})"
+            say(line)
 
     model, cached = warm_start_path(base, cfg.warm_start, progress=ws_progress)
     say(f"  {'reused the cached' if cached else 'saved the'} warm start: {model}")
@@ -292,7 +297,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
         warnings.append(
             f"the warm start still makes invalid moves ({initial.overall.invalid_move_rate:.1%} of greedy moves): "
             f"self-play will spend its steps on legality rather than strategy; a longer warm start helps "
-            f"(--warm-start-positions {2 * cfg.warm_start.positions})")
+            f"(--warm-start-max-rounds {2 * ws.max_rounds}, or --warm-start-positions {2 * ws.positions})")
         say(f"  warning: {warnings[-1]}")
     say(f"[4/5] self-play training: {cfg.learning_steps} learner steps of {cfg.batch_size} moves "
         f"(watch it: unstable dashboard {run_dir})")
