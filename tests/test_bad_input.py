@@ -179,8 +179,8 @@ BUILD_CASES = [
     ("resume_from a number", {"resume_from": 5}, "resume_from must be the directory"),
     # the nested form: sections, and a setting given both ways
     ("models a string", {"models": "tiny"}, "models must be a non-empty list of model declarations"),
-    ("models two declarations", {"models": [{"name": "a"}, {"name": "b"}]},
-     "models holds 2 model declarations.*multi-model issue"),
+    ("models two declarations and flat model settings", {"models": [{"name": "a"}, {"name": "b"}]},
+     r"\['batch_size'.*set one model's settings, but models declares 2"),
     ("models[0] unknown field", {"models": [{"learner_rate": 1e-3}]}, r"models\[0\]: .*learner_rate"),
     ("models[0] learner value", {"models": [{"learner": {"grad_clip": 0}}]}, r"models\[0\]: grad_clip must be"),
     ("models[0] buffer size", {"models": [{"buffer": {"size": 0}}]}, r"models\[0\]: buffer.size must be"),

@@ -97,7 +97,8 @@ def test_both_forms_of_one_setting_and_several_models_are_errors(tiny_model_dir,
         BuildConfig(**kwargs, batch_size=32)
     with pytest.raises(ValueError, match=r"vllm_config \['top_p'\] given twice"):
         BuildConfig(**kwargs, vllm_config={"top_p": 0.5})
-    with pytest.raises(ValueError, match="several trainable models per run arrive with the multi-model issue"):
+    with pytest.raises(ValueError, match=r"train_envs\[0\] \(TicTacToe-v0-train\) has no seats, but the run "
+                                         r"trains \['model', 'b'\]"):
         BuildConfig(**{**kwargs, "models": [kwargs["models"][0], {**kwargs["models"][0], "name": "b"}]})
     # different settings in the two forms combine
     cfg = BuildConfig(**{**kwargs, "samplers": None}, opponent_sampling_strategy="mirror", learning_rate=1e-3)

@@ -130,7 +130,7 @@ def test_checkpoint_inheritance_and_ordering():
     assert reg.checkpoint_uids() == ["base", "ckpt-1", "ckpt-2", "fresh"]
     assert reg.get_name_or_lora_path("ckpt-2") == "/ckpts/2"
     assert reg.get_name_or_lora_path("base") is None
-    assert reg.policy_ref("ckpt-1") == PolicyRef("ckpt-1", "checkpoint", "/ckpts/1", 1)
+    assert reg.policy_ref("ckpt-1") == PolicyRef("ckpt-1", "checkpoint", "/ckpts/1", 1, lineage="model")
     assert reg.policy_ref("random") == PolicyRef("random", "scripted", None, None)
 
 
@@ -225,7 +225,7 @@ def test_save_load_round_trip(tmp_path):
     path = reg.save(str(tmp_path / "sub" / "registry.json"))
     assert not os.path.exists(path + ".tmp")
     with open(path) as f:
-        assert json.load(f)["current"] == "ckpt-1"  # plain JSON
+        assert json.load(f)["current"] == {"model": "ckpt-1"}  # plain JSON: each lineage's current
     loaded = ModelRegistry.load(path)
     assert loaded.state_dict() == reg.state_dict()
     assert loaded.get_current_ckpt() == "ckpt-1"
@@ -247,7 +247,7 @@ def test_registry_as_ray_actor_with_plain_sampler(ray_session, tmp_path):
         ray.get(handle.add_fixed.remote(name="random"))
         sampler = FixedOpponentModelSampler(model_registry=handle, rng_seed=0)
         current = sampler.get_current_ckpt()
-        assert current == PolicyRef("base", "checkpoint", None, 0)
+        assert current == PolicyRef("base", "checkpoint", None, 0, lineage="model")
         opponent = sampler.sample_opponent()
         assert opponent == PolicyRef("random", "scripted")
         call(handle, "record_game", record([current, opponent], [1.0, -1.0]))

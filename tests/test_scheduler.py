@@ -46,7 +46,7 @@ def finish(job: GameSpec, rewards: dict[int, float]) -> GameRecord:
     return GameRecord(spec=job, turns=(), final_rewards=rewards, game_info={})
 
 
-CURRENT = PolicyRef(uid="ckpt-1", kind="checkpoint", adapter_path="/ckpts/1", version=1)
+CURRENT = PolicyRef(uid="ckpt-1", kind="checkpoint", adapter_path="/ckpts/1", version=1, lineage="model")
 
 
 def test_seeds_and_game_ids_unique_and_disjoint():

@@ -26,13 +26,15 @@ class PolicyRef:
     ``uid`` is the registry name (``"ckpt-3"``, ``"base"``, ``"random"``, ``"fixed-gpt-4o"``);
     ``adapter_path`` is the LoRA directory a checkpoint was served from (``None`` = base weights);
     ``version`` is the learner step that produced the adapter (0 for the base model, ``None`` for
-    policies that are not learner checkpoints).
+    policies that are not learner checkpoints); ``lineage`` is the trainable model the checkpoint
+    belongs to (``None`` for fixed policies): its seats' data goes to that model's learner.
     """
 
     uid: str
     kind: PolicyKind = "checkpoint"
     adapter_path: str | None = None
     version: int | None = None
+    lineage: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,11 +272,15 @@ class PlayerTrajectory:
         return len(self.turns)
 
 
-def player_trajectories(record: GameRecord, *, collected_only: bool = True) -> list[PlayerTrajectory]:
-    """Split a game into per-seat trajectories (by default only seats marked ``collect_data``)."""
+def player_trajectories(record: GameRecord, *, collected_only: bool = True,
+                        lineage: str | None = None) -> list[PlayerTrajectory]:
+    """Split a game into per-seat trajectories (by default only seats marked ``collect_data``;
+    with ``lineage``, only the seats whose policy belongs to that trainable model)."""
     out = []
     for agent in record.spec.agents:
         if collected_only and not agent.collect_data:
+            continue
+        if lineage is not None and agent.policy.lineage != lineage:
             continue
         pid = agent.player_id
         out.append(

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from unstable.records import GameRecord, PlayerTrajectory, Step, Turn, player_trajectories
 from unstable.utils.calls import fire
-from unstable.utils.checks import check_int
+from unstable.utils.checks import check_int, check_str
 
 FinalFn = Callable[[float, int, str | None], float]
 StepFn = Callable[[PlayerTrajectory, int, float], float]
@@ -134,8 +134,10 @@ class BufferBase:
         max_staleness: int | None = None,
         seed: int | None = None,
         dedupe: bool = False,
+        lineage: str | None = None,
     ):
         check_int("max_buffer_size", max_buffer_size, 1)
+        check_str("lineage", lineage, allow_none=True, what="a trainable model's name")
         check_int("max_staleness", max_staleness, 0, allow_none=True)
         check_int("seed", seed, -(2**63), allow_none=True)
         if tracker is not None and not callable(getattr(tracker, "log", None)):  # an actor handle's too
@@ -158,6 +160,7 @@ class BufferBase:
         self._collecting = True
         self._counts = {"added": 0, "evicted": 0, "dropped_stale": 0, "handed_out": 0, "cleared": 0}
         self.dedupe = bool(dedupe)
+        self.lineage = lineage
         self._trajectories = {"trajectories_received": 0, "duplicates": 0}
         self._seen: set[tuple[int, int]] = set()
         self._seen_order: deque[tuple[int, int]] = deque()
@@ -210,10 +213,11 @@ class BufferBase:
         raise NotImplementedError
 
     def add_game(self, record: GameRecord, policy_version: int | None = None) -> int:
-        """Add every seat of ``record`` marked ``collect_data``; returns the number of Steps produced."""
+        """Add every seat of ``record`` marked ``collect_data`` (of this buffer's ``lineage`` only, when
+        it has one: the buffer of one of several trainable models); returns the number of Steps produced."""
         return sum(
             self.add_player_trajectory(traj, policy_version=policy_version)
-            for traj in player_trajectories(record)
+            for traj in player_trajectories(record, lineage=self.lineage)
         )
 
     def is_stale(self, step: Step) -> bool:
@@ -266,7 +270,8 @@ class BufferBase:
 
     def _log(self) -> None:
         if self.tracker is not None:
-            fire(self.tracker, "log", {f"buffer/{key}": value for key, value in self.stats().items()})
+            prefix = f"{self.lineage}/buffer/" if self.lineage else "buffer/"
+            fire(self.tracker, "log", {f"{prefix}{key}": value for key, value in self.stats().items()})
 
 
 def check_batch_size(batch_size: Any) -> int:

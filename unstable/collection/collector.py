@@ -51,27 +51,28 @@ class Collector:
     inference actors that raise :class:`~unstable.inference.base.InferenceUnavailableError` when
     their actor is gone (the wiring, :mod:`unstable.run`, starts them; the seed's
     ``unstable.Collector(vllm_config=...)`` does so from a ``vllm_config``). ``sampling`` is what
-    model seats sample with.
-    """
-
-    """See the module docstring.
-
-    ``backends`` are the inference backends games are routed to: local objects, or clients of
-    inference actors that raise :class:`~unstable.inference.base.InferenceUnavailableError` when
-    their actor is gone (the wiring, :mod:`unstable.run`, starts them; the seed's
-    ``unstable.Collector(vllm_config=...)`` does so from a ``vllm_config``). ``sampling`` is what
     model seats sample with. ``prompt_templates`` and ``action_extractions`` (name -> template or
     function) are registered in this process first: the user's registrations, when the collector
     runs in a Ray actor.
+
+    Several trainable models: ``buffers`` maps each model (lineage) to its buffer, instead of one
+    ``buffer``. A finished train game goes to the buffer of each lineage that has a collected seat
+    in it, which keeps only that lineage's seats; a lineage whose buffer is full or stopped is
+    *paused* (the scheduler draws no game that only it would learn from). ``backend_groups`` maps a
+    lineage to the indices of the backends serving its base model (models that share a base share
+    its engines; a seat is served by its own lineage's group, fixed adapters by the first group),
+    and ``samplings`` gives a lineage its own sampling settings.
     """
 
     def __init__(self, tracker: Any = None, buffer: Any = None, game_scheduler: Any = None, *,
                  backends: list[Any], sampling: SamplingParams | None = None, stats_every_s: float = 10.0,
                  unavailable_timeout_s: float = 900.0, probe_interval_s: float = 1.0,
                  failure_budget: FailureBudget | None = None, prompt_templates: dict[str, Any] | None = None,
-                 action_extractions: dict[str, Any] | None = None):
-        if game_scheduler is None or buffer is None:
-            raise ValueError("Collector needs a game_scheduler and a buffer")
+                 action_extractions: dict[str, Any] | None = None, buffers: dict[str, Any] | None = None,
+                 backend_groups: dict[str, list[int]] | None = None,
+                 samplings: dict[str, SamplingParams] | None = None):
+        if game_scheduler is None or (buffer is None) == (not buffers):
+            raise ValueError("Collector needs a game_scheduler and either one buffer or buffers={model: buffer}")
         # registrations made in the user's process (custom_templates()): a Ray actor starts without them
         for name, template in (prompt_templates or {}).items():
             register_template(name, template.render, description=template.description, overwrite=True)
@@ -80,8 +81,17 @@ class Collector:
         if not backends:
             raise ValueError("Collector needs at least one inference backend")
         self.tracker, self.buffer, self.scheduler = tracker, buffer, game_scheduler
+        self.buffers: dict[str | None, Any] = {None: buffer} if buffer is not None else dict(buffers)
         self.sampling = sampling or SamplingParams()
+        self.samplings = dict(samplings or {})
         self.backends = list(backends)
+        groups = {k: list(v) for k, v in (backend_groups or {}).items()}
+        bad = sorted({i for idx in groups.values() for i in idx if not 0 <= i < len(self.backends)} |
+                     {k for k, idx in groups.items() if not idx}, key=str)
+        if bad:
+            raise ValueError(f"backend_groups must map each model to a non-empty list of backend indices "
+                             f"below {len(self.backends)}; bad: {bad}")
+        self.backend_groups = groups
         self._next_backend = 0
         self._healthy = [True] * len(backends)
         self._dead: set[int] = set()
@@ -91,6 +101,8 @@ class Collector:
         self._counts = {"train_started": 0, "train_finished": 0, "eval_started": 0, "eval_finished": 0,
                         "failed": 0, "dropped": 0, "cancelled": 0, "trajectories_sent": 0, "paused_checks": 0,
                         "inference_unavailable": 0, "inference_recovered": 0, "inference_dead": 0}
+        if buffer is None:  # per model, so a test (or a user) can check that no data went astray
+            self._counts |= {f"trajectories_sent/{name}": 0 for name in self.buffers}
         self.stats_every_s = stats_every_s
         self.unavailable_timeout_s = unavailable_timeout_s
         self.probe_interval_s = probe_interval_s
@@ -98,15 +110,23 @@ class Collector:
         self._failures = {kind: FailureCounter(self.failure_budget, kind) for kind in ("train", "eval")}
 
     # ----------------------------------------------------------------- inference health
-    def _pick_backend(self) -> int | None:
-        """The next healthy backend, round-robin; ``None`` while none is."""
+    def _pick_backend(self, among: list[int] | None = None) -> int | None:
+        """The next healthy backend (of ``among``, default all), round-robin; ``None`` while none is."""
         n = len(self.backends)
         for k in range(n):
             idx = (self._next_backend + k) % n
-            if self._healthy[idx]:
+            if self._healthy[idx] and (among is None or idx in among):
                 self._next_backend = idx + 1
                 return idx
         return None
+
+    def _group(self, lineage: str | None) -> list[int] | None:
+        """The backends that serve ``lineage``'s base model (``None``: any backend)."""
+        if not self.backend_groups:
+            return None
+        if lineage in self.backend_groups:
+            return self.backend_groups[lineage]
+        return next(iter(self.backend_groups.values()))  # a fixed adapter: the first model's base
 
     def _mark_unavailable(self, idx: int | None) -> None:
         """A game on backend ``idx`` was dropped: send it nothing until a probe gets an answer."""
@@ -143,8 +163,10 @@ class Collector:
             self._probes.pop(idx, None)
 
     def _check_inference(self) -> bool:
-        """True if some backend is healthy; raises once there is no hope or no answer for too long."""
-        if any(self._healthy):
+        """True if every group of backends has a healthy one; raises once there is no hope or no
+        answer for too long."""
+        groups = list(self.backend_groups.values()) or [list(range(len(self.backends)))]
+        if all(any(self._healthy[i] for i in group) for group in groups):
             self._none_healthy_since = None
             return True
         if len(self._dead) == len(self.backends):
@@ -159,16 +181,36 @@ class Collector:
         return False
 
     # ----------------------------------------------------------------- policies
-    def _policies(self, spec: GameSpec, backend_idx: int | None = None) -> dict[int, Policy]:
+    def _backends_for(self, spec: GameSpec) -> list[int]:
+        """One healthy backend per base model the game's model seats need (empty if it has none)."""
+        chosen: dict[tuple[int, ...] | None, int] = {}
+        for agent in spec.agents:
+            if agent.policy.kind != "checkpoint":
+                continue
+            group = self._group(agent.policy.lineage)
+            key = tuple(group) if group is not None else None
+            if key not in chosen:
+                idx = self._pick_backend(group)
+                if idx is None:
+                    raise InferenceUnavailableError(f"no healthy inference actor serves {agent.policy.uid!r}")
+                chosen[key] = idx
+        return list(chosen.values())
+
+    def _policies(self, spec: GameSpec, backend_idx: int | list[int] | None = None) -> dict[int, Policy]:
         from unstable.policies.scripted import make_scripted_policy
 
-        backend = self.backends[self._pick_backend() if backend_idx is None else backend_idx]
+        if backend_idx is None:
+            backend_idx = self._backends_for(spec) or [self._pick_backend()]
+        indices = [backend_idx] if isinstance(backend_idx, int) else list(backend_idx)
         policies: dict[int, Policy] = {}
         for agent in spec.agents:
             ref = agent.policy
             if ref.kind == "checkpoint":
-                policies[agent.player_id] = LLMPolicy(backend, ref, prompt_template=agent.prompt_template,
-                                                      action_extraction=agent.action_extraction, sampling=self.sampling)
+                group = self._group(ref.lineage)
+                idx = next((i for i in indices if group is None or i in group), indices[0])
+                sampling = self.samplings.get(ref.lineage, self.sampling)
+                policies[agent.player_id] = LLMPolicy(self.backends[idx], ref, prompt_template=agent.prompt_template,
+                                                      action_extraction=agent.action_extraction, sampling=sampling)
             elif ref.kind == "scripted":
                 policies[agent.player_id] = make_scripted_policy(_fixed_name(ref.uid), spec.env_id)
             else:
@@ -178,13 +220,24 @@ class Collector:
                                                       action_extraction=agent.action_extraction)
         return policies
 
-    async def _run(self, spec: GameSpec, backend_idx: int) -> tuple[GameRecord | GameFailedError, int]:
-        """Play one game; a failed one comes back as its error (which keeps the cause for the budget),
-        a bug raises."""
+    async def _run(self, spec: GameSpec, backends: list[int]) -> tuple[GameRecord | GameFailedError, list[int]]:
+        """Play one game on ``backends``; a failed one comes back as its error (which keeps the cause
+        for the budget), a bug raises."""
         try:
-            return await play_game(spec, self._policies(spec, backend_idx)), backend_idx
+            return await play_game(spec, self._policies(spec, backends)), backends
         except GameFailedError as err:
-            return err, backend_idx
+            return err, backends
+
+    async def _paused(self) -> tuple[tuple[str | None, ...], bool]:
+        """The models whose buffers are full or stopped, and whether every buffer is stopped."""
+        paused, stopped = [], 0
+        for name, buffer in self.buffers.items():
+            if not await acall(buffer, "continue_collection"):
+                paused.append(name)
+                stopped += 1
+            elif await acall(buffer, "is_full"):
+                paused.append(name)
+        return tuple(paused), stopped == len(self.buffers)
 
     # ----------------------------------------------------------------- main loop
     async def collect(self, num_train_workers: int, num_eval_workers: int | None = 0) -> dict[str, int]:
@@ -201,20 +254,23 @@ class Collector:
         last_stats = loop.time()
         try:
             while not self._stop:
-                if not await acall(self.buffer, "continue_collection"):
+                paused, all_stopped = await self._paused()
+                if all_stopped:
                     break
-                full = await acall(self.buffer, "is_full")
+                full = len(paused) == len(self.buffers)
                 self._counts["paused_checks"] += bool(full)
                 serving = self._check_inference()
                 while serving and not full and len(train) < num_train_workers:
-                    spec = await acall(self.scheduler, "next_train_job")
-                    train.add(asyncio.create_task(self._run(spec, self._pick_backend())))
+                    spec = await acall(self.scheduler, "next_train_job", *((paused,) if paused else ()))
+                    if spec is None:  # every spec's models are paused
+                        break
+                    train.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
                     self._counts["train_started"] += 1
                 while serving and len(evals) < num_eval_workers:
                     spec = await acall(self.scheduler, "next_eval_job")
                     if spec is None:
                         break
-                    evals.add(asyncio.create_task(self._run(spec, self._pick_backend())))
+                    evals.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
                     self._counts["eval_started"] += 1
                 if not train and not evals:
                     await asyncio.sleep(0.05)  # paused and idle: wait for the learner to drain the buffer
@@ -223,8 +279,8 @@ class Collector:
                 for task in done:
                     is_train = task in train
                     (train if is_train else evals).discard(task)
-                    result, backend_idx = task.result()
-                    await self._handle(result, is_train, backend_idx)
+                    result, used = task.result()
+                    await self._handle(result, is_train, used)
                 if loop.time() - last_stats > self.stats_every_s:
                     last_stats = loop.time()
                     await self._report()
@@ -237,26 +293,43 @@ class Collector:
         return dict(self._counts)
 
     async def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool,
-                      backend_idx: int | None = None) -> None:
+                      backends: list[int] | int | None = None) -> None:
         error = outcome if isinstance(outcome, GameFailedError) else None
         result = outcome.failure if isinstance(outcome, GameFailedError) else outcome
         if isinstance(result, FailedGame):
             if result.stage == "inference":  # its inference actor died: dropped, not the game's fault
                 self._counts["dropped"] += 1
-                self._mark_unavailable(backend_idx)
+                for idx in [backends] if isinstance(backends, int) else backends or []:
+                    self._mark_unavailable(idx)
             else:
                 self._counts["failed"] += 1
             log.warning(result.describe())
         elif is_train:
             self._counts["train_finished"] += 1
-            self._counts["trajectories_sent"] += len(player_trajectories(result))
-            await acall(self.buffer, "add_game", result)
+            await self._send(result)
         else:
             self._counts["eval_finished"] += 1
         await acall(self.scheduler, "update", result)
         if self.tracker is not None:
             fire(self.tracker, "log_game", result)
         self._failures["train" if is_train else "eval"].record(error)  # raises once the budget is spent
+
+    async def _send(self, record: GameRecord) -> None:
+        """Hand a finished train game to the buffer(s) of the models whose seats it collected."""
+        if None in self.buffers:
+            self._counts["trajectories_sent"] += len(player_trajectories(record))
+            await acall(self.buffers[None], "add_game", record)
+            return
+        lineages = dict.fromkeys(a.policy.lineage for a in record.spec.agents if a.collect_data)
+        missing = [name for name in lineages if name not in self.buffers]
+        if missing:
+            raise RuntimeError(f"game {record.game_id} collected seats of {missing}, which have no buffer here "
+                               f"(buffers: {sorted(self.buffers)}); the scheduler and the collector disagree")
+        for name in lineages:
+            sent = len(player_trajectories(record, lineage=name))
+            self._counts["trajectories_sent"] += sent
+            self._counts[f"trajectories_sent/{name}"] += sent
+            await acall(self.buffers[name], "add_game", record)
 
     async def _report(self) -> None:
         if self.tracker is None:

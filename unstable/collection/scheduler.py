@@ -4,9 +4,15 @@
   ``random.Random(seed)``; ``num_actors`` seats play the current checkpoint and are collected, the
   others get ``model_sampler.sample_opponent()`` (one draw per seat, not collected). All seats use
   the spec's prompt template and action extraction. ``num_actors == num_players`` is mirror self-play.
+  A spec with ``seats`` (several trainable models) names each seat's model: its lineage's current
+  checkpoint plays it and it is collected for that lineage; ``"opponent"`` seats are drawn for the
+  first model named. Specs whose models are all ``paused`` (the collector's back-pressure, per
+  learner) are not drawn.
 * **Eval jobs.** An ``EvalEnvSpec``; the checkpoint's seat goes round-robin per env (seat
   ``k % num_players`` for the env's k-th eval game), so it plays every seat equally often; the other
   seats play ``fixed_opponent`` (see :func:`~unstable.registry.fixed_policy_ref`). Nothing is collected.
+  The checkpoint is the current one of the spec's ``model``, or, for ``model=None``, of each lineage
+  in turn (after every seat has had its game).
 * **Seeds.** Train games get seeds 0, 1, 2, ... and eval games ``2**31``, ``2**31 + 1``, ...: unique,
   and an eval game never replays a train game's deal (the seed reused the train index for eval).
   ``game_id`` is one counter over both kinds.
@@ -28,8 +34,10 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from unstable.games.specs import OPPONENT_SEAT
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
 from unstable.registry.model_registry import fixed_policy_ref
+from unstable.samplers.model_samplers import sample_opponent_for
 from unstable.utils.calls import call
 
 EVAL_SEED_OFFSET = 2**31
@@ -72,8 +80,17 @@ class GameScheduler:
         self._next_game_id += 1
         return game_id
 
-    def next_train_job(self) -> GameSpec:
-        spec = self.env_sampler.sample("train")
+    def next_train_job(self, paused: tuple[str | None, ...] = ()) -> GameSpec | None:
+        """The next train game; ``None`` when every spec's models are in ``paused`` (lineage names;
+        ``None`` in it stands for the one model of specs without ``seats``)."""
+        if paused:
+            spec = self.env_sampler.sample("train", where=lambda s: any(m not in paused for m in s.models or (None,)))
+            if spec is None:
+                return None
+        else:
+            spec = self.env_sampler.sample("train")
+        if spec.seats is not None:
+            return self._seated_train_job(spec)
         current = self.model_sampler.get_current_ckpt()
         pids = list(range(spec.num_players))
         self._rng.shuffle(pids)
@@ -83,6 +100,24 @@ class GameScheduler:
             policy = current if pid in actors else self.model_sampler.sample_opponent()
             agents.append(AgentSpec(player_id=pid, policy=policy, collect_data=pid in actors,
                                     prompt_template=spec.prompt_template, action_extraction=spec.action_extraction_fn))
+        return self._train_job(spec, agents)
+
+    def _seated_train_job(self, spec: Any) -> GameSpec:
+        """A game of a spec with ``seats``: each named seat its model's current checkpoint (collected)."""
+        seats = list(spec.seats)
+        self._rng.shuffle(seats)
+        learner_of_opponents = spec.models[0]
+        agents = []
+        for pid, name in enumerate(seats):
+            if name == OPPONENT_SEAT:
+                policy, collect = sample_opponent_for(self.model_sampler, learner_of_opponents), False
+            else:
+                policy, collect = self.model_sampler.get_current_ckpt(name), True
+            agents.append(AgentSpec(player_id=pid, policy=policy, collect_data=collect,
+                                    prompt_template=spec.prompt_template, action_extraction=spec.action_extraction_fn))
+        return self._train_job(spec, agents)
+
+    def _train_job(self, spec: Any, agents: list[AgentSpec]) -> GameSpec:
         job = GameSpec(game_id=self._new_id(), env_id=spec.env_id, seed=self._train_idx, agents=tuple(agents),
                        error_allowance=spec.error_allowance)
         self._train_idx += 1
@@ -97,7 +132,12 @@ class GameScheduler:
         count = self._eval_seat.get(spec.env_id, 0)
         self._eval_seat[spec.env_id] = count + 1
         seat = count % spec.num_players
-        current = self.model_sampler.get_current_ckpt()
+        lineage = spec.model
+        if lineage is None:
+            lineages = call(self.model_registry, "lineages")
+            lineage = lineages[(count // spec.num_players) % len(lineages)] if len(lineages) > 1 else None
+        current = self.model_sampler.get_current_ckpt(lineage) if lineage is not None else \
+            self.model_sampler.get_current_ckpt()
         opponent = fixed_policy_ref(spec.fixed_opponent)
         agents = tuple(
             AgentSpec(player_id=pid, policy=current if pid == seat else opponent, collect_data=False,

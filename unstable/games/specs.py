@@ -29,6 +29,10 @@ def _check_common(spec) -> None:
     check_env_id(spec.env_id, spec.num_players)
 
 
+OPPONENT_SEAT = "opponent"
+"""In ``TrainEnvSpec.seats``: a seat the model sampler fills (for the game's first named model)."""
+
+
 @dataclass(frozen=True)
 class TrainEnvSpec:
     """A game to collect training data from.
@@ -37,6 +41,14 @@ class TrainEnvSpec:
     other ``num_players - num_actors`` seats get opponents from the model sampler.
     ``num_actors == num_players`` is mirror self-play. ``error_allowance`` is how many invalid
     moves in a row a player may make before losing (0, the seed's choice: the first one loses).
+
+    ``seats`` says who plays in a run with several trainable models: one entry per seat, each the
+    ``name`` of a trainable model (its current checkpoint plays the seat, and the seat's moves
+    train that model only) or ``"opponent"`` (the model sampler picks, for the first model named).
+    Seats are shuffled game by game, so every model plays every position. For example, with models
+    ``alice`` and ``bob``: ``("alice", "alice")`` is alice's mirror self-play, ``("alice", "bob")``
+    alice against bob (both learn), ``("bob", "opponent")`` bob against the pool. ``num_actors``
+    must count the named seats. ``None`` (the default): ``num_actors`` seats of the run's one model.
     """
 
     env_id: str
@@ -45,6 +57,7 @@ class TrainEnvSpec:
     prompt_template: str
     action_extraction_fn: str = "default"
     error_allowance: int = 0
+    seats: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_int("num_actors", self.num_actors, 1)
@@ -53,6 +66,27 @@ class TrainEnvSpec:
             raise ValueError(
                 f"num_actors ({self.num_actors}) cannot exceed num_players ({self.num_players}) for {self.env_id}"
             )
+        if self.seats is None:
+            return
+        if isinstance(self.seats, list):
+            object.__setattr__(self, "seats", tuple(self.seats))
+        if not isinstance(self.seats, tuple) or not all(isinstance(s, str) and s for s in self.seats):
+            raise ValueError(f"seats must be a list of model names or {OPPONENT_SEAT!r}, one per seat, "
+                             f"got {self.seats!r}")
+        if len(self.seats) != self.num_players:
+            raise ValueError(f"seats names {len(self.seats)} seats but {self.env_id} has num_players="
+                             f"{self.num_players}: {list(self.seats)}")
+        named = [s for s in self.seats if s != OPPONENT_SEAT]
+        if not named:
+            raise ValueError(f"seats {list(self.seats)} names no trainable model: a train game needs one")
+        if len(named) != self.num_actors:
+            raise ValueError(f"num_actors ({self.num_actors}) must count the seats played by trainable models "
+                             f"in seats {list(self.seats)} ({len(named)})")
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The trainable models that play (and learn) in this spec's games, in seat order, once each."""
+        return tuple(dict.fromkeys(s for s in self.seats or () if s != OPPONENT_SEAT))
 
 
 @dataclass(frozen=True)
@@ -70,9 +104,12 @@ class EvalEnvSpec:
     action_extraction_fn: str = "default"
     fixed_opponent: str = DEFAULT_EVAL_OPPONENT
     error_allowance: int = 0
+    model: str | None = None
+    """The trainable model evaluated (its current checkpoint); ``None``: each of the run's models in turn."""
 
     def __post_init__(self) -> None:
         _check_common(self)
+        check_str("model", self.model, allow_none=True, what="the name of one of the run's trainable models")
         if not isinstance(self.fixed_opponent, str) or not self.fixed_opponent.strip():
             raise ValueError(f"fixed_opponent must be a non-empty string, got {self.fixed_opponent!r}")
         if self.fixed_opponent in SCRIPTED_POLICIES:

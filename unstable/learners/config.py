@@ -68,6 +68,10 @@ class LearnerConfig:
     ``initial_lora_path/trainer_state.pt`` (its version must equal ``initial_version``)."""
     output_dir: str = "checkpoints"
     """Checkpoints go to ``output_dir/ckpt-{version}``."""
+    lineage: str | None = None
+    """The trainable model this learner trains, in a run with several: its checkpoints are registered
+    as ``<lineage>-ckpt-N`` in that lineage, and its metrics are logged as ``<lineage>/train/...``.
+    ``None``: the run's one model (``ckpt-N``, ``train/...``)."""
     device: str | None = None
     """``"cuda"``, ``"cuda:1"``, ``"cpu"``... ``None``: cuda if available else cpu."""
     dtype: str | None = None

@@ -8,9 +8,13 @@ call goes through :func:`unstable.utils.calls.call`):
 
 * ``buffer.size() -> int`` and ``buffer.get_batch(n) -> TrainBatch`` (required);
 * ``buffer.set_learner_version(v)`` (optional; lets the buffer measure/bound staleness);
-* ``registry.add_checkpoint(uid=f"ckpt-{v}", path=..., iteration=v)`` (optional);
-* ``tracker.log(metrics: dict)`` (optional);
-* ``on_checkpoint(version)`` (optional), after the checkpoint is registered.
+* ``registry.add_checkpoint(uid=f"ckpt-{v}", path=..., iteration=v)`` (optional; with
+  ``config.lineage``, ``uid=f"{lineage}-ckpt-{v}"`` and ``lineage=...``);
+* ``tracker.log(metrics: dict)`` (optional; with ``config.lineage`` the keys start ``<lineage>/``);
+* ``on_checkpoint(version)`` (optional), after the checkpoint is registered;
+* ``turn_lock.acquire()`` / ``turn_lock.release()`` (optional) around each update: learners that
+  share one device (several trainable models on one CPU or GPU) take turns instead of
+  oversubscribing it (see :class:`TurnLock`).
 
 An exception anywhere (the learner, a hook, the buffer) propagates: the run stops with its cause
 and the checkpoints already written stay as they are (nothing is retried).
@@ -24,7 +28,32 @@ from typing import Any
 
 from unstable.learners.protocol import Learner, UpdateResult
 from unstable.records import TrainBatch
+from unstable.registry.model_registry import checkpoint_uid
 from unstable.utils.calls import call
+
+
+class TurnLock:
+    """A lock that learners sharing a device hold while they update.
+
+    Plain Python; ``unstable.build()`` runs one as a threaded Ray actor per shared device (so one
+    learner's blocked ``acquire`` does not hold up the other's ``release``) and hands it to those
+    learners. ``stats()`` counts the updates it has let through, by holder."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self.turns: dict[str, int] = {}
+
+    def acquire(self, holder: str = "") -> None:
+        self._lock.acquire()
+        self.turns[holder] = self.turns.get(holder, 0) + 1
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.turns)
 
 
 def run_training(
@@ -35,6 +64,7 @@ def run_training(
     registry: Any = None,
     tracker: Any = None,
     on_checkpoint: Callable[[int], Any] | None = None,
+    turn_lock: Any = None,
 ) -> list[UpdateResult]:
     """Run ``iterations`` successful updates; skipped (non-finite) batches do not count.
 
@@ -55,8 +85,10 @@ def run_training(
         if not isinstance(batch, TrainBatch):
             raise TypeError(f"buffer.get_batch() returned {type(batch).__name__}; it must return a "
                             "unstable.records.TrainBatch (TrainBatch.from_steps / from_episodes)")
-        result = learner.update(batch)
-        _call_optional(tracker, "log", result.metrics)
+        result = _update(learner, batch, turn_lock)
+        lineage = getattr(cfg, "lineage", None)
+        _call_optional(tracker, "log", {f"{lineage}/{k}": v for k, v in result.metrics.items()}
+                       if lineage else result.metrics)
         if result.skipped:
             consecutive_skips += 1
             if consecutive_skips >= cfg.max_consecutive_skips:
@@ -71,13 +103,25 @@ def run_training(
         _call_optional(
             registry,
             "add_checkpoint",
-            uid=f"ckpt-{result.version}",
+            uid=checkpoint_uid(result.version, lineage),
             path=result.adapter_path,
             iteration=result.version,
+            **({"lineage": lineage} if lineage else {}),
         )
         if on_checkpoint is not None:  # e.g. snapshot the registry/scheduler state for resuming
             on_checkpoint(result.version)
     return results
+
+
+def _update(learner: Learner, batch: TrainBatch, turn_lock: Any) -> UpdateResult:
+    """``learner.update(batch)``, holding ``turn_lock`` (when given) for its duration."""
+    if turn_lock is None:
+        return learner.update(batch)
+    call(turn_lock, "acquire", getattr(learner.config, "lineage", None) or "")
+    try:
+        return learner.update(batch)
+    finally:
+        call(turn_lock, "release")
 
 
 def _wait_for_batch(buffer: Any, cfg: Any, version: int) -> None:

@@ -2,10 +2,13 @@
 
 from unstable.registry.model_registry import (
     DEFAULT_DRAW_PROBABILITY,
+    DEFAULT_LINEAGE,
     ModelEntry,
     ModelRegistry,
+    checkpoint_uid,
     fixed_policy_ref,
     score_ranks,
 )
 
-__all__ = ["DEFAULT_DRAW_PROBABILITY", "ModelEntry", "ModelRegistry", "fixed_policy_ref", "score_ranks"]
+__all__ = ["DEFAULT_DRAW_PROBABILITY", "DEFAULT_LINEAGE", "ModelEntry", "ModelRegistry", "checkpoint_uid",
+           "fixed_policy_ref", "score_ranks"]

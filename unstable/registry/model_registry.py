@@ -2,10 +2,16 @@
 
 Rules (the seed's behaviour, minus its bugs):
 
-* **Checkpoints.** ``add_checkpoint`` makes the new checkpoint current. With ``inherit=True`` it starts
-  from the previous current checkpoint's mu with sigma doubled (the seed's rule), capped at the
+* **Lineages.** Every learner checkpoint belongs to a lineage: the trainable model that produced it
+  (``"model"`` unless named; a run with several trainable models has one lineage each). Each lineage
+  has its own current checkpoint; all lineages and the fixed models share one TrueSkill ladder. In a
+  one-model run uids are ``base``, ``ckpt-N``; with several, ``<lineage>-base``, ``<lineage>-ckpt-N``
+  (see :func:`checkpoint_uid`).
+* **Checkpoints.** ``add_checkpoint`` makes the new checkpoint its lineage's current. With ``inherit=True``
+  it starts from that lineage's previous current mu with sigma doubled (the seed's rule), capped at the
   environment's default sigma (25/3) so a long run cannot end up *less* certain than a fresh model.
-  ``path=None`` is the base model. Iterations must not go down, so insertion order = iteration order.
+  ``path=None`` is the base model. Iterations must not go down within a lineage, so insertion order =
+  iteration order.
 * **Fixed models.** uid = the name itself (``"random"``, ``"google/gemini-2.0-flash-lite-001"``), not
   the seed's ``"fixed-<name>"``: the name in a spec, in the registry and on the dashboard is the same
   string. Kind (see :func:`fixed_policy_ref`): ``"scripted"`` for names in ``SCRIPTED_POLICIES``,
@@ -44,6 +50,8 @@ from unstable.utils.calls import call
 log = logging.getLogger(__name__)
 
 DEFAULT_DRAW_PROBABILITY = 0.25
+DEFAULT_LINEAGE = "model"
+"""The lineage of checkpoints registered without one (a one-model run; ``ModelConfig.name``'s default)."""
 _OUTCOMES = ("win", "draw", "loss")
 _TALLY = {"win": "wins", "draw": "draws", "loss": "losses"}  # outcome -> ModelEntry counter
 
@@ -55,6 +63,13 @@ def fixed_policy_ref(name: str) -> PolicyRef:
     if os.path.isdir(name):
         return PolicyRef(uid=name, kind="checkpoint", adapter_path=name)
     return PolicyRef(uid=name, kind="api")
+
+
+def checkpoint_uid(version: int, lineage: str | None = None) -> str:
+    """The registry uid of a lineage's checkpoint: ``base`` / ``ckpt-N`` for ``lineage=None`` (a
+    one-model run, the seed's names), ``alice-base`` / ``alice-ckpt-N`` for ``lineage="alice"``."""
+    name = "base" if version == 0 else f"ckpt-{version}"
+    return name if lineage is None else f"{lineage}-{name}"
 
 
 def score_ranks(scores: list[float]) -> list[int]:
@@ -80,6 +95,7 @@ class ModelEntry:
     draws: int = 0
     losses: int = 0
     self_games: int = 0
+    lineage: str | None = None  # the trainable model a learner checkpoint belongs to; None for fixed models
 
     def tally(self, outcome: str) -> None:
         field = _TALLY[outcome]
@@ -100,7 +116,7 @@ class ModelRegistry:
         self.tracker, self.beta, self.draw_probability, self.log_every = tracker, beta, draw_probability, log_every
         self.TS = trueskill.TrueSkill(beta=beta, draw_probability=draw_probability)
         self._models: dict[str, ModelEntry] = {}
-        self._current: str | None = None
+        self._current: dict[str, str] = {}  # lineage -> its current checkpoint, in order of first registration
         self._matches: dict[str, dict[str, int]] = {}
         self._results: dict[str, dict[str, dict[str, int]]] = {}
         self._games_recorded = 0
@@ -113,18 +129,24 @@ class ModelRegistry:
                              "uids must be unique")
         self._models[entry.uid] = entry
 
-    def add_checkpoint(self, uid: str, path: str | None, iteration: int, inherit: bool = True) -> None:
-        """Register a learner checkpoint (``path=None``: base weights) and make it current."""
+    def add_checkpoint(self, uid: str, path: str | None, iteration: int, inherit: bool = True,
+                       lineage: str | None = None) -> None:
+        """Register a learner checkpoint of ``lineage`` (``None``: :data:`DEFAULT_LINEAGE`; ``path=None``:
+        base weights) and make it that lineage's current checkpoint."""
         if not isinstance(iteration, int) or iteration < 0:
             raise ValueError(f"iteration must be an integer >= 0, got {iteration!r}")
-        prev = self._models.get(self._current) if self._current else None
+        lineage = DEFAULT_LINEAGE if lineage is None else lineage
+        if not isinstance(lineage, str) or not lineage:
+            raise ValueError(f"lineage must be a non-empty string, got {lineage!r}")
+        prev = self._models.get(self._current.get(lineage, ""))
         if prev is not None and iteration < prev.iteration:
-            raise ValueError(f"checkpoint {uid!r} has iteration {iteration} < current {prev.uid!r} ({prev.iteration})")
+            raise ValueError(f"checkpoint {uid!r} has iteration {iteration} < current {prev.uid!r} ({prev.iteration}) "
+                             f"of lineage {lineage!r}")
         mu, sigma = self.TS.mu, self.TS.sigma
         if inherit and prev is not None:
             mu, sigma = prev.mu, min(prev.sigma * 2.0, self.TS.sigma)
-        self._add(ModelEntry(uid, "checkpoint", path, iteration, False, mu, sigma))
-        self._current = uid
+        self._add(ModelEntry(uid, "checkpoint", path, iteration, False, mu, sigma, lineage=lineage))
+        self._current[lineage] = uid
         self._push()
 
     def add_fixed(self, name: str, prior_mu: float = 25.0) -> str:
@@ -197,10 +219,19 @@ class ModelRegistry:
                 cell[_outcome(best[a], best[b])] += 1
 
     # ----------------------------------------------------------------- queries
-    def get_current_ckpt(self) -> str:
-        if self._current is None:
+    def lineages(self) -> list[str]:
+        """The lineages with checkpoints, in order of their first registration."""
+        return list(self._current)
+
+    def get_current_ckpt(self, lineage: str | None = None) -> str:
+        """The current checkpoint of ``lineage`` (default: the first lineage registered)."""
+        if not self._current:
             raise RuntimeError("no checkpoint registered yet; call add_checkpoint(uid='base', path=None, iteration=0)")
-        return self._current
+        if lineage is None:
+            return next(iter(self._current.values()))
+        if lineage not in self._current:
+            raise KeyError(f"unknown lineage {lineage!r}; lineages: {self.lineages()}")
+        return self._current[lineage]
 
     def _entry(self, uid: str) -> ModelEntry:
         if uid not in self._models:
@@ -216,16 +247,19 @@ class ModelRegistry:
     def get_all_models(self) -> list[dict[str, Any]]:
         return [asdict(m) for m in self._models.values()]
 
-    def policy_ref(self, uid: str | None = None) -> PolicyRef:
-        """How to play ``uid`` (default: the current checkpoint) as a seat."""
-        entry = self._entry(self.get_current_ckpt() if uid is None else uid)
+    def policy_ref(self, uid: str | None = None, lineage: str | None = None) -> PolicyRef:
+        """How to play ``uid`` (default: the current checkpoint of ``lineage``) as a seat."""
+        entry = self._entry(self.get_current_ckpt(lineage) if uid is None else uid)
         adapter = entry.path_or_name if entry.kind == "checkpoint" else None
-        return PolicyRef(uid=entry.uid, kind=entry.kind, adapter_path=adapter, version=entry.iteration)
+        return PolicyRef(uid=entry.uid, kind=entry.kind, adapter_path=adapter, version=entry.iteration,
+                         lineage=entry.lineage)
 
-    def checkpoint_uids(self) -> list[str]:
-        """Learner checkpoints, oldest first (by iteration; insertion order breaks ties)."""
-        ckpts = [m for m in self._models.values() if not m.fixed]
-        return [m.uid for m in sorted(ckpts, key=lambda m: m.iteration)]
+    def checkpoint_uids(self, lineage: str | None = None) -> list[str]:
+        """Learner checkpoints of ``lineage`` (default: of every lineage, lineage by lineage), each
+        lineage's oldest first (by iteration; insertion order breaks ties)."""
+        order = {name: i for i, name in enumerate(self._current)}
+        ckpts = [m for m in self._models.values() if not m.fixed and lineage in (None, m.lineage)]
+        return [m.uid for m in sorted(ckpts, key=lambda m: (order.get(m.lineage, 0), m.iteration))]
 
     def fixed_uids(self) -> list[str]:
         return [m.uid for m in self._models.values() if m.fixed]
@@ -238,9 +272,9 @@ class ModelRegistry:
         a, b = self._entry(uid_a), self._entry(uid_b)
         return self.TS.quality([(self.TS.create_rating(a.mu, a.sigma),), (self.TS.create_rating(b.mu, b.sigma),)])
 
-    def match_qualities(self, uid: str | None = None) -> dict[str, float]:
-        """Match quality of ``uid`` (default: current checkpoint) against every other model."""
-        uid = self.get_current_ckpt() if uid is None else uid
+    def match_qualities(self, uid: str | None = None, lineage: str | None = None) -> dict[str, float]:
+        """Match quality of ``uid`` (default: the current checkpoint of ``lineage``) against every other model."""
+        uid = self.get_current_ckpt(lineage) if uid is None else uid
         return {other: self.match_quality(uid, other) for other in self._models if other != uid}
 
     def match_counts(self) -> dict[str, dict[str, int]]:
@@ -254,7 +288,9 @@ class ModelRegistry:
     def interface_info(self) -> dict[str, Any]:
         """JSON-able snapshot for the dashboard (the shape ``Tracker.log_registry`` takes)."""
         ratings = {m.uid: {k: v for k, v in asdict(m).items() if k != "uid"} for m in self._models.values()}
-        return {"current": self._current, "games_recorded": self._games_recorded, "ratings": ratings,
+        current = next(iter(self._current.values()), None)
+        return {"current": current, "currents": dict(self._current), "games_recorded": self._games_recorded,
+                "ratings": ratings,
                 "match_counts": self.match_counts(), "match_results": self.match_results()}
 
     def _push(self) -> None:
@@ -267,24 +303,32 @@ class ModelRegistry:
         sampler.model_registry = self
         self._sampler = sampler
 
-    def sample_opponent(self) -> PolicyRef:
+    def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
         if self._sampler is None:
             raise RuntimeError("no model sampler set; call set_sampler(sampler) first")
-        return self._sampler.sample_opponent()
+        return self._sampler.sample_opponent(lineage) if lineage is not None else self._sampler.sample_opponent()
 
     # ----------------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, Any]:
-        return {"format": 1, "beta": self.beta, "draw_probability": self.draw_probability,
-                "current": self._current, "games_recorded": self._games_recorded,
+        return {"format": 2, "beta": self.beta, "draw_probability": self.draw_probability,
+                "current": dict(self._current), "games_recorded": self._games_recorded,
                 "models": self.get_all_models(), "matches": self.match_counts(), "results": self.match_results()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("format") != 1:
+        """Restore :meth:`state_dict`'s snapshot (format 2; format 1, from before lineages, is read as
+        one lineage, :data:`DEFAULT_LINEAGE`)."""
+        if state.get("format") not in (1, 2):
             raise ValueError(f"unknown registry state format {state.get('format')!r}")
         self.beta, self.draw_probability = state["beta"], state["draw_probability"]
         self.TS = trueskill.TrueSkill(beta=self.beta, draw_probability=self.draw_probability)
-        self._models = {m["uid"]: ModelEntry(**m) for m in state["models"]}
-        self._current = state["current"]
+        models = [dict(m) for m in state["models"]]
+        current = state["current"]
+        if state["format"] == 1:
+            for m in models:
+                m["lineage"] = None if m["fixed"] else DEFAULT_LINEAGE
+            current = {DEFAULT_LINEAGE: current} if current is not None else {}
+        self._models = {m["uid"]: ModelEntry(**m) for m in models}
+        self._current = dict(current)
         self._games_recorded = state["games_recorded"]
         self._matches = {a: dict(row) for a, row in state["matches"].items()}
         self._results = {a: {b: dict(c) for b, c in row.items()} for a, row in state["results"].items()}

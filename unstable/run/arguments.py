@@ -48,8 +48,6 @@ NESTED_ARGUMENTS = ("models", *RUN_SECTIONS, *RUN_FIELDS)
 # the flat learner arguments by the learner field they set (learner={...} may not repeat them)
 FLAT_LEARNER_NAMES = {field: flat for flat, (section, field) in FLAT_ARGUMENTS.items()
                       if section == "learner" and field}
-MULTI_MODEL_MESSAGE = ("models holds {n} model declarations; a run trains exactly one model for now (several "
-                       "trainable models per run arrive with the multi-model issue)")
 
 
 def argument_names() -> set[str]:
@@ -79,8 +77,6 @@ def _model_declarations(value: Any) -> list[dict]:
             raise ValueError(f"models[{i}] must be a mapping or a ModelConfig, got {type(item).__name__}")
         models.append({k: (_section_dict(k, v) if k in MODEL_SECTIONS and v is not None else v)
                        for k, v in item.items()})
-    if len(models) > 1:
-        raise ValueError(MULTI_MODEL_MESSAGE.format(n=len(models)))
     return models
 
 
@@ -114,6 +110,10 @@ def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
         if section in nested:
             nested[section] = _section_dict(section, nested[section])
     model = nested["models"][0] if "models" in nested else {}
+    per_model = sorted(k for k in flat if FLAT_ARGUMENTS[k][0] in (MODEL, *MODEL_SECTIONS))
+    if per_model and len(nested.get("models", ())) > 1:
+        raise ValueError(f"{per_model} set one model's settings, but models declares {len(nested['models'])}: "
+                         f"give them in each declaration (models=[{{'name': ..., 'learner': {{...}}}}, ...])")
     for name, value in flat.items():
         section, field = FLAT_ARGUMENTS[name]
         if section in RUN_SECTIONS:
@@ -129,7 +129,7 @@ def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
         target[field] = value
     _spread(model, flat, "learner")
     _spread(model, flat, "vllm_config")
-    if model:
+    if model and "models" not in nested:
         nested["models"] = [model]
     return nested, set(flat)
 
@@ -168,14 +168,20 @@ def merge_arguments(base: dict[str, Any], override: dict[str, Any]) -> dict[str,
     for key, value in high.items():
         if key in RUN_SECTIONS:
             out[key] = {**low.get(key, {}), **value}
-        elif key == "models":
-            old = (low.get("models") or [{}])[0]
-            new = value[0]
-            model = {**old, **new}
-            for section in MODEL_SECTIONS:
-                if section in old or section in new:
-                    model[section] = {**(old.get(section) or {}), **(new.get(section) or {})}
-            out["models"] = [model]
+        elif key == "models":  # declarations merge by name (a one-model run's may leave it out)
+            old = {m.get("name", "model"): m for m in low.get("models") or []}
+            for new in value:
+                name = new.get("name") or (next(iter(old)) if len(old) == 1 else "model")
+                if "name" not in new and len(old) > 1:
+                    raise ValueError(f"the run has models {sorted(old)}: say which one a setting is for, "
+                                     f"models=[{{'name': ..., ...}}]")
+                base = old.get(name, {})
+                model = {**base, **new}
+                for section in MODEL_SECTIONS:
+                    if section in base or section in new:
+                        model[section] = {**(base.get(section) or {}), **(new.get(section) or {})}
+                old[name] = model
+            out["models"] = list(old.values())
         else:
             out[key] = value
     return out

@@ -54,7 +54,7 @@ class Run:
         self.start_version = self.actors.start_version  # > 0 when resumed from ckpt-N
         print(f"unstable: run directory {self.run_dir}"
               + (f" (resumed at learner step {self.start_version})" if cfg.resume_from else ""), flush=True)
-        self._train_ref = None
+        self._train_refs: list = []
         self._collect_ref = None
         self._started = False
 
@@ -78,13 +78,17 @@ class Run:
                   f"({learning_steps}); nothing to train", flush=True)
             return self.summary() if block else None
         self._collect_ref = a.collector.collect.remote(num_collection_workers, num_eval_workers)
-        self._train_ref = a.learner.train.remote(remaining)
+        self._train_refs = [learner.train.remote(remaining) for learner in self._learners()]
         return self.wait() if block else None
 
-    def wait(self) -> dict:
-        """Block until training is done; then stop collection and return a short summary.
+    def _learners(self) -> list:
+        return list(self.actors.learners.values()) or [self.actors.learner]
 
-        An error of the learner or of the collector is raised here with its cause; the checkpoints
+    def wait(self) -> dict:
+        """Block until training is done (every learner's, with several models); then stop
+        collection and return a short summary.
+
+        An error of a learner or of the collector is raised here with its cause; the checkpoints
         written so far stay as they are. The collector's error comes first: when collection stops
         (a bug in a template, a spent failure budget) the learner can only time out waiting for
         data, and its ``TimeoutError`` would hide the cause.
@@ -93,25 +97,29 @@ class Run:
 
         if not self._started:
             raise RuntimeError("start() has not been called")
-        if self._train_ref is None:
+        if not self._train_refs:
             return self.summary()
         failed = True
         try:
-            ready, _ = ray.wait([self._train_ref, self._collect_ref], num_returns=1)
-            if self._train_ref not in ready:
-                stats = ray.get(self._collect_ref)  # raises the collector's error
-                raise RuntimeError(f"collection stopped before training finished (collector: {stats}); "
-                                   "was the run stopped from elsewhere?")
-            try:
-                ray.get(self._train_ref)
-            except ray.exceptions.RayError:
-                collected, _ = ray.wait([self._collect_ref], timeout=0)
-                if collected:
-                    ray.get(self._collect_ref)  # the collector's error is the cause: raise it instead
-                raise
+            pending = list(self._train_refs)
+            while pending:
+                ready, _ = ray.wait([*pending, self._collect_ref], num_returns=1)
+                if self._collect_ref in ready and not any(r in ready for r in pending):
+                    stats = ray.get(self._collect_ref)  # raises the collector's error
+                    raise RuntimeError(f"collection stopped before training finished (collector: {stats}); "
+                                       "was the run stopped from elsewhere?")
+                for ref in [r for r in pending if r in ready]:
+                    pending.remove(ref)
+                    try:
+                        ray.get(ref)
+                    except ray.exceptions.RayError:
+                        collected, _ = ray.wait([self._collect_ref], timeout=0)
+                        if collected:
+                            ray.get(self._collect_ref)  # the collector's error is the cause: raise it instead
+                        raise
             failed = False
         finally:
-            self._train_ref = None
+            self._train_refs = []
             self._finish_collection(quiet=failed)
         return self.summary()
 
@@ -124,7 +132,7 @@ class Run:
 
         a = self.actors
         try:
-            ray.get(a.buffer.stop.remote())
+            ray.get([buffer.stop.remote() for buffer in (list(a.buffers.values()) or [a.buffer])])
             if self._collect_ref is not None:
                 ray.get(self._collect_ref, timeout=120)
         except ray.exceptions.GetTimeoutError:
@@ -147,12 +155,15 @@ class Run:
         import ray
 
         a = self.actors
-        return {
+        out = {
             "run_dir": self.run_dir,
             "checkpoints": ray.get(a.registry.checkpoint_uids.remote()),
             "collector": ray.get(a.collector.stats.remote()),
             "buffer": ray.get(a.buffer.stats.remote()),
         }
+        if len(a.buffers) > 1:
+            out["buffers"] = {name: ray.get(b.stats.remote()) for name, b in a.buffers.items()}
+        return out
 
     def stop(self) -> None:
         """Stop collection and training and shut the run's actors down (Ray itself keeps running)."""
@@ -163,7 +174,7 @@ class Run:
         a = self.actors
         try:
             ray.get(a.collector.stop.remote(), timeout=10)
-            ray.get(a.buffer.stop.remote(), timeout=10)
+            ray.get([b.stop.remote() for b in (list(a.buffers.values()) or [a.buffer])], timeout=10)
             ray.get(a.tracker.close.remote(), timeout=30)
         except (ray.exceptions.RayError, TimeoutError) as exc:
             log.warning("while stopping: %s", exc)

@@ -33,7 +33,6 @@ from unstable.run.arguments import (
     FLAT_LEARNER_NAMES,
     MODEL,
     MODEL_SECTIONS,
-    MULTI_MODEL_MESSAGE,
     argument_names,
     nest_arguments,
 )
@@ -48,7 +47,7 @@ LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 # learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
 RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
-                      "initial_version", "restore_training_state", "keep_last"}
+                      "initial_version", "restore_training_state", "keep_last", "lineage"}
 # what build() hands initialize_algorithm unless ``learner`` says otherwise; build()'s A2C critic has
 # always learned at 5e-5 (the class default is the seed's 1e-5)
 BUILD_LEARNER_DEFAULTS = {"infer_mini_batch_size": 16, "critic_learning_rate": 5e-5, "normalize_adv": True}
@@ -123,10 +122,12 @@ def _check_inference(inference: dict) -> None:
 @dataclass
 class ModelConfig:
     """One trainable model of a run: its lineage, base model, algorithm and adapter, and the settings
-    of its learner, inference actors and buffer. (A run holds exactly one today.)"""
+    of its learner, inference actors and buffer. A run holds one or several (``BuildConfig.models``)."""
 
     name: str = "model"
-    """The lineage's name: how the registry, metrics and multi-model runs will tell models apart."""
+    """The lineage's name: how ``TrainEnvSpec.seats``, the registry (``<name>-ckpt-N``), the checkpoint
+    directories (``checkpoints/<name>/``) and the metrics (``<name>/train/...``) tell models apart
+    in a run with several."""
     model_name: str | None = None
     """Base model: a Hugging Face id, a local model directory or ``"tiny"`` (required)."""
     algorithm: Any = "reinforce"
@@ -274,7 +275,7 @@ def _check_placement(cfg: BuildConfig) -> None:
 def _check_opponents(cfg: BuildConfig) -> tuple[str, ...]:
     """Fixed opponents must be playable now: scripted ones on every train env, checkpoints readable
     adapters, API names with a key in the environment. Returns the names with paths expanded."""
-    plays_fixed = cfg.samplers.opponent_sampling_strategy == "fixed"
+    plays_fixed = cfg.samplers.opponent_sampling_strategy in ("fixed", "pool")
     names = []
     for i, name in enumerate(cfg.samplers.fixed_opponents):
         if name in SCRIPTED_POLICIES:
@@ -319,7 +320,7 @@ def _flat_labels(flat: dict[str, Any]) -> dict[str, str]:
     return labels
 
 
-def _relabel(message: str, labels: dict[str, str], nested: bool) -> str:
+def _relabel(message: str, labels: dict[str, str], nested: bool, index: int = 0) -> str:
     """A model check's message, naming the setting as the user gave it (``gradient_clipping`` for
     ``grad_clip`` when flat); from the nested form, prefixed with the model it is about."""
     unknown = "unknown " if message.startswith("unknown ") else ""  # "unknown lora keys ..."
@@ -333,7 +334,34 @@ def _relabel(message: str, labels: dict[str, str], nested: bool) -> str:
             break
     else:
         message = unknown + message
-    return f"models[0]: {message}" if nested else message
+    return f"models[{index}]: {message}" if nested else message
+
+
+def _check_seats(cfg: BuildConfig) -> None:
+    """Who plays whom: with several models every train env names its seats, every seat and eval
+    ``model`` names a declared model, and every model plays somewhere."""
+    names = [m.name for m in cfg.models]
+    several = len(names) > 1
+    played = set()
+    for i, spec in enumerate(cfg.train_envs):
+        if spec.seats is None:
+            if several:
+                raise ValueError(f"train_envs[{i}] ({spec.env_id}) has no seats, but the run trains {names}: say who "
+                                 f"plays, e.g. seats=['{names[0]}', '{names[1]}'] or ['{names[0]}', 'opponent']")
+            played.add(names[0])
+            continue
+        unknown = [s for s in spec.models if s not in names]
+        if unknown:
+            raise ValueError(f"train_envs[{i}].seats names {unknown}, which {'is' if len(unknown) == 1 else 'are'} not "
+                             f"a declared model; models: {names} (or 'opponent' for a seat the model sampler fills)")
+        played.update(spec.models)
+    idle = [n for n in names if n not in played]
+    if idle:
+        raise ValueError(f"models {idle} {'plays' if len(idle) == 1 else 'play'} in no train env: give "
+                         f"{'it' if len(idle) == 1 else 'each'} a seat in train_envs[...].seats, or leave it out")
+    for i, spec in enumerate(cfg.eval_envs):
+        if spec.model is not None and spec.model not in names:
+            raise ValueError(f"eval_envs[{i}].model is {spec.model!r}, not a declared model; models: {names}")
 
 
 @dataclass(init=False)
@@ -341,7 +369,8 @@ class BuildConfig:
     """All of build()'s settings, nested: ``BuildConfig(**build_kwargs)`` takes the flat or the nested form."""
 
     models: tuple[ModelConfig, ...] = ()
-    """The trainable models (exactly one today; see :class:`ModelConfig`)."""
+    """The trainable models (see :class:`ModelConfig`): one, or several with distinct names, each
+    playing in some train env's ``seats``."""
     train_envs: tuple[TrainEnvSpec, ...] = ()
     """The games trained on (required): ``TrainEnvSpec`` objects or mappings of their fields."""
     eval_envs: tuple[EvalEnvSpec, ...] = ()
@@ -373,15 +402,19 @@ class BuildConfig:
         nested, flat_names = nest_arguments(arguments)
         flat = {k: arguments[k] for k in flat_names}
         declarations = nested.get("models") or [{}]
-        if len(declarations) > 1:
-            raise ValueError(MULTI_MODEL_MESSAGE.format(n=len(declarations)))
-        try:
-            model = ModelConfig(**declarations[0])
-        except TypeError as exc:  # an unknown field of a model declaration
-            raise ValueError(f"models[0]: {exc}") from None
-        except ValueError as exc:
-            raise ValueError(_relabel(str(exc), _flat_labels(flat), "models" in arguments)) from None
-        self.models = (model,)
+        models = []
+        for i, declaration in enumerate(declarations):
+            try:
+                models.append(ModelConfig(**declaration))
+            except TypeError as exc:  # an unknown field of a model declaration
+                raise ValueError(f"models[{i}]: {exc}") from None
+            except ValueError as exc:
+                raise ValueError(_relabel(str(exc), _flat_labels(flat), "models" in arguments, i)) from None
+        names = [m.name for m in models]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"models: the names {twice} are used twice; each trainable model needs its own name")
+        self.models = tuple(models)
         self.train_envs = _spec_list("train_envs", nested.get("train_envs"), TrainEnvSpec, allow_none=False)
         self.eval_envs = _spec_list("eval_envs", nested.get("eval_envs"), EvalEnvSpec, allow_none=True)
         for name, cls in (("samplers", SamplerConfig), ("tracker", TrackerConfig), ("failure_budget", FailureBudget)):
@@ -394,10 +427,16 @@ class BuildConfig:
         check_int("seed", self.seed, 0)
         _check_placement(self)
         self.resume_from = check_resume_from(self.resume_from)
-        try:
-            model.model_name = resolve_model_name(model.model_name, seed=0)
-        except (FileNotFoundError, ValueError) as exc:
-            raise ValueError(f"model_name: {exc}") from None
+        for i, model in enumerate(self.models):
+            try:
+                model.model_name = resolve_model_name(model.model_name, seed=0)
+            except (FileNotFoundError, ValueError) as exc:
+                raise ValueError(f"{'model_name' if len(self.models) == 1 else f'models[{i}].model_name'}: "
+                                 f"{exc}") from None
+        _check_seats(self)
+        if self.resume_from and len(self.models) > 1:
+            raise ValueError("resume_from: resuming a run with several trainable models is not supported yet; "
+                             "start it again, or resume each model's latest checkpoint as a one-model run")
         self.samplers.fixed_opponents = _check_opponents(self)
 
     def __getattr__(self, name: str) -> Any:

@@ -91,9 +91,9 @@ class RemoteBackend:
             raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
 
 
-def start_inference_backends(cfg: InferenceConfig) -> list[Any]:
-    """``cfg.num_actors`` backends: Ray actors (wrapped in :class:`RemoteBackend`) when Ray is
-    running, else local objects in this process."""
+def start_inference_backends(cfg: InferenceConfig, prefix: str = "inference") -> list[Any]:
+    """``cfg.num_actors`` backends: Ray actors named ``<prefix>-<i>`` (wrapped in
+    :class:`RemoteBackend`) when Ray is running, else local objects in this process."""
     if not ray.is_initialized():
         return local_backends(cfg)
     kwargs = cfg.backend_arguments()
@@ -101,9 +101,10 @@ def start_inference_backends(cfg: InferenceConfig) -> list[Any]:
     # SPREAD: several actors go to different nodes where they fit (one node lost, not all of them)
     placement = {"scheduling_strategy": "SPREAD"} if cfg.num_actors > 1 else {}
     for i in range(cfg.num_actors):
+        name = f"{prefix}-{i}"
         handle = actor_class(InferenceActor).options(
-            name=f"inference-{i}", num_cpus=cfg.actor_num_cpus, num_gpus=cfg.actor_num_gpus, max_concurrency=10_000,
+            name=name, num_cpus=cfg.actor_num_cpus, num_gpus=cfg.actor_num_gpus, max_concurrency=10_000,
             max_restarts=cfg.max_restarts, max_task_retries=0, **placement,
-        ).remote(cfg.backend, cfg.model_name, name=f"inference-{i}", default_sampling=cfg.sampling, **kwargs)
-        backends.append(RemoteBackend(handle, name=f"inference-{i}"))
+        ).remote(cfg.backend, cfg.model_name, name=name, default_sampling=cfg.sampling, **kwargs)
+        backends.append(RemoteBackend(handle, name=name))
     return backends

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -29,8 +29,9 @@ from unstable.games.templates import custom_templates
 from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
+from unstable.learners.loop import TurnLock
 from unstable.registry import ModelRegistry
-from unstable.registry.model_registry import fixed_policy_ref
+from unstable.registry.model_registry import checkpoint_uid, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
 from unstable.run.remote import actor_class, start_inference_backends
 from unstable.run.resume import RunStateWriter, find_resume_point
@@ -69,16 +70,22 @@ class Actors:
     tracker: Any
     registry: Any
     scheduler: Any
-    buffer: Any
+    buffer: Any  # the first model's (the only one in a one-model run)
     collector: Any
-    learner: Any
+    learner: Any  # the first model's
     inference: list[Any]  # RemoteBackend clients of the inference actors
     run_dir: str
     start_version: int = 0  # the learner's version at start (N when resumed from ckpt-N)
+    learners: dict[str, Any] = field(default_factory=dict)  # model name -> learner actor
+    buffers: dict[str, Any] = field(default_factory=dict)  # model name -> buffer actor
+    turn_lock: Any = None  # the learners' TurnLock, when several share a device
 
     def all(self) -> list[Any]:
-        return [self.collector, self.learner, *(b.handle for b in self.inference), self.scheduler, self.buffer,
-                self.registry, self.tracker]
+        learners = list(self.learners.values()) or [self.learner]
+        buffers = list(self.buffers.values()) or [self.buffer]
+        lock = [self.turn_lock] if self.turn_lock is not None else []
+        return [self.collector, *learners, *(b.handle for b in self.inference), self.scheduler, *buffers,
+                self.registry, self.tracker, *lock]
 
 
 def _model_sampler(samplers, registry, seed: int):
@@ -87,6 +94,8 @@ def _model_sampler(samplers, registry, seed: int):
         return ms.BaseModelSampler(model_registry=registry, rng_seed=seed)
     if strategy == "fixed":
         return ms.FixedOpponentModelSampler(model_registry=registry, rng_seed=seed)
+    if strategy == "pool":
+        return ms.PoolModelSampler(model_registry=registry, rng_seed=seed)
     if strategy == "lagged":
         lag = samplers.opponent_lag
         window = None if lag is not None else samplers.opponent_window
@@ -94,7 +103,8 @@ def _model_sampler(samplers, registry, seed: int):
     return ms.MatchQualityModelSampler(model_registry=registry, rng_seed=seed)
 
 
-def inference_config(model, backend: str, num_actors: int, gpus_per_actor: float) -> InferenceConfig:
+def inference_config(model, backend: str, num_actors: int, gpus_per_actor: float,
+                     cpus_per_actor: float = 1.0) -> InferenceConfig:
     """A :class:`~unstable.run.config.ModelConfig`'s inference settings as the backends' config."""
     settings = {k: v for k, v in model.inference.items() if k not in ("backend", "num_actors")}
     if settings.get("temperature") is None:
@@ -102,13 +112,20 @@ def inference_config(model, backend: str, num_actors: int, gpus_per_actor: float
     base = {"max_tokens": model.setting("max_generation_len"), "lora_config": model.lora_cfg, **settings}
     base["model_name"] = model.model_name
     return InferenceConfig.from_vllm_config(base, backend=backend, num_actors=num_actors,
-                                            actor_num_gpus=gpus_per_actor, actor_num_cpus=0 if gpus_per_actor else 1)
+                                            actor_num_gpus=gpus_per_actor,
+                                            actor_num_cpus=0 if gpus_per_actor else cpus_per_actor)
 
 
 def start_actors(cfg, run_name: str) -> Actors:
-    """Start every actor of a run from a validated :class:`~unstable.run.config.BuildConfig`."""
-    model = cfg.models[0]  # one trainable model per run for now
-    backend = choose_backend(model.inference.get("backend", "auto"))
+    """Start every actor of a run from a validated :class:`~unstable.run.config.BuildConfig`.
+
+    With several trainable models (see :func:`_placement` for where they go): a buffer and a
+    learner per model, one engine group per distinct base model (models sharing a base share its
+    engines and serve their adapters side by side), one registry with a lineage per model.
+    """
+    models = cfg.models
+    several = len(models) > 1
+    lineage = {m.name: (m.name if several else None) for m in models}  # registry lineage / metrics prefix
     resume = find_resume_point(cfg.resume_from) if cfg.resume_from else None
     ensure_ray(cfg.ray_address)
     driver_node = ray.get_runtime_context().get_node_id()
@@ -116,7 +133,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     light = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(driver_node, soft=False)}
     # the caller's cwd, not the actor's
     run_dir = str(resume.run_dir) if resume else os.path.abspath(os.path.join(cfg.runs_dir, run_name))
-    if not resume and list_checkpoints(os.path.join(run_dir, "checkpoints")):
+    names = [m.name for m in models] if several else []
+    if not resume and _has_checkpoints(os.path.join(run_dir, "checkpoints"), names):
         raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
                          f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     tracker = actor_class(Tracker).options(**light, name="Tracker").remote(
@@ -128,12 +146,14 @@ def start_actors(cfg, run_name: str) -> Actors:
         ray.get(tracker.load_state_dict.remote(resume.state["tracker"]))
         ray.get(registry.load_state_dict.remote(resume.state["registry"]))
     else:
-        ray.get(registry.add_checkpoint.remote(uid="base", path=None, iteration=0))
+        for m in models:
+            ray.get(registry.add_checkpoint.remote(uid=checkpoint_uid(0, lineage[m.name]), path=None, iteration=0,
+                                                   lineage=lineage[m.name]))
     if resume:
         _register_missing_checkpoints(registry, resume)
         ray.get(tracker.set_learner_step.remote(resume.version))
     samplers = cfg.samplers
-    opponents = set(samplers.fixed_opponents if samplers.opponent_sampling_strategy == "fixed" else ())
+    opponents = set(samplers.fixed_opponents if samplers.opponent_sampling_strategy in ("fixed", "pool") else ())
     opponents |= {spec.fixed_opponent for spec in cfg.eval_envs}
     known = set(ray.get(registry.fixed_uids.remote()))
     for name in sorted(opponents):
@@ -147,41 +167,87 @@ def start_actors(cfg, run_name: str) -> Actors:
         seed=cfg.seed)
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
-    learner_cls = resolve_learner(model.algorithm)
-    transforms = model.buffer.reward_transforms
-    final, step, sampling = transforms or default_transforms()
-    if transforms is None and learner_cls.normalizes_advantages:
-        sampling = None  # A2C/PPO/GRPO normalise their advantages themselves (per env, per group)
-    buffer_cls = EpisodeBuffer if learner_cls.needs_episodes else StepBuffer
-    buffer = actor_class(buffer_cls).options(**light, name="Buffer").remote(
-        max_buffer_size=model.buffer.size, tracker=tracker, final_reward_transformation=final,
-        step_reward_transformation=step, sampling_reward_transformation=sampling,
-        max_staleness=model.buffer.max_staleness, seed=cfg.seed, dedupe=True)
 
     learner_gpus, gpus_per_actor, default_actors = gpu_layout(int(ray.cluster_resources().get("GPU", 0)))
-    resumed = {}
-    if resume and resume.checkpoint is not None:
-        resumed = {"initial_lora_path": str(resume.checkpoint), "initial_version": resume.version,
-                   "restore_training_state": True}
-    placement = _near(driver_node, 1, learner_gpus)
-    learner_kwargs, algorithm_kwargs = model.learner_settings(learner_cls)
-    learner = actor_class(learner_cls).options(num_cpus=1, num_gpus=learner_gpus, **placement).remote(
-        model_name=model.model_name, lora_cfg=model.lora_cfg, **learner_kwargs,
-        buffer=buffer, tracker=tracker, model_registry=registry,
-        output_dir=ray.get(tracker.get_checkpoints_dir.remote()), device=model.learner_device, seed=cfg.seed,
-        keep_last=None,  # keep every adapter: lagged opponents and the registry may still point at old ones
-        on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker), **resumed)
-    # after the learner, so it has its place before the inference actors take theirs
-    num_actors = model.inference.get("num_actors") or default_actors
-    inference = inference_config(model, backend, num_actors, gpus_per_actor)
-    backends = start_inference_backends(inference)
+    checkpoints_dir = ray.get(tracker.get_checkpoints_dir.remote())
+    turn_lock = None
+    if several:  # they take turns on the learner's device instead of oversubscribing it
+        turn_lock = actor_class(TurnLock).options(**light, max_concurrency=len(models) + 2).remote()
+    buffers, learners, pending = {}, {}, []
+    for m in models:
+        learner_cls = resolve_learner(m.algorithm)
+        transforms = m.buffer.reward_transforms
+        final, step, sampling = transforms or default_transforms()
+        if transforms is None and learner_cls.normalizes_advantages:
+            sampling = None  # A2C/PPO/GRPO normalise their advantages themselves (per env, per group)
+        buffer_cls = EpisodeBuffer if learner_cls.needs_episodes else StepBuffer
+        buffer = actor_class(buffer_cls).options(**light, name=f"Buffer-{m.name}" if several else "Buffer").remote(
+            max_buffer_size=m.buffer.size, tracker=tracker, final_reward_transformation=final,
+            step_reward_transformation=step, sampling_reward_transformation=sampling,
+            max_staleness=m.buffer.max_staleness, seed=cfg.seed, dedupe=True, lineage=lineage[m.name])
+        resumed = {}
+        if resume and resume.checkpoint is not None:
+            resumed = {"initial_lora_path": str(resume.checkpoint), "initial_version": resume.version,
+                       "restore_training_state": True}
+        placement = _near(driver_node, 1, learner_gpus)
+        learner_kwargs, algorithm_kwargs = m.learner_settings(learner_cls)
+        learner = actor_class(learner_cls).options(
+            num_cpus=1 / len(models), num_gpus=learner_gpus / len(models), **placement).remote(
+            model_name=m.model_name, lora_cfg=m.lora_cfg, **learner_kwargs,
+            buffer=buffer, tracker=tracker, model_registry=registry,
+            output_dir=os.path.join(checkpoints_dir, m.name) if several else checkpoints_dir,
+            device=m.learner_device, seed=cfg.seed, lineage=lineage[m.name], turn_lock=turn_lock,
+            keep_last=None,  # keep every adapter: lagged opponents and the registry may still point at old ones
+            on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker), **resumed)
+        pending.append((learner, algorithm_kwargs))
+        buffers[m.name], learners[m.name] = buffer, learner
+    # after the learners, so they have their place before the inference actors take theirs
+    backends, groups, samplings = _start_engines(models, lineage, gpus_per_actor, default_actors)
+    collector_buffers = {"buffers": {lineage[n]: b for n, b in buffers.items()}} if several else {
+        "buffer": buffers[models[0].name]}
     collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
-        tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=backends, sampling=inference.sampling,
-        failure_budget=cfg.failure_budget, prompt_templates=custom_templates(),
-        action_extractions=custom_action_extractions())
-    ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))  # only what it names (A2C: the critic's)
-    return Actors(tracker, registry, scheduler, buffer, collector, learner, backends, run_dir,
-                  start_version=resume.version if resume else 0)
+        tracker=tracker, game_scheduler=scheduler, backends=backends,
+        sampling=samplings[lineage[models[0].name]], failure_budget=cfg.failure_budget,
+        prompt_templates=custom_templates(), action_extractions=custom_action_extractions(),
+        **collector_buffers, **({"backend_groups": groups, "samplings": samplings} if several else {}))
+    for learner, algorithm_kwargs in pending:  # only what it names (A2C: the critic's)
+        ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))
+    first = models[0].name
+    return Actors(tracker, registry, scheduler, buffers[first], collector, learners[first], backends, run_dir,
+                  start_version=resume.version if resume else 0, learners=learners, buffers=buffers,
+                  turn_lock=turn_lock)
+
+
+def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float,
+                   default_actors: int) -> tuple[list[Any], dict[str, list[int]], dict[str | None, Any]]:
+    """The inference actors: one group per distinct base model, set up by the first model that uses
+    it (the others' adapters are served by the same engines). Returns the backends, each lineage's
+    backend indices, and each lineage's sampling settings. On CPU the groups share one CPU's worth
+    of Ray's resources (they take turns on it anyway)."""
+    by_base: dict[str, list] = {}
+    for m in models:
+        by_base.setdefault(m.model_name, []).append(m)
+    backends: list[Any] = []
+    groups: dict[str, list[int]] = {}
+    samplings: dict[str | None, Any] = {}
+    for k, (_, group) in enumerate(by_base.items()):
+        first = group[0]
+        backend = choose_backend(first.inference.get("backend", "auto"))
+        num_actors = first.inference.get("num_actors") or default_actors
+        engine = inference_config(first, backend, num_actors, gpus_per_actor, 1 / len(by_base))
+        prefix = "inference" if len(by_base) == 1 else f"inference-{k}"
+        indices = list(range(len(backends), len(backends) + num_actors))
+        backends.extend(start_inference_backends(engine, prefix=prefix))
+        for m in group:
+            groups[lineage[m.name]] = indices
+            samplings[lineage[m.name]] = inference_config(m, backend, num_actors, gpus_per_actor).sampling
+    return backends, groups, samplings
+
+
+def _has_checkpoints(checkpoints_dir: str, names: list[str]) -> bool:
+    """Whether a run's checkpoints directory (or one of its models' subdirectories) holds any."""
+    return bool(list_checkpoints(checkpoints_dir)) or any(
+        list_checkpoints(os.path.join(checkpoints_dir, n)) for n in names)
 
 
 def _near(node_id: str, cpus: float, gpus: float) -> dict:

@@ -8,6 +8,7 @@ from unstable.samplers.model_samplers import (
     LaggedModelSampler,
     MatchQualityModelSampler,
     MirrorModelSampler,
+    PoolModelSampler,
 )
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "LaggedModelSampler",
     "MatchQualityModelSampler",
     "MirrorModelSampler",
+    "PoolModelSampler",
     "UniformRandomEnvSampler",
     "env_samplers",
     "model_samplers",

@@ -8,7 +8,7 @@ from typing import Any
 from unstable.utils.checks import check_choice, check_int
 
 ENV_SAMPLING_STRATEGIES = ("random",)
-OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality")
+OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality", "pool")
 
 
 @dataclass
@@ -18,8 +18,9 @@ class SamplerConfig:
     env_sampling_strategy: str = "random"
     """How the next train env is picked: ``"random"`` (uniform over ``train_envs``)."""
     opponent_sampling_strategy: str = "none"
-    """``"none"``/``"mirror"`` (self-play), ``"fixed"`` (one of ``fixed_opponents``), ``"lagged"``
-    or ``"match-quality"``."""
+    """Who fills ``"opponent"`` seats: ``"none"``/``"mirror"`` (self-play), ``"fixed"`` (one of
+    ``fixed_opponents``), ``"lagged"``, ``"match-quality"``, or ``"pool"`` (the other trainable models'
+    checkpoints and ``fixed_opponents``; see :mod:`unstable.samplers.model_samplers`)."""
     fixed_opponents: Any = ("random",)
     """Opponent names for ``"fixed"``: scripted ones, adapter directories or API model names (the
     seed's default was an API model, which needs a key)."""

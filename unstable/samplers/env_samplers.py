@@ -30,7 +30,7 @@ so a run is reproducible from ``rng_seed``.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
@@ -67,14 +67,25 @@ class BaseEnvSampler:
     def has_eval(self) -> bool:
         return bool(self.eval_env_specs)
 
-    def sample(self, kind: Kind = "train") -> TrainEnvSpec | EvalEnvSpec:
+    def sample(self, kind: Kind = "train", where: Callable[[TrainEnvSpec | EvalEnvSpec], bool] | None = None
+               ) -> TrainEnvSpec | EvalEnvSpec | None:
+        """A spec of ``kind``; with ``where``, only among the specs it accepts (``None`` if it accepts none).
+
+        The scheduler passes ``where`` to leave out train specs whose every trainable model is
+        paused (its buffer full, or its learner done)."""
         if kind == "train":
-            return self._pick(self.train_env_specs, kind)
-        if kind == "eval":
+            specs = self.train_env_specs
+        elif kind == "eval":
             if not self.eval_env_specs:
                 raise ValueError("no eval_env_specs were given; check has_eval() before asking for an eval env")
-            return self._pick(self.eval_env_specs, kind)
-        raise ValueError(f"kind must be 'train' or 'eval', got {kind!r}")
+            specs = self.eval_env_specs
+        else:
+            raise ValueError(f"kind must be 'train' or 'eval', got {kind!r}")
+        if where is not None:
+            specs = [spec for spec in specs if where(spec)]
+            if not specs:
+                return None
+        return self._pick(specs, kind)
 
     def _pick(self, specs: list, kind: Kind):
         raise NotImplementedError(f"{type(self).__name__} must implement _pick(specs, kind)")

@@ -7,27 +7,37 @@ Answers are :class:`~unstable.records.PolicyRef`: ``kind="checkpoint"`` with the
 ``version`` = iteration for learner checkpoints, ``"scripted"`` or ``"api"`` for fixed models.
 
 Samplers only read the registry: the scheduler sends every finished game to
-``registry.record_game``, and the registry alone updates ratings and match counts. Strategies:
+``registry.record_game``, and the registry alone updates ratings and match counts.
 
-* ``BaseModelSampler`` / ``MirrorModelSampler``: the current checkpoint (``"none"``, ``"mirror"``);
+Every method takes the ``lineage`` it picks for: the trainable model whose seat the opponent
+faces (``None``: the registry's first lineage, which is the only one in a one-model run). Strategies:
+
+* ``BaseModelSampler`` / ``MirrorModelSampler``: the lineage's current checkpoint (``"none"``, ``"mirror"``);
 * ``FixedOpponentModelSampler``: uniform over the fixed models (``"fixed"``);
-* ``LaggedModelSampler``: a checkpoint ``lag`` versions back, or uniform over the last ``window``;
-* ``MatchQualityModelSampler``: ∝ exp(TrueSkill match quality vs the current checkpoint / temperature).
+* ``LaggedModelSampler``: a checkpoint of the lineage ``lag`` versions back, or uniform over its last ``window``;
+* ``MatchQualityModelSampler``: ∝ exp(TrueSkill match quality vs the lineage's current checkpoint /
+  temperature), over every other model: all lineages' checkpoints and the fixed models;
+* ``PoolModelSampler``: uniform over the other lineages' checkpoints (current and past) and the
+  fixed models (``"pool"``; a run with several trainable models).
 
 To write your own, subclass and override ``sample_opponent``::
 
     class NewestFixedOrSelf(BaseModelSampler):
         '''Half the games against the last fixed model added, half mirror.'''
 
-        def sample_opponent(self) -> PolicyRef:
+        def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
             fixed = call(self.model_registry, "fixed_uids")
             if fixed and self.rng.random() < 0.5:
                 return call(self.model_registry, "policy_ref", fixed[-1])
-            return self.get_current_ckpt()
+            return self.get_current_ckpt(lineage)
+
+(A ``sample_opponent(self)`` without ``lineage``, as the seed wrote them, still works in a run with
+one trainable model.)
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 from typing import Any
@@ -45,11 +55,11 @@ class BaseModelSampler:
         self.model_registry = model_registry
         self.rng = random.Random(rng_seed)
 
-    def get_current_ckpt(self) -> PolicyRef:
-        return call(self.model_registry, "policy_ref", None)
+    def get_current_ckpt(self, lineage: str | None = None) -> PolicyRef:
+        return call(self.model_registry, "policy_ref", None, lineage)
 
-    def sample_opponent(self) -> PolicyRef:
-        return self.get_current_ckpt()
+    def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        return self.get_current_ckpt(lineage)
 
 
 MirrorModelSampler = BaseModelSampler
@@ -58,7 +68,7 @@ MirrorModelSampler = BaseModelSampler
 class FixedOpponentModelSampler(BaseModelSampler):
     """Uniform over the registry's fixed models (API models, scripted baselines)."""
 
-    def sample_opponent(self) -> PolicyRef:
+    def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
         fixed = call(self.model_registry, "fixed_uids")
         if not fixed:
             raise ValueError("no fixed opponents registered; call registry.add_fixed(name=...) first")
@@ -83,8 +93,10 @@ class LaggedModelSampler(BaseModelSampler):
             raise ValueError(f"window must be an integer >= 1, got {window!r}")
         self.lag, self.window = lag, window
 
-    def sample_opponent(self) -> PolicyRef:
-        uids = call(self.model_registry, "checkpoint_uids")
+    def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        if lineage is None:
+            lineage = (call(self.model_registry, "lineages") or [None])[0]
+        uids = call(self.model_registry, "checkpoint_uids", lineage)
         if not uids:
             raise RuntimeError("no checkpoints registered; call registry.add_checkpoint(...) first")
         if self.lag is not None:
@@ -107,9 +119,9 @@ class MatchQualityModelSampler(BaseModelSampler):
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         self.temperature, self.include_fixed = temperature, include_fixed
 
-    def probabilities(self) -> dict[str, float]:
-        """The current sampling distribution over opponent uids."""
-        quality = call(self.model_registry, "match_qualities", None)
+    def probabilities(self, lineage: str | None = None) -> dict[str, float]:
+        """The current sampling distribution over opponent uids for ``lineage``."""
+        quality = call(self.model_registry, "match_qualities", None, lineage)
         if not self.include_fixed:
             fixed = set(call(self.model_registry, "fixed_uids"))
             quality = {uid: q for uid, q in quality.items() if uid not in fixed}
@@ -120,10 +132,45 @@ class MatchQualityModelSampler(BaseModelSampler):
         total = sum(weights.values())
         return {uid: w / total for uid, w in weights.items()}
 
-    def sample_opponent(self) -> PolicyRef:
-        probs = self.probabilities()
+    def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        probs = self.probabilities(lineage)
         if not probs:
-            return self.get_current_ckpt()
+            return self.get_current_ckpt(lineage)
         uids = list(probs)
         uid = self.rng.choices(uids, weights=[probs[u] for u in uids])[0]
         return call(self.model_registry, "policy_ref", uid)
+
+
+class PoolModelSampler(BaseModelSampler):
+    """Uniform over a pool: every checkpoint (current and past) of the *other* lineages, and the fixed
+    models. With no other lineage and no fixed model it falls back to mirror self-play."""
+
+    def pool(self, lineage: str | None = None) -> list[str]:
+        """The uids a seat facing ``lineage`` may draw."""
+        lineages = call(self.model_registry, "lineages")
+        mine = lineage if lineage is not None else (lineages[0] if lineages else None)
+        others = [uid for name in lineages if name != mine
+                  for uid in call(self.model_registry, "checkpoint_uids", name)]
+        return others + list(call(self.model_registry, "fixed_uids"))
+
+    def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        pool = self.pool(lineage)
+        if not pool:
+            return self.get_current_ckpt(lineage)
+        return call(self.model_registry, "policy_ref", self.rng.choice(pool))
+
+
+def sample_opponent_for(sampler: Any, lineage: str | None) -> PolicyRef:
+    """``sampler.sample_opponent(lineage)``; a sampler written without ``lineage`` (the seed's
+    ``sample_opponent(self)``) is asked without it, which is right in a one-lineage run."""
+    if lineage is not None and _takes_lineage(sampler.sample_opponent):
+        return sampler.sample_opponent(lineage)
+    return sampler.sample_opponent()
+
+
+def _takes_lineage(method: Any) -> bool:
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return "lineage" in params or any(p.kind is p.VAR_POSITIONAL for p in params.values())

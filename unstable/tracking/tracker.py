@@ -168,12 +168,19 @@ class Tracker:
         self._dirty.update(self._counters)
 
     def log(self, metrics: dict[str, float], step: int | None = None) -> None:
-        """Record namespaced scalars; ``step`` (or a ``train/step``/``train/version`` value) sets the learner step."""
+        """Record namespaced scalars; ``step`` (or a ``train/step``/``train/version`` value) sets the learner
+        step (with several models, a ``<model>/train/step`` moves it to the furthest model's)."""
         if self._dropped_after_close("log"):
             return
         values = {key: _as_float(key, value) for key, value in metrics.items()}
         if step is None:
             step = next((int(values[k]) for k in STEP_KEYS if k in values and math.isfinite(values[k])), None)
+            # a model's learner in a run with several (``alice/train/step``): the run's step is the furthest
+            model_steps = [int(v) for k, v in values.items()
+                           if k.split("/", 1)[-1] in STEP_KEYS and "/" in k.split("/", 1)[-1] and math.isfinite(v)
+                           and k not in STEP_KEYS]
+            if step is None and model_steps:
+                step = max(self._learner_step, *model_steps)
         if step is not None:
             self.set_learner_step(step)
         self._write({key: self._record(key, value) for key, value in values.items()})
