@@ -119,3 +119,17 @@ def model_dir(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("tiny") / "qwen3"
     transformers.Qwen3ForCausalLM(config).save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Fail the test if a failed validation ever reached Ray or the actors."""
+    import unstable.run.wiring
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("Ray or its actors were started before validation finished")
+
+    monkeypatch.setattr(unstable.run.wiring, "start_actors", must_not_run)
+    monkeypatch.setattr(unstable.run.wiring, "ensure_ray", must_not_run)
+    for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)

@@ -346,20 +346,6 @@ def _fill(value, subs: dict[str, str]):
     return value
 
 
-@pytest.fixture
-def no_ray(monkeypatch):
-    """Fail the test if a failed validation ever reached Ray or the actors."""
-    import unstable.run.wiring
-
-    def must_not_run(*args, **kwargs):
-        raise AssertionError("Ray or its actors were started before validation finished")
-
-    monkeypatch.setattr(unstable.run.wiring, "start_actors", must_not_run)
-    monkeypatch.setattr(unstable.run.wiring, "ensure_ray", must_not_run)
-    for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.mark.parametrize(("kind", "value", "match"), CASES)
 def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_dir, bad_paths, tmp_path, no_ray):
     subs = {"$MODEL": tiny_model_dir, "$TMP": bad_paths, "$DIR": os.path.join(bad_paths, "yaml-dir"),

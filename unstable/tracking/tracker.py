@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from collections import Counter, defaultdict, deque
 from typing import Any
@@ -43,10 +44,19 @@ NAMESPACES = ("collect/", "train/", "eval/", "registry/", "inference/", "buffer/
 STEP_KEYS = ("train/step", "train/version")  # a log() carrying one of these moves the learner step
 
 
+_MODEL_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/")
+
+
 def check_key(key: str) -> None:
-    """Raise ValueError unless ``key`` is ``<namespace>/<name>`` with an allowed namespace."""
-    if not isinstance(key, str) or not any(key.startswith(p) and len(key) > len(p) for p in NAMESPACES):
-        raise ValueError(f"metric key {key!r} must start with one of {', '.join(NAMESPACES)} followed by a name")
+    """Raise ValueError unless ``key`` is ``<namespace>/<name>`` with an allowed namespace, or
+    ``<model>/<namespace>/<name>`` (a model's own metrics in a run with several trainable models)."""
+    def namespaced(k: str) -> bool:
+        return any(k.startswith(p) and len(k) > len(p) for p in NAMESPACES)
+
+    prefix = _MODEL_PREFIX.match(key) if isinstance(key, str) else None
+    if not isinstance(key, str) or not (namespaced(key) or (prefix and namespaced(key[prefix.end():]))):
+        raise ValueError(f"metric key {key!r} must start with one of {', '.join(NAMESPACES)} (or <model>/ and one "
+                         "of them) followed by a name")
 
 
 def _as_float(key: str, value: Any) -> float:

@@ -80,8 +80,9 @@ def transcript_line(result: GameRecord | FailedGame, learner_step: int = 0) -> d
     """The JSON-able transcript of one finished or failed game."""
     spec = result.spec
     seats = [{"player_id": a.player_id, "uid": a.policy.uid, "kind": a.policy.kind,
-              "adapter_path": a.policy.adapter_path, "version": a.policy.version, "collect_data": a.collect_data,
-              "prompt_template": a.prompt_template, "action_extraction": a.action_extraction} for a in spec.agents]
+              "adapter_path": a.policy.adapter_path, "version": a.policy.version, "lineage": a.policy.lineage,
+              "collect_data": a.collect_data, "prompt_template": a.prompt_template,
+              "action_extraction": a.action_extraction} for a in spec.agents]
     line: dict[str, Any] = {
         "format": FORMAT_VERSION, "kind": "failed" if isinstance(result, FailedGame) else "game",
         "time": time.time(), "learner_step": learner_step, "game_id": spec.game_id, "env_id": spec.env_id,
