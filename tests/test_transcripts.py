@@ -44,7 +44,7 @@ def test_a_line_holds_the_whole_game():
     assert (line["kind"], line["game_id"], line["env_id"], line["seed"]) == ("game", 7, ENV, 123)
     assert line["learner_step"] == 5
     assert line["seats"][0] == {"player_id": 0, "uid": "ckpt-2", "kind": "checkpoint", "adapter_path": "/tmp/ckpt-2",
-                                "version": 2, "collect_data": True, "prompt_template": "default",
+                                "version": 2, "lineage": None, "collect_data": True, "prompt_template": "default",
                                 "action_extraction": "default"}  # fmt: skip
     assert [t["action"] for t in line["turns"]] == ["[4]", "[0]", "[8]"]
     first = line["turns"][0]
