@@ -300,3 +300,22 @@ def test_two_models_with_different_bases_train_in_one_run(ray_session, tiny_mode
     keys = {k for line in read_metrics(run.run_dir) for k in line}
     assert {"alice/train/loss", "bob/train/loss", "alice/buffer/size", "bob/buffer/size"} <= keys
     assert not any(k.startswith("train/") for k in keys)  # every learner metric is namespaced by its model
+
+
+@pytest.mark.slow
+def test_readme_several_models_example_runs_scaled_down(ray_session, monkeypatch, tmp_path):
+    """The README's "Several trainable models" example, with fewer steps and games."""
+    from test_cli import README_BLOCKS
+
+    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (block,) = [b for b in README_BLOCKS if "seats=" in b]
+    for old, new in [('"batch_size": 64, "mini_batch_size": 16', '"batch_size": 16, "mini_batch_size": 8'),
+                     ("learning_steps=10", "learning_steps=1"),
+                     ("num_collection_workers=32", "num_collection_workers=8")]:
+        assert old in block
+        block = block.replace(old, new)
+    exec(compile(block, "README.md", "exec"), {})
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    for name in ("alice", "bob"):
+        assert (run_dir / "checkpoints" / name / "ckpt-1" / "adapter_config.json").is_file()

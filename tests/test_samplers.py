@@ -84,7 +84,8 @@ def test_mirror_sampler_returns_current_checkpoint():
     expected = PolicyRef(uid="ckpt-2", kind="checkpoint", adapter_path="/ckpts/2", version=2, lineage="model")
     assert sampler.get_current_ckpt() == expected
     assert sampler.sample_opponent() == expected
-    assert BaseModelSampler(registry_with(1)).get_current_ckpt() == PolicyRef("base", "checkpoint", None, 0, lineage="model")
+    base = PolicyRef("base", "checkpoint", None, 0, lineage="model")
+    assert BaseModelSampler(registry_with(1)).get_current_ckpt() == base
     with pytest.raises(ValueError, match="model_registry"):
         BaseModelSampler(None)
 
@@ -108,7 +109,8 @@ def test_fixed_sampler_uniform_over_fixed_models():
 
 def test_lagged_sampler_picks_exactly_lag_back_and_clamps():
     reg = registry_with(6)  # base, ckpt-1 .. ckpt-5 (current)
-    assert LaggedModelSampler(reg, lag=2).sample_opponent() == PolicyRef("ckpt-3", "checkpoint", "/ckpts/3", 3, lineage="model")
+    three_back = PolicyRef("ckpt-3", "checkpoint", "/ckpts/3", 3, lineage="model")
+    assert LaggedModelSampler(reg, lag=2).sample_opponent() == three_back
     assert LaggedModelSampler(reg, lag=0).sample_opponent().uid == "ckpt-5"
     assert LaggedModelSampler(reg, lag=50).sample_opponent().uid == "base"
     reg.add_checkpoint(uid="ckpt-6", path="/ckpts/6", iteration=6)

@@ -189,3 +189,14 @@ def test_tiny_model_path_rejects_unknown_size(tmp_path):
     with pytest.raises(ValueError, match="known sizes"):
         tiny_model_path("huge", cache_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_model_names_pick_a_tiny_size_and_seed(tmp_path, monkeypatch):
+    from unstable.models.resolve import resolve_model_name
+
+    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path))
+    assert resolve_model_name("tiny:1m:seed3") == str(tmp_path / "tiny-models" / "1m-seed3-v1")
+    assert resolve_model_name("tiny", seed=4) == str(tmp_path / "tiny-models" / "1m-seed4-v1")
+    for bad in ("tiny:1m:3", "tiny:1m:seed", "tiny:1m:seed1:x"):
+        with pytest.raises(ValueError, match="tiny:<size>:seed<N>"):
+            resolve_model_name(bad)

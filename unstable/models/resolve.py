@@ -1,13 +1,17 @@
-"""Model names: any HF id or local path, plus ``tiny`` / ``tiny:<size>`` for the built-in tiny models."""
+"""Model names: any HF id or local path, plus ``tiny`` / ``tiny:<size>`` / ``tiny:<size>:seed<N>`` for
+the built-in tiny models."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 
 
 def resolve_model_name(name: str, *, seed: int = 0) -> str:
-    """Map ``"tiny"`` or ``"tiny:10m"`` to a cached local build; return anything else unchanged.
+    """Map ``"tiny"``, ``"tiny:10m"`` or ``"tiny:1m:seed1"`` (another random init of the same size:
+    a different base model, e.g. for a second trainable model) to a cached local build; return
+    anything else unchanged. ``seed`` is the build's seed when the name does not give one.
 
     A local path that does not exist is rejected here with a clear message, rather than being
     sent to the model hub (which this library never contacts at run time); so is a local directory
@@ -18,7 +22,13 @@ def resolve_model_name(name: str, *, seed: int = 0) -> str:
     if name == "tiny" or name.startswith("tiny:"):
         from unstable.models.tiny import tiny_model_path
 
-        size = name.split(":", 1)[1] if ":" in name else "1m"
+        parts = name.split(":")
+        size = parts[1] if len(parts) > 1 else "1m"
+        if len(parts) > 3 or (len(parts) == 3 and not re.fullmatch(r"seed\d+", parts[2])):
+            raise ValueError(f"model name {name!r}: the tiny models are 'tiny', 'tiny:<size>' or "
+                             f"'tiny:<size>:seed<N>' (e.g. 'tiny:1m:seed1')")
+        if len(parts) == 3:
+            seed = int(parts[2].removeprefix("seed"))
         return str(tiny_model_path(size, seed=seed))
     looks_local = name.startswith(("/", "./", "../", "~")) or os.sep in name.strip("/").split("/", 1)[-1]
     expanded = os.path.expanduser(name)
