@@ -105,17 +105,19 @@ def test_loss_is_cross_entropy_with_a_uniform_target_over_the_legal_moves(tiny):
              for p in random_game_positions("TicTacToe-v0-train", 5, seed=4)]
     with torch.no_grad():
         loss, stats = _loss(model, batch, tok.pad_token_id)
-        terms, mass = [], []
+        terms, mass, greedy = [], [], []
         for e in batch:  # one unpadded row at a time, all logits
             logp = torch.log_softmax(model(input_ids=torch.tensor([e.ids])).logits[0].float(), -1)
             for t in range(e.prompt_len, len(e.ids)):
                 if t == e.choice_pos:
                     terms.append(-logp[t - 1, list(e.choice_ids)].mean())
                     mass.append(logp[t - 1, list(e.choice_ids)].exp().sum())
+                    greedy.append(float(int(logp[t - 1].argmax()) in e.choice_ids))
                 else:
                     terms.append(-logp[t - 1, e.ids[t]])
     assert loss.item() == pytest.approx(torch.stack(terms).mean().item(), abs=1e-4)
     assert stats["legal_mass"] == pytest.approx(torch.stack(mass).mean().item(), abs=1e-5)
+    assert stats["greedy_legal"] == pytest.approx(sum(greedy) / len(greedy))
 
 
 def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
@@ -137,14 +139,16 @@ def test_warm_start_trains_in_rounds_until_the_target(tiny_model_dir, tmp_path):
     """Rounds of fresh positions until the held-out legal-move probability reaches the target."""
     short = WarmStartConfig(positions=128, batch_size=32, warmup_steps=1, held_out=64)
     rounds = {}
-    for target, max_rounds in ((0.0, 3), (1.0, 3)):
+    for target, max_rounds in ((0.0, 3), (1.0, 3)):  # both targets: the probability and the greedy share
         seen = []
-        path, _ = warm_start_path(tiny_model_dir, replace(short, target_legal_mass=target, max_rounds=max_rounds),
+        path, _ = warm_start_path(tiny_model_dir, replace(short, target_legal_mass=target, target_greedy_legal=target,
+                                                          max_rounds=max_rounds),
                                   cache_dir=tmp_path, progress=lambda *a, seen=seen: seen.append(a))
         rounds[target] = json.loads((path / "warm_start.json").read_text())["rounds"]
         ends = [stats for step, total, stats in seen if step == total]
         assert [s["round"] for s in ends] == list(range(1, len(rounds[target]) + 1))
         assert [s["held_out_legal_mass"] for s in ends] == [r["held_out_legal_mass"] for r in rounds[target]]
+        assert all(0 <= r["held_out_greedy_legal"] <= 1 for r in rounds[target])
     assert len(rounds[0.0]) == 1  # any mass reaches 0: one round, as before rounds existed
     assert len(rounds[1.0]) == 3  # never reached: stops at max_rounds
     assert rounds[0.0][0] == rounds[1.0][0]  # the first round does not depend on the target
@@ -160,7 +164,8 @@ def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError):
         WarmStartConfig(env_id="NotAGame-v0")
     for name, bad in (("weight_decay", -0.1), ("weight_decay", math.nan), ("few_moves_bias", -1.0),
-                      ("target_legal_mass", 1.1), ("max_rounds", 0), ("held_out", 0)):
+                      ("target_legal_mass", 1.1), ("target_greedy_legal", -0.1), ("max_rounds", 0),
+                      ("held_out", 0)):
         with pytest.raises(ValueError, match=name):
             WarmStartConfig(**{name: bad})
     with pytest.raises(FileNotFoundError, match=r"config\.json"):

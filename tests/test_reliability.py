@@ -341,7 +341,7 @@ def test_a_failing_learner_stops_the_run_with_its_cause_and_keeps_the_checkpoint
         run.stop()
     assert ckpt.latest_complete(Path(run.run_dir) / "checkpoints")[0] == 1
     state = json.loads((Path(run.run_dir) / RUN_STATE_FILE).read_text())
-    assert state["learner_version"] == 1 and state["registry"]["current"] == "ckpt-1"
+    assert state["learner_version"] == 1 and state["registry"]["current"] == {"model": "ckpt-1"}
     assert find_resume_point(run.run_dir).version == 1  # and it can be resumed from there
 
 
@@ -421,11 +421,11 @@ def test_kill_9_then_resume_finishes_the_run_with_its_registry(ray_session, tiny
     registry = json.loads((run_dir / "registry" / "registry.json").read_text())
     models = {m["uid"]: m for m in registry["models"]}
     assert [u for u in models if u.startswith("ckpt-")] == [f"ckpt-{v}" for v in range(1, 7)]
-    assert registry["current"] == "ckpt-6" and "base" in models and "random" in models
+    assert registry["current"] == {"model": "ckpt-6"} and "base" in models and "random" in models
     for old in killed_state["registry"]["models"]:  # registered before the kill: still there, ratings kept
         now = models[old["uid"]]
         assert now["games"] >= old["games"]
-        if not old["fixed"] and old["uid"] != killed_state["registry"]["current"]:  # older checkpoints play no more
+        if not old["fixed"] and old["uid"] not in killed_state["registry"]["current"].values():  # no more play
             assert (now["mu"], now["sigma"], now["games"]) == (old["mu"], old["sigma"], old["games"])
     metrics = read_metrics(run_dir)
     versions = [m["train/version"] for m in metrics if "train/version" in m and not m.get("train/skipped_nonfinite")]

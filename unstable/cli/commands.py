@@ -14,7 +14,7 @@ from unstable.utils.fields import add_field_options
 
 # QuickstartConfig and WarmStartConfig fields offered as options (--warm-start-* for the latter),
 # their --help made from the fields' docstrings
-WARM_START_OPTIONS = ["positions", "target_legal_mass", "max_rounds"]
+WARM_START_OPTIONS = ["positions", "target_legal_mass", "target_greedy_legal", "max_rounds"]
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
                       "eval_workers", "seed", "algorithm", "max_staleness"]
 

@@ -275,7 +275,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
     ws = cfg.warm_start
     say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}, until "
-        f"{ws.target_legal_mass:.0%} probability on legal moves (at most {ws.max_rounds} rounds)")
+        f"{ws.target_legal_mass:.0%} probability on legal moves and a legal most likely move in "
+        f"{ws.target_greedy_legal:.0%} of held-out positions (at most {ws.max_rounds} rounds)")
     last_print = [0.0]
 
     def ws_progress(step: int, total: int, stats: dict[str, float]) -> None:
@@ -284,7 +285,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
             line = (f"  round {stats['round']}, step {step}/{total}: loss {stats['loss']:.3f}, "
                     f"probability on legal moves {stats['legal_mass']:.1%}")
             if "held_out_legal_mass" in stats:
-                line += f" (held-out positions: {stats['held_out_legal_mass']:.1%})"
+                line += (f" (held-out positions: {stats['held_out_legal_mass']:.1%}, most likely move legal in "
+                         f"{stats['held_out_greedy_legal']:.1%})")
             say(line)
 
     model, cached = warm_start_path(base, cfg.warm_start, progress=ws_progress)

@@ -154,8 +154,10 @@ class RunReader:
         state = self._json_file(self.root / "registry" / "registry.json")
         if isinstance(state, dict) and "models" in state:
             ratings = {m["uid"]: {k: v for k, v in m.items() if k != "uid"} for m in state["models"]}
-            return {"current": state.get("current"), "ratings": ratings, "match_counts": state.get("matches", {}),
-                    "source": "registry.json"}
+            current = state.get("current")  # each lineage's current checkpoint (before lineages: one uid)
+            currents = current if isinstance(current, dict) else ({"model": current} if current else {})
+            return {"current": next(iter(currents.values()), None), "currents": currents, "ratings": ratings,
+                    "match_counts": state.get("matches", {}), "source": "registry.json"}
         ratings: dict[str, dict[str, float]] = defaultdict(dict)
         for key, value in self._latest.items():
             if key.startswith("registry/") and key.endswith(("/mu", "/sigma")):
