@@ -319,3 +319,40 @@ def test_readme_several_models_example_runs_scaled_down(ray_session, monkeypatch
     (run_dir,) = (tmp_path / "runs").iterdir()
     for name in ("alice", "bob"):
         assert (run_dir / "checkpoints" / name / "ckpt-1" / "adapter_config.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_run_with_two_models_resumes_both_lineages(ray_session, tiny_model_dir, tmp_path):
+    """Stop after 2 updates per model, resume to 3: each learner continues from its own newest
+    checkpoint (optimiser state included), and the registry keeps both lineages."""
+    import torch
+
+    import unstable
+
+    run = unstable.build(**two_model_kwargs(tiny_model_dir, tmp_path, run_name="two"))
+    try:
+        run.start(learning_steps=2, num_collection_workers=8, num_eval_workers=0)
+    finally:
+        run.stop()
+    run_dir = run.run_dir
+    state = json.loads(open(os.path.join(run_dir, "run_state.json")).read())
+    assert state["learner_versions"] == {"alice": 2, "bob": 2}
+    resumed = unstable.build(resume_from=run_dir)
+    try:
+        assert resumed.actors.start_versions == {"alice": 2, "bob": 2}
+        summary = resumed.start(learning_steps=3, num_collection_workers=8, num_eval_workers=0)
+    finally:
+        resumed.stop()
+    assert [u for u in summary["checkpoints"] if u.startswith("alice")] == [
+        "alice-base", "alice-ckpt-1", "alice-ckpt-2", "alice-ckpt-3"]
+    assert [u for u in summary["checkpoints"] if u.startswith("bob")] == [
+        "bob-base", "bob-ckpt-1", "bob-ckpt-2", "bob-ckpt-3"]
+    for name in ("alice", "bob"):
+        trainer = torch.load(os.path.join(run_dir, "checkpoints", name, "ckpt-3", "trainer_state.pt"),
+                             weights_only=False)
+        assert trainer["version"] == 3
+        # Adam's step count went on from the resumed optimiser: 3 updates in all, not 1
+        steps = [s["step"] for s in trainer["optimizers"]["train/grad_norm"]["state"].values()]
+        assert steps and all(int(s) == 3 for s in steps)
+    final = json.loads(open(os.path.join(run_dir, "run_state.json")).read())
+    assert final["learner_versions"] == {"alice": 3, "bob": 3}

@@ -60,8 +60,11 @@ class Run:
 
     def start(self, learning_steps: int = 200, num_collection_workers: int = 256, num_eval_workers: int = 16,
               *, block: bool = True) -> dict | None:
-        """Collect with that many games in flight and train until the learner has made ``learning_steps``
-        updates in all (a resumed run makes only the ones still missing)."""
+        """Collect with that many games in flight and train until the learner (every model's, with
+        several) has made ``learning_steps`` updates in all (a resumed run makes only the ones still
+        missing)."""
+        import ray
+
         check_int("learning_steps", learning_steps, 1)
         check_int("num_collection_workers", num_collection_workers, 1)
         check_int("num_eval_workers", num_eval_workers, 0)
@@ -72,17 +75,23 @@ class Run:
                                              "num_eval_workers": num_eval_workers})
         a = self.actors
         self._started = True
-        remaining = learning_steps - self.start_version
-        if remaining <= 0:
-            print(f"unstable: the learner is already at step {self.start_version} >= learning_steps "
+        learners = a.learners or {"model": a.learner}
+        remaining = {name: learning_steps - a.start_versions.get(name, self.start_version) for name in learners}
+        done = [name for name, n in remaining.items() if n <= 0]
+        for name in done:
+            who = "the learner" if len(learners) == 1 else f"{name}'s learner"
+            print(f"unstable: {who} is already at step {learning_steps - remaining[name]} >= learning_steps "
                   f"({learning_steps}); nothing to train", flush=True)
+        if len(done) == len(learners):
             return self.summary() if block else None
         self._collect_ref = a.collector.collect.remote(num_collection_workers, num_eval_workers)
-        self._train_refs = [learner.train.remote(remaining) for learner in self._learners()]
+        self._train_refs = []
+        for name, learner in learners.items():
+            if remaining[name] > 0:
+                self._train_refs.append(learner.train.remote(remaining[name]))
+            else:  # its buffer takes no more games: collection goes on for the others
+                ray.get(a.buffers[name].stop.remote())
         return self.wait() if block else None
-
-    def _learners(self) -> list:
-        return list(self.actors.learners.values()) or [self.actors.learner]
 
     def wait(self) -> dict:
         """Block until training is done (every learner's, with several models); then stop

@@ -434,9 +434,6 @@ class BuildConfig:
                 raise ValueError(f"{'model_name' if len(self.models) == 1 else f'models[{i}].model_name'}: "
                                  f"{exc}") from None
         _check_seats(self)
-        if self.resume_from and len(self.models) > 1:
-            raise ValueError("resume_from: resuming a run with several trainable models is not supported yet; "
-                             "start it again, or resume each model's latest checkpoint as a one-model run")
         self.samplers.fixed_opponents = _check_opponents(self)
 
     def __getattr__(self, name: str) -> Any:

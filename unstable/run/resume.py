@@ -2,8 +2,9 @@
 
 What a run directory keeps for this (all written atomically: temp file or dir, then ``os.replace``):
 
-* ``checkpoints/ckpt-N/``: the adapter, ``trainer_state.pt`` (optimiser and RNG states, the
-  version) and a ``COMPLETE`` marker, written by the learner after each update;
+* ``checkpoints/ckpt-N/`` (with several trainable models, ``checkpoints/<model>/ckpt-N/``): the
+  adapter, ``trainer_state.pt`` (optimiser and RNG states, the version) and a ``COMPLETE`` marker,
+  written by the learner after each update;
 * ``run_state.json``: the registry (every checkpoint, ratings, match counts), the scheduler
   (game-id and seed counters, RNG states) and the tracker (learner step, counters), written by
   :class:`RunStateWriter` after each checkpoint is registered and when the run ends;
@@ -50,11 +51,13 @@ class RunStateWriter:
         self.registry, self.scheduler, self.tracker = registry, scheduler, tracker
 
     def __call__(self, learner_version: int) -> None:
+        registry = call(self.registry, "state_dict")
         state = {
             "format": 1,
             "time": time.time(),
             "learner_version": int(learner_version),
-            "registry": call(self.registry, "state_dict"),
+            "learner_versions": lineage_versions(registry),
+            "registry": registry,
             "scheduler": call(self.scheduler, "state_dict"),
             "tracker": call(self.tracker, "state_dict"),
         }
@@ -62,28 +65,45 @@ class RunStateWriter:
         atomic_write_json(os.path.join(self.run_dir, RUN_STATE_FILE), state)
 
 
+def lineage_versions(registry_state: dict[str, Any]) -> dict[str, int]:
+    """Each lineage's current learner version in a registry snapshot (``ModelRegistry.state_dict()``)."""
+    current = registry_state.get("current") or {}
+    uids = set(current.values()) if isinstance(current, dict) else {current}
+    return {m.get("lineage") or "model": int(m["iteration"]) for m in registry_state.get("models", [])
+            if m["uid"] in uids and m.get("iteration") is not None}
+
+
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where a resumed run starts: the newest complete checkpoint and the state snapshot."""
+    """Where a resumed run (or, with several trainable models, one model of it) starts: the newest
+    complete checkpoint and the state snapshot."""
 
     run_dir: Path
     version: int  # 0: no checkpoint yet (start from the base weights)
     checkpoint: Path | None
     state: dict[str, Any] | None  # run_state.json (scheduler counters already moved past the last games)
+    lineage: str | None = None  # the model, in a run with several (its checkpoints: checkpoints/<lineage>/)
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        root = self.run_dir / "checkpoints"
+        return root / self.lineage if self.lineage else root
 
     @property
     def complete_checkpoints(self) -> dict[int, Path]:
         """Complete checkpoints up to :attr:`version`, by version."""
-        found = ckpt.list_checkpoints(self.run_dir / "checkpoints", complete_only=True)
+        found = ckpt.list_checkpoints(self.checkpoints_dir, complete_only=True)
         return {v: p for v, p in sorted(found.items()) if v <= self.version}
 
 
-def find_resume_point(run_dir: str | os.PathLike) -> ResumePoint:
-    """Inspect ``run_dir`` and say where a resumed run starts; raises ``ValueError`` if it cannot."""
+def find_resume_point(run_dir: str | os.PathLike, lineage: str | None = None) -> ResumePoint:
+    """Inspect ``run_dir`` and say where a resumed run (or its model ``lineage``, in a run with
+    several) starts; raises ``ValueError`` if it cannot."""
     root = Path(run_dir).expanduser().resolve()
-    ckpt_dir = root / "checkpoints"
-    if not ckpt_dir.is_dir():
+    if not (root / "checkpoints").is_dir():
         raise ValueError(f"{root} is not a run directory (it has no checkpoints/ folder)")
+    ckpt_dir = root / "checkpoints" / lineage if lineage else root / "checkpoints"
+    ckpt_dir.mkdir(exist_ok=True)  # a model that had not checkpointed yet starts from its base weights
     removed = ckpt.clean_partial(ckpt_dir)
     if removed:
         log.warning("resume: removed %d unfinished checkpoint write(s) in %s: %s", len(removed), ckpt_dir, removed)
@@ -101,11 +121,13 @@ def find_resume_point(run_dir: str | os.PathLike) -> ResumePoint:
         state = json.loads(state_path.read_text(encoding="utf-8"))
         if state.get("format") != 1:
             raise ValueError(f"{state_path}: unknown run state format {state.get('format')!r}")
-        if state["learner_version"] > version:
-            raise ValueError(f"{state_path} is from learner version {state['learner_version']} but the newest "
-                             f"complete checkpoint is ckpt-{version}; were checkpoints deleted?")
+        saved = state["learner_version"] if lineage is None else \
+            state.get("learner_versions", lineage_versions(state["registry"])).get(lineage, 0)
+        if saved > version:
+            raise ValueError(f"{state_path} is from learner version {saved}{f' of {lineage}' if lineage else ''} but "
+                             f"the newest complete checkpoint is ckpt-{version}; were checkpoints deleted?")
         _skip_issued_games(state["scheduler"], root)
-    return ResumePoint(root, version, path, state)
+    return ResumePoint(root, version, path, state, lineage)
 
 
 def _skip_issued_games(scheduler_state: dict[str, Any], run_dir: Path) -> None:

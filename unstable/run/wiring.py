@@ -79,6 +79,7 @@ class Actors:
     learners: dict[str, Any] = field(default_factory=dict)  # model name -> learner actor
     buffers: dict[str, Any] = field(default_factory=dict)  # model name -> buffer actor
     turn_lock: Any = None  # the learners' TurnLock, when several share a device
+    start_versions: dict[str, int] = field(default_factory=dict)  # model name -> its version at start (resumed)
 
     def all(self) -> list[Any]:
         learners = list(self.learners.values()) or [self.learner]
@@ -126,7 +127,9 @@ def start_actors(cfg, run_name: str) -> Actors:
     models = cfg.models
     several = len(models) > 1
     lineage = {m.name: (m.name if several else None) for m in models}  # registry lineage / metrics prefix
-    resume = find_resume_point(cfg.resume_from) if cfg.resume_from else None
+    # where each model resumes (one point per model; they share the run's state snapshot)
+    points = {m.name: find_resume_point(cfg.resume_from, lineage[m.name]) for m in models} if cfg.resume_from else {}
+    resume = points[models[0].name] if points else None
     ensure_ray(cfg.ray_address)
     driver_node = ray.get_runtime_context().get_node_id()
     # hard affinity: a soft one lets Ray place them on any node whose worker pool is less busy
@@ -150,8 +153,9 @@ def start_actors(cfg, run_name: str) -> Actors:
             ray.get(registry.add_checkpoint.remote(uid=checkpoint_uid(0, lineage[m.name]), path=None, iteration=0,
                                                    lineage=lineage[m.name]))
     if resume:
-        _register_missing_checkpoints(registry, resume)
-        ray.get(tracker.set_learner_step.remote(resume.version))
+        for point in points.values():
+            _register_missing_checkpoints(registry, point)
+        ray.get(tracker.set_learner_step.remote(max(p.version for p in points.values())))
     samplers = cfg.samplers
     opponents = set(samplers.fixed_opponents if samplers.opponent_sampling_strategy in ("fixed", "pool") else ())
     opponents |= {spec.fixed_opponent for spec in cfg.eval_envs}
@@ -186,8 +190,9 @@ def start_actors(cfg, run_name: str) -> Actors:
             step_reward_transformation=step, sampling_reward_transformation=sampling,
             max_staleness=m.buffer.max_staleness, seed=cfg.seed, dedupe=True, lineage=lineage[m.name])
         resumed = {}
-        if resume and resume.checkpoint is not None:
-            resumed = {"initial_lora_path": str(resume.checkpoint), "initial_version": resume.version,
+        point = points.get(m.name)
+        if point is not None and point.checkpoint is not None:
+            resumed = {"initial_lora_path": str(point.checkpoint), "initial_version": point.version,
                        "restore_training_state": True}
         placement = _near(driver_node, 1, learner_gpus)
         learner_kwargs, algorithm_kwargs = m.learner_settings(learner_cls)
@@ -215,7 +220,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     first = models[0].name
     return Actors(tracker, registry, scheduler, buffers[first], collector, learners[first], backends, run_dir,
                   start_version=resume.version if resume else 0, learners=learners, buffers=buffers,
-                  turn_lock=turn_lock)
+                  turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()})
 
 
 def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float,
@@ -263,5 +268,6 @@ def _register_missing_checkpoints(registry, resume) -> None:
     checkpoint and its snapshot), oldest first, so the registry ends at the resumed version."""
     known = set(ray.get(registry.checkpoint_uids.remote()))
     for version, path in resume.complete_checkpoints.items():
-        if f"ckpt-{version}" not in known:
-            ray.get(registry.add_checkpoint.remote(uid=f"ckpt-{version}", path=str(path), iteration=version))
+        uid = checkpoint_uid(version, resume.lineage)
+        if uid not in known:
+            ray.get(registry.add_checkpoint.remote(uid=uid, path=str(path), iteration=version, lineage=resume.lineage))
