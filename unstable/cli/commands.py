@@ -267,8 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _quiet_libraries() -> None:
-    """Keep the terminal for our own progress: no per-load progress bars from transformers."""
+    """Keep the terminal for our own progress: no per-load progress bars from transformers, here or
+    in the Ray actors (which inherit this process's environment when it starts Ray)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
