@@ -19,6 +19,13 @@ PolicyKind = Literal["checkpoint", "scripted", "api"]
 Outcome = Literal["win", "draw", "loss"]
 
 
+def checkpoint_uid(version: int, lineage: str | None = None) -> str:
+    """The registry uid of a lineage's checkpoint: ``base`` / ``ckpt-N`` for ``lineage=None`` (a
+    one-model run, the seed's names), ``alice-base`` / ``alice-ckpt-N`` for ``lineage="alice"``."""
+    name = "base" if version == 0 else f"ckpt-{version}"
+    return name if lineage is None else f"{lineage}-{name}"
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyRef:
     """Who played a seat: enough to find the same policy again and to rate it.

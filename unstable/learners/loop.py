@@ -27,8 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from unstable.learners.protocol import Learner, UpdateResult
-from unstable.records import TrainBatch
-from unstable.registry.model_registry import checkpoint_uid
+from unstable.records import TrainBatch, checkpoint_uid
 from unstable.utils.calls import call
 
 

@@ -65,13 +65,6 @@ def fixed_policy_ref(name: str) -> PolicyRef:
     return PolicyRef(uid=name, kind="api")
 
 
-def checkpoint_uid(version: int, lineage: str | None = None) -> str:
-    """The registry uid of a lineage's checkpoint: ``base`` / ``ckpt-N`` for ``lineage=None`` (a
-    one-model run, the seed's names), ``alice-base`` / ``alice-ckpt-N`` for ``lineage="alice"``."""
-    name = "base" if version == 0 else f"ckpt-{version}"
-    return name if lineage is None else f"{lineage}-{name}"
-
-
 def score_ranks(scores: list[float]) -> list[int]:
     """Competition ranks, 0 = best: ``[1, 0, -1, 1] -> [0, 2, 3, 0]``."""
     return [sum(other > s for other in scores) for s in scores]

@@ -30,8 +30,9 @@ from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
 from unstable.learners.loop import TurnLock
+from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
-from unstable.registry.model_registry import checkpoint_uid, fixed_policy_ref
+from unstable.registry.model_registry import fixed_policy_ref
 from unstable.reward_transformations import default_transforms
 from unstable.run.remote import actor_class, start_inference_backends
 from unstable.run.resume import RunStateWriter, find_resume_point
