@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import TTT, make_sample, small_run_kwargs
@@ -335,7 +336,7 @@ def test_a_run_with_two_models_resumes_both_lineages(ray_session, tiny_model_dir
     finally:
         run.stop()
     run_dir = run.run_dir
-    state = json.loads(open(os.path.join(run_dir, "run_state.json")).read())
+    state = json.loads(Path(run_dir, "run_state.json").read_text())
     assert state["learner_versions"] == {"alice": 2, "bob": 2}
     resumed = unstable.build(resume_from=run_dir)
     try:
@@ -354,5 +355,5 @@ def test_a_run_with_two_models_resumes_both_lineages(ray_session, tiny_model_dir
         # Adam's step count went on from the resumed optimiser: 3 updates in all, not 1
         steps = [s["step"] for s in trainer["optimizers"]["train/grad_norm"]["state"].values()]
         assert steps and all(int(s) == 3 for s in steps)
-    final = json.loads(open(os.path.join(run_dir, "run_state.json")).read())
+    final = json.loads(Path(run_dir, "run_state.json").read_text())
     assert final["learner_versions"] == {"alice": 3, "bob": 3}
