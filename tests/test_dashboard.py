@@ -282,3 +282,26 @@ def test_live_source_through_named_ray_actors_falls_back_to_files(recorded_run, 
     finally:
         ray.kill(live)
         ray.kill(buffer)
+
+
+def test_a_run_with_several_models_gets_a_learner_panel_each(tmp_path):
+    """Each model's ``<model>/train/...`` and ``<model>/buffer/...`` metrics in its own panel; every
+    lineage's current checkpoint stays on the TrueSkill ladder."""
+    run_dir = tmp_path / "run"
+    models = [{"name": "alice", "buffer": {"size": 32}}, {"name": "bob", "learner": {"batch_size": 8}}]
+    tracker = Tracker("two", run_dir=str(run_dir), use_wandb=False, config={"run_name": "two", "models": models})
+    registry = ModelRegistry(tracker=tracker)
+    for name in ("alice", "bob"):
+        registry.add_checkpoint(uid=f"{name}-base", path=None, iteration=0, lineage=name)
+    registry.add_checkpoint(uid="alice-ckpt-1", path="/tmp/a1", iteration=1, lineage="alice")
+    tracker.log({"alice/train/loss": 0.5, "alice/train/version": 1, "alice/buffer/size": 8})
+    tracker.log({"bob/train/loss": 0.125, "bob/train/version": 3, "bob/buffer/size": 4})
+    tracker.log({"alice/train/loss": 0.375, "alice/train/version": 2, "alice/buffer/size": 24})
+    registry.save(str(run_dir / "registry" / "registry.json"))
+    info = RunReader(run_dir).info()
+    assert info["learner_step"] == 3  # the furthest model's
+    text = text_of(render(info), width=200)
+    assert "Learner: alice" in text and "Learner: bob" in text and "Learner " not in text.replace("Learner:", "")
+    assert re.search(r"loss\s+0\.3750", text) and re.search(r"loss\s+0\.1250", text)
+    assert "24 / 32" in text and "4 / 16" in text  # each buffer against its own capacity (bob's: 2 x batch)
+    assert "alice-ckpt-1" in text and "bob-base" in text  # both lineages' current checkpoints

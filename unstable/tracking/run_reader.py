@@ -94,6 +94,7 @@ class RunReader:
         self._counts: dict[str, int] = {}
         self._last_line: dict[str, Any] = {}
         self._games: deque[list[float]] = deque(maxlen=history)
+        self._history = history
         self._series: dict[str, deque[float]] = {key: deque(maxlen=history) for key in SERIES_KEYS}
         self._diversity = ActionDiversity(window=window, min_games=1)
         self._matches: dict[str, Counter[str]] = defaultdict(Counter)
@@ -112,8 +113,8 @@ class RunReader:
                 continue
             self._windows.setdefault(key, deque(maxlen=self.window)).append(float(value))
             self._latest[key] = float(value)
-            if key in self._series:
-                self._series[key].append(float(value))
+            if key in self._series or key.split("/", 1)[-1] in SERIES_KEYS:  # also <model>/train/loss ...
+                self._series.setdefault(key, deque(maxlen=self._history)).append(float(value))
 
     def _add_transcript(self, line: dict[str, Any]) -> None:
         self._transcript_games += 1

@@ -186,8 +186,32 @@ def collection_panel(info: dict) -> Panel:
     return _panel(Group(*parts), title, style)
 
 
-def learner_panel(info: dict) -> Panel:
-    title, style = "Learner", "magenta"
+def model_names(info: dict) -> list[str]:
+    """The trainable models of a run with several (from its config); empty for a one-model run."""
+    models = (info.get("config") or {}).get("models")
+    names = [m.get("name") for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+    return names if len(names) > 1 and all(isinstance(n, str) for n in names) else []
+
+
+def model_view(info: dict, model: str) -> dict:
+    """``info`` as one model of several sees it: its ``<model>/train/...`` and ``<model>/buffer/...``
+    metrics under the plain names the learner panel reads."""
+    prefix = f"{model}/"
+
+    def strip(d: dict) -> dict:
+        return {k[len(prefix):]: v for k, v in (d or {}).items() if k.startswith(prefix)}
+
+    means = strip((info.get("means") or {}).get(model, {}))
+    return {**info, "latest": strip(info.get("latest")), "buffer": {}, "history": strip(info.get("history")),
+            "means": {ns: {k: v for k, v in means.items() if k.startswith(f"{ns}/")} for ns in ("train", "buffer")},
+            "learner_step": None}
+
+
+def learner_panel(info: dict, model: str | None = None) -> Panel:
+    """The learner and its buffer; with ``model``, that model's of several."""
+    title, style = ("Learner" if model is None else f"Learner: {model}"), "magenta"
+    if model is not None:
+        info = model_view(info, model)
     latest = info.get("latest") or {}
     train = {**_means(info, "train"), **{k: v for k, v in latest.items() if k.startswith("train/")}}
     buffer = {**_means(info, "buffer"), **(info.get("buffer") or {})}
@@ -210,7 +234,7 @@ def learner_panel(info: dict) -> Panel:
     table.add_row("update", fmt(train.get("train/update_seconds"), ".1f", " s"), "")
     size = buffer.get("buffer/size")
     config = info.get("config") or {}
-    capacity = _buffer_capacity(config)
+    capacity = _buffer_capacity(config, model)
     fill = size / capacity if size is not None and capacity else None
     table.add_row("buffer", f"{fmt(size, '.0f')} / {capacity or '?'}", _bar(fill, 20) if fill is not None else "")
     table.add_row("added · stale", f"{fmt(buffer.get('buffer/added'), '.0f')} · "
@@ -218,10 +242,12 @@ def learner_panel(info: dict) -> Panel:
     return _panel(table, title, style)
 
 
-def _buffer_capacity(config: dict) -> int | None:
-    """The buffer's size from ``config.json``: nested (``models[0].buffer.size``) or, from older runs, flat."""
-    models = config.get("models")
-    model = models[0] if isinstance(models, list) and models and isinstance(models[0], dict) else {}
+def _buffer_capacity(config: dict, name: str | None = None) -> int | None:
+    """The buffer's size from ``config.json``: nested (``models[i].buffer.size``, of the model called
+    ``name``, else the first) or, from older runs, flat."""
+    models = [m for m in config.get("models") or [] if isinstance(m, dict)] if isinstance(
+        config.get("models"), list) else []
+    model = next((m for m in models if m.get("name") == name), models[0] if models else {})
     size = (model.get("buffer") or {}).get("size") or config.get("buffer_size")
     batch = (model.get("learner") or {}).get("batch_size") or config.get("batch_size")
     return size or (2 * batch if batch else None)
@@ -243,9 +269,10 @@ def trueskill_panel(info: dict, top: int = 12, width: int = 28) -> Panel:
     ratings = _ratings(info)
     if not ratings:
         return _waiting(title, style)
-    current = (info.get("registry") or {}).get("current")
+    registry = info.get("registry") or {}
+    currents = set((registry.get("currents") or {}).values()) | {registry.get("current")}  # every lineage's
     by_mu = sorted(ratings, key=lambda uid: (-ratings[uid]["mu"], uid))
-    keep = [uid for uid in by_mu if uid == current or ratings[uid].get("fixed")]  # always shown
+    keep = [uid for uid in by_mu if uid in currents or ratings[uid].get("fixed")]  # always shown
     keep += [uid for uid in by_mu if uid not in keep][: max(0, top - len(keep))]
     ranked = [(uid, ratings[uid]) for uid in by_mu if uid in keep]
     lo = math.floor(min(r["mu"] - r["sigma"] for _, r in ranked)) - 1
@@ -257,7 +284,7 @@ def trueskill_panel(info: dict, top: int = 12, width: int = 28) -> Panel:
         bar.append("▓" * (cells[1] - cells[0]), style="yellow")
         bar.append("░" * (cells[2] - cells[1]), style="dim yellow")
         wdl = "/".join(str(r[k]) for k in ("wins", "draws", "losses")) if "wins" in r else "-"
-        name = Text(short(uid, 20), style="bold" if uid == current else ("cyan" if r.get("fixed") else ""))
+        name = Text(short(uid, 20), style="bold" if uid in currents else ("cyan" if r.get("fixed") else ""))
         table.add_row(name, bar, f"{r['mu']:.1f} ± {r['sigma']:.1f}", fmt(r.get("games"), "d"), wdl)
     return _panel(table, title, style)
 
@@ -321,7 +348,9 @@ class Dashboard:
 
     def rows(self) -> list[tuple[Panel, ...]]:
         i = self.info
-        return [(inference_panel(i), learner_panel(i)), (collection_panel(i),),
+        learners = [learner_panel(i, name) for name in model_names(i)] or [learner_panel(i)]
+        panels = [inference_panel(i), *learners]  # a learner panel per model, two to a row
+        return [*(tuple(panels[k:k + 2]) for k in range(0, len(panels), 2)), (collection_panel(i),),
                 (trueskill_panel(i), heatmap_panel(i)), (diversity_panel(i),)]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
