@@ -104,3 +104,22 @@ def test_moving_average_weights_steps_by_their_counts():
 def test_win_rate_bins_pool_consecutive_steps():
     bins = _win_rate_bins(steps=[0, 1, 2, 3], wins=[1.0, 4.0, 0.0, 8.0], games=[2, 6, 4, 8])
     assert bins == [(0.75, 5, 8), (2 + 8 / 12 * 1, 8, 12)]  # (0*2 + 1*6)/8; (2*4 + 3*8)/12
+
+
+def test_several_models_get_a_curve_each_at_their_own_steps(tmp_path, monkeypatch):
+    """alice is at step 3 while bob is at 1: each curve's points sit at its own model's steps."""
+    from unstable.ui import plots
+
+    rows = [{"learner_step": 1, "alice/train/version": 1, "alice/train/loss": 0.5},
+            {"learner_step": 1, "bob/train/version": 1, "bob/train/loss": 0.25},
+            {"learner_step": 2, "alice/train/version": 2, "alice/train/loss": 0.375},
+            {"learner_step": 3, "alice/train/version": 3, "alice/train/loss": 0.125}]
+    assert plots._by_step(rows, "alice/train/loss") == ([1, 2, 3], [0.5, 0.375, 0.125], [1, 1, 1])
+    assert plots._by_step(rows, "bob/train/loss") == ([1], [0.25], [1])
+    assert plots._model_of("alice/train/loss") == "alice" and plots._model_of(f"collect/{ENV}/game_length") is None
+    drawn = {}
+    monkeypatch.setattr(plots, "_curve", lambda ax, rows, key, label: drawn.setdefault(label, key) and True)
+    fig = plots._training(plots.pyplot(), plots.RunData(rows, None, None))
+    assert drawn == {"alice/policy loss": "alice/train/loss", "bob/policy loss": "bob/train/loss",
+                     "alice/critic loss": "alice/train/value_loss", "bob/critic loss": "bob/train/value_loss"}
+    assert fig._suptitle.get_text() == "Learners: alice, bob"

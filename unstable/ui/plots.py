@@ -55,14 +55,23 @@ def pyplot() -> Any:
     return plt
 
 
+def _model_of(key: str) -> str | None:
+    """``alice`` for a model's own metric (``alice/train/loss``) in a run with several models."""
+    model, _, rest = key.partition("/")
+    return model if rest.startswith(("train/", "buffer/")) else None
+
+
 def _by_step(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float], list[int]]:
-    """Steps with a value of ``key``, the sum of the values at each step and how many there were."""
+    """Steps with a value of ``key``, the sum of the values at each step and how many there were.
+    A model's own metric (``alice/train/loss``) is placed at that model's step, not the run's."""
     sums: dict[int, float] = defaultdict(float)
     counts: dict[int, int] = defaultdict(int)
+    model = _model_of(key)
     for row in rows:
         value = row.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            step = int(row.get("learner_step", 0))
+            step = int(row.get(f"{model}/train/version", row.get("learner_step", 0)) if model
+                       else row.get("learner_step", 0))
             sums[step] += value
             counts[step] += 1
     steps = sorted(counts)
@@ -152,9 +161,16 @@ def _game_length(plt: Any, run: RunData) -> Any | None:
 
 
 def _training(plt: Any, run: RunData) -> Any | None:
-    return _curves_figure(plt, run.rows, "Learner", [
-        ("loss", {"policy loss": "train/loss", "critic loss": "train/value_loss"}, (None, None)),
-        ("gradient norm (before clipping)", {"policy": "train/grad_norm", "critic": "train/critic_grad_norm"},
+    """The learner's losses and gradient norms; with several models, a curve per model (at its own steps)."""
+    models = sorted({_model_of(k) for row in run.rows for k in row if k.endswith("/train/loss")} - {None})
+    prefixes = [f"{m}/" for m in models] or [""]
+
+    def curves(names: dict[str, str]) -> dict[str, str]:
+        return {f"{p}{label}" if p else label: f"{p}{key}" for p in prefixes for label, key in names.items()}
+
+    return _curves_figure(plt, run.rows, "Learner" + (f"s: {', '.join(models)}" if models else ""), [
+        ("loss", curves({"policy loss": "train/loss", "critic loss": "train/value_loss"}), (None, None)),
+        ("gradient norm (before clipping)", curves({"policy": "train/grad_norm", "critic": "train/critic_grad_norm"}),
          FROM_ZERO),
     ])
 
