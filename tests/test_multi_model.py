@@ -301,6 +301,15 @@ def test_two_models_with_different_bases_train_in_one_run(ray_session, tiny_mode
     keys = {k for line in read_metrics(run.run_dir) for k in line}
     assert {"alice/train/loss", "bob/train/loss", "alice/buffer/size", "bob/buffer/size"} <= keys
     assert not any(k.startswith("train/") for k in keys)  # every learner metric is namespaced by its model
+    # any checkpoint of any model can be evaluated by its uid
+    from unstable.cli.commands import main, run_checkpoint
+
+    bob = os.path.join(run.run_dir, "checkpoints", "bob", "ckpt-2")
+    assert run_checkpoint(run.run_dir, "bob-ckpt-2") == (second_base, bob, "qwen3-zs")
+    assert run_checkpoint(run.run_dir)[1] == os.path.join(run.run_dir, "checkpoints", "alice", "ckpt-2")
+    assert main(["eval", "--run", run.run_dir, "--checkpoint", "bob-ckpt-2", "--games", "2", "--greedy",
+                 "--max-new-tokens", "16"]) == 0
+    assert main(["eval", "--run", run.run_dir, "--checkpoint", "carol-ckpt-1", "--games", "2"]) == 2
 
 
 @pytest.mark.slow

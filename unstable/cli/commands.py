@@ -107,9 +107,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if len(done) % max(1, args.games // 10) == 0 or len(done) == args.games:
             print(f"  {len(done)}/{args.games} games", flush=True)
 
-    print(f"evaluating {args.model} on {args.env} against {args.opponent}: {args.games} games", flush=True)
-    result = evaluate(args.model, args.env, opponent=args.opponent, games=args.games, adapter=args.adapter,
-                      prompt_template=args.template, sampling=sampling, seed=args.seed, num_workers=args.workers,
+    model, adapter, template = args.model, args.adapter, args.template
+    if args.run:
+        if args.model or args.adapter:
+            raise ValueError("give either --run (with --checkpoint) or --model/--adapter, not both")
+        model, adapter, run_template = run_checkpoint(args.run, args.checkpoint)
+        template = template or run_template
+    elif args.checkpoint:
+        raise ValueError("--checkpoint names a checkpoint of a run: give --run RUN_DIR too")
+    if not model:
+        raise ValueError("give --model (a HF id, a local path or tiny), or --run RUN_DIR")
+    template = template or "qwen3-zs"
+    print(f"evaluating {model}{f' + {adapter}' if adapter else ''} on {args.env} against {args.opponent}: "
+          f"{args.games} games", flush=True)
+    result = evaluate(model, args.env, opponent=args.opponent, games=args.games, adapter=adapter,
+                      prompt_template=template, sampling=sampling, seed=args.seed, num_workers=args.workers,
                       greedy=args.greedy, num_players=args.num_players, torch_threads=args.torch_threads or None,
                       on_done=progress)
     result.print()
@@ -119,6 +131,34 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         atomic_write_json(args.out, result.to_dict())
         print(f"results written to {args.out}")
     return 0
+
+
+def run_checkpoint(run_dir: str, uid: str | None = None) -> tuple[str, str | None, str | None]:
+    """(base model, adapter directory, prompt template) of the checkpoint ``uid`` of a run: any
+    model's in a run with several (``bob-ckpt-3``); ``None``: the first model's newest."""
+    import json
+    from pathlib import Path
+
+    root = Path(run_dir)
+    paths = {name: root / name for name in ("config.json", "registry/registry.json")}
+    missing = [str(p) for p in paths.values() if not p.is_file()]
+    if missing:
+        raise ValueError(f"{run_dir} is not a run directory with checkpoints (missing {', '.join(missing)})")
+    config = json.loads(paths["config.json"].read_text())
+    registry = json.loads(paths["registry/registry.json"].read_text())
+    entries = {m["uid"]: m for m in registry["models"] if not m.get("fixed")}
+    models = config.get("models") or [{"name": "model", "model_name": config.get("model_name")}]
+    if uid is None:
+        first = models[0].get("name", "model")
+        mine = [m for m in entries.values() if (m.get("lineage") or "model") in (first, "model")]
+        uid = max(mine, key=lambda m: m["iteration"])["uid"]
+    if uid not in entries:
+        raise ValueError(f"{uid!r} is not a checkpoint of {run_dir}; its checkpoints: {sorted(entries)}")
+    entry = entries[uid]
+    lineage = entry.get("lineage") or "model"
+    model = next((m for m in models if m.get("name", "model") == lineage), models[0])
+    envs = config.get("train_envs") or [{}]
+    return model["model_name"], entry.get("path_or_name"), envs[0].get("prompt_template")
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -199,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="TicTacToe-v0-train")
     p.add_argument("--opponent", default="random", help=opponent_help)
     p.add_argument("--games", type=int, default=20)
-    p.add_argument("--template", default="qwen3-zs")
+    p.add_argument("--template", default=None, help="prompt template (default: the run's, else qwen3-zs)")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -221,8 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a model against an opponent: win/draw/loss with 95%% intervals, per seat")
-    p.add_argument("--model", required=True, help="HF id, local path, or tiny / tiny:<size>")
+    p.add_argument("--model", default=None, help="HF id, local path, or tiny / tiny:<size> (or give --run)")
     p.add_argument("--adapter", default=None, help="a PEFT LoRA adapter directory to apply")
+    p.add_argument("--run", default=None, metavar="RUN_DIR",
+                   help="evaluate a checkpoint of this run: --checkpoint names it; its model, adapter and "
+                        "prompt template come from the run")
+    p.add_argument("--checkpoint", default=None, metavar="UID",
+                   help="with --run: a registry uid such as ckpt-5, or bob-ckpt-3 in a run with several models "
+                        "(default: the first model's newest checkpoint)")
     p.add_argument("--env", default="TicTacToe-v0-train")
     p.add_argument("--opponent", default="random", help=opponent_help)
     p.add_argument("--games", type=int, default=100)
@@ -231,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1, help="worker processes; 1 plays in this process")
     p.add_argument("--torch-threads", type=int, default=1, help="torch threads per process (0: torch's default)")
     p.add_argument("--num-players", type=int, default=2)
-    p.add_argument("--template", default="qwen3-zs")
+    p.add_argument("--template", default=None, help="prompt template (default: the run's, else qwen3-zs)")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--max-new-tokens", type=int, default=64)
