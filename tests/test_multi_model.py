@@ -366,3 +366,27 @@ def test_a_run_with_two_models_resumes_both_lineages(ray_session, tiny_model_dir
         assert steps and all(int(s) == 3 for s in steps)
     final = json.loads(Path(run_dir, "run_state.json").read_text())
     assert final["learner_versions"] == {"alice": 3, "bob": 3}
+
+
+def test_a_model_can_start_from_its_warm_start(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """``warm_start`` builds (or reuses) the warm start before Ray starts; config.json then names it."""
+    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
+    kwargs = two_model_kwargs(tiny_model_dir, tmp_path)
+    small = {"env_id": "TicTacToe-v0-train", "prompt_template": "qwen3-zs", "positions": 64, "batch_size": 32,
+             "warmup_steps": 1, "max_rounds": 1, "held_out": 16}
+    kwargs["models"][1]["warm_start"] = small
+    cfg = BuildConfig(**kwargs)
+    bob = cfg.models[1]
+    assert bob.warm_start is None and bob.model_name != tiny_model_dir
+    made = json.loads(Path(bob.model_name, "warm_start.json").read_text())
+    assert made["positions"] == 64 and made["base_model"] == tiny_model_dir
+    assert cfg.to_dict()["models"][1]["model_name"] == bob.model_name  # a resume reuses it, never re-warms it
+    assert "bob starts from a new warm start" in capsys.readouterr().out
+    assert BuildConfig(**two_model_kwargs(tiny_model_dir, tmp_path, models=[
+        kwargs["models"][0], {**kwargs["models"][1], "warm_start": small}])).models[1].model_name == bob.model_name
+    assert "bob starts from the cached warm start" in capsys.readouterr().out
+    for bad, match in (("x", "warm_start must be a mapping"), ({"positions": 0}, "warm_start: positions"),
+                       ({"rounds": 2}, "warm_start: .*rounds")):
+        kwargs["models"][1]["warm_start"] = bad
+        with pytest.raises(ValueError, match=match):
+            BuildConfig(**kwargs)

@@ -144,9 +144,27 @@ class ModelConfig:
     the seed's ``vllm_config`` keys (``temperature``, ``top_p``, ``max_tokens`` ...)."""
     buffer: Any = field(default_factory=BufferConfig)
     """A :class:`~unstable.buffers.config.BufferConfig` (or a mapping of its fields)."""
+    warm_start: dict | None = None
+    """Warm-start the base model before training: a mapping of
+    :class:`~unstable.models.warmstart.WarmStartConfig` fields, e.g. ``{"env_id": "TicTacToe-v0-train",
+    "prompt_template": "qwen3-board"}`` (supervised on random-game positions until it plays legal
+    moves; cached, so only the first run builds it). The model then trained is the warm-started one,
+    and ``config.json`` names it directly."""
 
     def __post_init__(self) -> None:
         check_str("model_name", self.model_name, what="a HF model id, a local model directory or 'tiny'")
+        if self.warm_start is not None:
+            from unstable.models.warmstart import WarmStartConfig
+
+            if not isinstance(self.warm_start, dict):
+                raise ValueError(f"warm_start must be a mapping of WarmStartConfig fields or None, "
+                                 f"got {type(self.warm_start).__name__}")
+            try:
+                WarmStartConfig(**self.warm_start)
+            except TypeError as exc:
+                raise ValueError(f"warm_start: {exc}") from None
+            except ValueError as exc:
+                raise ValueError(f"warm_start: {exc}") from None
         if not isinstance(self.name, str) or not LINEAGE_NAME.fullmatch(self.name):
             raise ValueError(f"name must be a lineage name of letters, digits, '_', '.' or '-', got {self.name!r}")
         for section in MODEL_SECTIONS[:2]:
@@ -337,6 +355,24 @@ def _relabel(message: str, labels: dict[str, str], nested: bool, index: int = 0)
     return f"models[{index}]: {message}" if nested else message
 
 
+def _apply_warm_start(model: ModelConfig) -> None:
+    """Replace ``model.model_name`` with its warm start (built now unless cached), saying so."""
+    from unstable.models.warmstart import WarmStartConfig, warm_start_path
+
+    cfg = WarmStartConfig(**model.warm_start)
+
+    def progress(step: int, total: int, stats: dict[str, float]) -> None:
+        if step == total and "held_out_legal_mass" in stats:
+            print(f"  warm start of {model.name}, round {stats['round']}: {stats['held_out_legal_mass']:.1%} "
+                  f"probability on legal moves", flush=True)
+
+    if not os.path.isfile(os.path.join(model.model_name, "config.json")):
+        raise ValueError(f"warm_start needs a local base model (a directory or 'tiny'), got {model.model_name!r}")
+    path, cached = warm_start_path(model.model_name, cfg, progress=progress)
+    print(f"unstable: {model.name} starts from {'the cached' if cached else 'a new'} warm start {path}", flush=True)
+    model.model_name, model.warm_start = str(path), None
+
+
 def _check_seats(cfg: BuildConfig) -> None:
     """Who plays whom: with several models every train env names its seats, every seat and eval
     ``model`` names a declared model, and every model plays somewhere."""
@@ -433,6 +469,9 @@ class BuildConfig:
             except (FileNotFoundError, ValueError) as exc:
                 raise ValueError(f"{'model_name' if len(self.models) == 1 else f'models[{i}].model_name'}: "
                                  f"{exc}") from None
+        for model in self.models:
+            if model.warm_start is not None:
+                _apply_warm_start(model)
         _check_seats(self)
         self.samplers.fixed_opponents = _check_opponents(self)
 
