@@ -71,6 +71,7 @@ def test_unstable_train_runs_a_config(ray_session, tiny_model_dir, tmp_path, cap
     assert code == 0, out
     assert f"run directory {tmp_path}/cli" in out
     assert "done: 3 checkpoints" in out  # base, ckpt-1, ckpt-2
+    assert "learner step   2/2" in out  # progress while it trains
     assert (tmp_path / "cli" / "checkpoints" / "ckpt-2" / "adapter_config.json").is_file()
     assert (tmp_path / "cli" / "metrics.jsonl").is_file()
 

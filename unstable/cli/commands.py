@@ -194,10 +194,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
         source = args.config
     else:
         raise ValueError("give --config FILE (a new run) or --resume RUN_DIR (continue a run)")
-    print(f"unstable train: {source} -> {start_kwargs['learning_steps']} learner steps in all", flush=True)
+    from unstable.cli.progress import wait_with_progress
+
+    total = start_kwargs["learning_steps"]
+    print(f"unstable train: {source} -> {total} learner steps in all", flush=True)
     run = unstable.build(**build_kwargs)
     try:
-        summary = run.start(**start_kwargs)
+        summary = run.start(**start_kwargs, block=False)
+        if summary is None:  # training to do: a line per learner step while it runs
+            summary = wait_with_progress(run, total, lambda line: print(line, flush=True))
     finally:
         run.stop()
     print(f"done: {len(summary['checkpoints'])} checkpoints, collector {summary['collector']}")

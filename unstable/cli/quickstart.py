@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unstable.cli.progress import wait_with_progress
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
 from unstable.utils.checks import check_choice, check_int, check_positive
@@ -195,61 +196,13 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
     )
     try:
         run.start(cfg.learning_steps, cfg.num_collection_workers, cfg.num_eval_workers, block=False)
-        _wait_with_progress(run, cfg.learning_steps, say)
+        wait_with_progress(run, cfg.learning_steps, say)
     finally:
         run.stop()
     latest = latest_complete(Path(run.run_dir, "checkpoints"))
     if latest is None:
         raise RuntimeError(f"training finished without a checkpoint in {run.run_dir}/checkpoints")
     return str(latest[1]), latest[0]
-
-
-def _wait_with_progress(run: Any, total: int, say: Printer, every_s: float = 5.0) -> None:
-    """``run.wait()`` in a thread while this one prints a line per learner step from the Tracker."""
-    import threading
-
-    import ray
-
-    outcome: dict[str, Any] = {}
-
-    def wait() -> None:
-        try:
-            outcome["summary"] = run.wait()
-        except BaseException as exc:  # re-raised below, in the caller's thread
-            outcome["error"] = exc
-
-    waiter = threading.Thread(target=wait, name="quickstart-wait", daemon=True)
-    waiter.start()
-    t0 = time.perf_counter()
-    last = -1
-    while True:
-        waiter.join(every_s)
-        try:  # the actors live until run.stop(), so this also reports the last step
-            info = ray.get(run.actors.tracker.get_interface_info.remote(), timeout=10)
-        except ray.exceptions.RayError:
-            info = None  # an actor died; the waiter has the cause
-        if info is not None and info["learner_step"] != last:
-            last = info["learner_step"]
-            say(_train_line(info, total, time.perf_counter() - t0))
-        if not waiter.is_alive():
-            break
-    if "error" in outcome:
-        raise outcome["error"]
-
-
-def _train_line(info: dict, total: int, elapsed: float) -> str:
-    means = {k: v for group in info["means"].values() for k, v in group.items()}
-    games = sum(info["games_per_env"].get("collect", {}).values())
-    parts = [f"  learner step {info['learner_step']:>3}/{total}", f"{elapsed:5.0f}s", f"{games} games"]
-    if "train/loss" in means:
-        parts.append(f"loss {means['train/loss']:+.3f}")
-    invalid = next((v for k, v in means.items() if k.startswith("collect/") and k.endswith("invalid_move_rate")), None)
-    if invalid is not None:
-        parts.append(f"invalid moves {invalid:.1%}")
-    win = [v for k, v in means.items() if k.startswith("eval/") and k.endswith("/win_rate")]
-    if win:
-        parts.append(f"eval win rate (sampled) {sum(win) / len(win):.2f}")
-    return ", ".join(parts)
 
 
 def _summary_entry(result: Any, adapter: str | None) -> dict[str, Any]:

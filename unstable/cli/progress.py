@@ -1,0 +1,60 @@
+"""Progress of a run started with ``block=False``: a line per learner step, read from the Tracker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+Printer = Callable[[str], None]
+
+
+def wait_with_progress(run: Any, total: int, say: Printer, every_s: float = 5.0) -> dict[str, Any]:
+    """``run.wait()`` in a thread while this one prints a line per learner step from the Tracker;
+    returns what ``run.wait()`` returns (its error is raised here)."""
+    import threading
+
+    import ray
+
+    outcome: dict[str, Any] = {}
+
+    def wait() -> None:
+        try:
+            outcome["summary"] = run.wait()
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            outcome["error"] = exc
+
+    waiter = threading.Thread(target=wait, name="run-wait", daemon=True)
+    waiter.start()
+    t0 = time.perf_counter()
+    last = -1
+    while True:
+        waiter.join(every_s)
+        try:  # the actors live until run.stop(), so this also reports the last step
+            info = ray.get(run.actors.tracker.get_interface_info.remote(), timeout=10)
+        except ray.exceptions.RayError:
+            info = None  # an actor died; the waiter has the cause
+        if info is not None and info["learner_step"] != last:
+            last = info["learner_step"]
+            say(train_line(info, total, time.perf_counter() - t0))
+        if not waiter.is_alive():
+            break
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["summary"]
+
+
+def train_line(info: dict, total: int, elapsed: float) -> str:
+    means = {k: v for group in info["means"].values() for k, v in group.items()}
+    games = sum(info["games_per_env"].get("collect", {}).values())
+    parts = [f"  learner step {info['learner_step']:>3}/{total}", f"{elapsed:5.0f}s", f"{games} games"]
+    for key in sorted(k for k in means if k.endswith("train/loss")):  # train/loss, or alice/train/loss ...
+        model = key[: -len("train/loss")]
+        parts.append(f"{model.replace('/', ' ')}loss {means[key]:+.3f}")
+    invalid = next((v for k, v in means.items() if k.startswith("collect/") and k.endswith("invalid_move_rate")), None)
+    if invalid is not None:
+        parts.append(f"invalid moves {invalid:.1%}")
+    win = [v for k, v in means.items() if k.startswith("eval/") and k.endswith("/win_rate")]
+    if win:
+        parts.append(f"eval win rate (sampled) {sum(win) / len(win):.2f}")
+    return ", ".join(parts)
