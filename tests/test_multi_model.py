@@ -407,3 +407,27 @@ def test_the_two_model_config_declares_two_warm_started_bases(tiny_model_dir, mo
     assert build["models"][1]["model_name"] == "tiny:1m:seed1"
     assert [s.seats for s in cfg.train_envs] == [("alice", "bob"), ("alice", "opponent"), ("bob", "opponent")]
     assert cfg.models[0].learner == cfg.models[1].learner and start["learning_steps"] == 20
+
+
+@pytest.mark.parametrize(("gpus_per_actor", "actors", "gpus", "cpus"), [(0.0, 1, 0.0, 0.5), (0.5, 1, 0.25, 0.0),
+                                                                        (1.0, 3, 0.5, 0.0)])
+def test_engine_groups_split_the_inference_share(gpus_per_actor, actors, gpus, cpus, tiny_model_dir, second_base,
+                                                  monkeypatch):
+    """Two bases, two engine groups: on CPU, one GPU (inference half) or four GPUs (three inference
+    GPUs), the groups together ask Ray for what one group would; models sharing a base share its group."""
+    import unstable.run.wiring as wiring
+    from unstable.run.config import ModelConfig
+
+    started = []
+    monkeypatch.setattr(wiring, "start_inference_backends",
+                        lambda cfg, prefix: started.append((cfg, prefix)) or [f"{prefix}-{i}" for i in
+                                                                               range(cfg.num_actors)])
+    models = [ModelConfig(name="alice", model_name=tiny_model_dir), ModelConfig(name="bob", model_name=second_base),
+              ModelConfig(name="carol", model_name=tiny_model_dir, inference={"temperature": 0.5})]
+    backends, groups, samplings = wiring._start_engines(models, {m.name: m.name for m in models}, gpus_per_actor,
+                                                        actors)
+    assert [prefix for _, prefix in started] == ["inference-0", "inference-1"]
+    assert all((cfg.actor_num_gpus, cfg.actor_num_cpus, cfg.num_actors) == (gpus, cpus, actors) for cfg, _ in started)
+    assert groups["alice"] == groups["carol"] == list(range(actors))  # one engine, two adapters
+    assert groups["bob"] == list(range(actors, 2 * actors)) and len(backends) == 2 * actors
+    assert samplings["carol"].temperature == 0.5 and samplings["alice"].temperature != 0.5

@@ -228,8 +228,9 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
                    default_actors: int) -> tuple[list[Any], dict[str, list[int]], dict[str | None, Any]]:
     """The inference actors: one group per distinct base model, set up by the first model that uses
     it (the others' adapters are served by the same engines). Returns the backends, each lineage's
-    backend indices, and each lineage's sampling settings. On CPU the groups share one CPU's worth
-    of Ray's resources (they take turns on it anyway)."""
+    backend indices, and each lineage's sampling settings. The groups split the inference share of
+    :func:`gpu_layout` between them: on CPU one CPU's worth of Ray's resources, on one GPU its
+    inference half, on several GPUs each inference GPU holds an actor of every group."""
     by_base: dict[str, list] = {}
     for m in models:
         by_base.setdefault(m.model_name, []).append(m)
@@ -240,7 +241,8 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
         first = group[0]
         backend = choose_backend(first.inference.get("backend", "auto"))
         num_actors = first.inference.get("num_actors") or default_actors
-        engine = inference_config(first, backend, num_actors, gpus_per_actor, 1 / len(by_base))
+        # the groups split the inference share between them: one GPU (or CPU) holds them all
+        engine = inference_config(first, backend, num_actors, gpus_per_actor / len(by_base), 1 / len(by_base))
         prefix = "inference" if len(by_base) == 1 else f"inference-{k}"
         indices = list(range(len(backends), len(backends) + num_actors))
         backends.extend(start_inference_backends(engine, prefix=prefix))
