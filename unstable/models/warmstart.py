@@ -13,8 +13,9 @@ positions took seed 0 to 98.7% probability on legal moves and seed 1 to 86%. So 
 trains in rounds of ``positions`` fresh positions, each with its own warm-up and cosine decay, and
 stops once, on held-out positions, the probability on legal moves reaches ``target_legal_mass``
 and the most likely move is legal in ``target_greedy_legal`` of them (or after ``max_rounds``).
-Both are needed: seed 4 reached 98.4% probability in one round, yet its greedy play still chose an
-illegal cell in 3.1% of its moves.
+Held-out positions come from random games, so they miss states only the model's own play reaches:
+seed 4 passed both checks in one round (98.4%, 100%), yet chose an illegal cell in 3.1% of its
+greedy moves against random. ``unstable quickstart`` measures that, and warns.
 
 The result is an ordinary Hugging Face directory, cached by :func:`warm_start_path` under a key of
 the base model and every setting, so later runs (and the evaluation of the initial checkpoint)
