@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", default="TicTacToe-v0-train")
     p.add_argument("--opponent", default="random", help=opponent_help)
     p.add_argument("--games", type=int, default=20)
-    p.add_argument("--template", default=None, help="prompt template (default: the run's, else qwen3-zs)")
+    p.add_argument("--template", default="qwen3-zs", help="prompt template")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--max-new-tokens", type=int, default=64)
