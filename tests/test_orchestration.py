@@ -147,3 +147,40 @@ def test_the_seed_standard_script_wiring_works(ray_session, tiny_model_dir, tmp_
     finally:
         for actor in (collector, learner, game_scheduler, step_buffer, model_registry, tracker):
             ray.kill(actor, no_restart=True)
+
+
+USER_SCRIPT = """
+import sys
+import unstable
+
+run = unstable.build(  # the seed's minimal script, scaled down; wandb_project keeps its default
+    model_name=sys.argv[1], train_envs=[unstable.TrainEnvSpec("TicTacToe-v0-train", 2, 2, "qwen3-zs")],
+    batch_size=16, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16,
+    lora_config={"lora_rank": 4, "lora_alpha": 8}, activation_checkpointing=False, gradient_checkpointing=False,
+    runs_dir=sys.argv[2], run_name="user", inference_backend="transformers")
+run.start(learning_steps=1, num_collection_workers=8, num_eval_workers=0)
+run.stop()
+"""
+
+
+@pytest.mark.slow
+def test_a_run_on_a_machine_without_wandb_login_logs_offline(tiny_model_dir, tmp_path):
+    """As a new user's machine is: wandb installed, nobody logged in, no WANDB_* variable set.
+    build() used to die in the Tracker actor (``UsageError: No API key configured``)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    pytest.importorskip("wandb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RAY_")) and k != "NETRC"}
+    env |= {"HOME": str(tmp_path / "home"), "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray-user-", dir="/tmp")}
+    (tmp_path / "home").mkdir()
+    proc = subprocess.run([sys.executable, "-c", USER_SCRIPT, tiny_model_dir, str(tmp_path / "runs")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count("W&B has no API key here") == 1  # said once, with the fix
+    assert "wandb login" in out and "UsageError" not in out
+    run_dir = tmp_path / "runs" / "user"
+    assert (run_dir / "checkpoints" / "ckpt-1" / "adapter_config.json").is_file()
+    assert list((run_dir / "wandb").glob("offline-run-*"))  # logged offline, ready for `wandb sync`

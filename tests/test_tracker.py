@@ -271,3 +271,53 @@ def test_tracker_as_a_named_ray_actor(tmp_path, ray_session):
     finally:
         ray.kill(tracker)
     assert not hasattr(Tracker("local", run_dir=str(tmp_path / "local"), use_wandb=False), "remote")
+
+
+def _no_wandb_credentials(monkeypatch, tmp_path):
+    """A machine where wandb is installed but nobody ran ``wandb login``."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+
+
+def test_wandb_plan_logs_offline_without_an_api_key_and_says_how_to_fix_it(tmp_path, monkeypatch):
+    from unstable.tracking.wandb_writer import has_wandb_credentials, wandb_plan
+
+    pytest.importorskip("wandb")
+    _no_wandb_credentials(monkeypatch, tmp_path)
+    assert not has_wandb_credentials()
+    plan = wandb_plan("UnstableBaselines", None)
+    assert (plan.enabled, plan.mode) == (True, "offline")
+    assert all(fix in plan.notice for fix in ("wandb login", "WANDB_API_KEY", "use_wandb=False", "wandb sync"))
+    assert wandb_plan("p", True).mode == "offline"  # asked for W&B: still no crash, offline
+    assert not wandb_plan(None, None).enabled and not wandb_plan("p", False).enabled
+    # a key (in the environment, or where `wandb login` puts it) or an explicit mode: as configured, nothing to say
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password abc123\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert has_wandb_credentials() and wandb_plan("p", None) == type(plan)(True)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")  # a key for another host does not count
+    assert not has_wandb_credentials()
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    assert has_wandb_credentials()
+    monkeypatch.delenv("WANDB_API_KEY")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_plan("p", None) == type(plan)(True)
+    # use_wandb=True without the package is the one error
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(ImportError, match=r"pip install unstable-baselines\[wandb\]"):
+        wandb_plan("p", True)
+    assert not wandb_plan("p", None).enabled
+
+
+def test_a_tracker_without_wandb_credentials_logs_offline_instead_of_dying(tmp_path, monkeypatch, caplog):
+    """The seed's standard script starts a Tracker itself (wandb_project="UnstableBaselines")."""
+    pytest.importorskip("wandb")
+    _no_wandb_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    with caplog.at_level("WARNING"):
+        tracker = Tracker("seed-script", wandb_project="UnstableBaselines", run_dir=str(tmp_path / "run"))
+    assert tracker.get_interface_info()["wandb"]["mode"] == "offline"
+    assert any("W&B has no API key here" in r.getMessage() for r in caplog.records)
+    tracker.close()

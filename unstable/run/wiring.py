@@ -39,6 +39,7 @@ from unstable.run.resume import RunStateWriter, find_resume_point
 from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
 from unstable.tracking import Tracker
+from unstable.tracking.wandb_writer import wandb_plan
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,12 @@ def start_actors(cfg, run_name: str) -> Actors:
     # where each model resumes (one point per model; they share the run's state snapshot)
     points = {m.name: find_resume_point(cfg.resume_from, lineage[m.name]) for m in models} if cfg.resume_from else {}
     resume = points[models[0].name] if points else None
+    try:  # W&B is optional: without an API key it logs offline, and we say so once, here
+        wandb = wandb_plan(cfg.tracker.wandb_project, cfg.tracker.use_wandb)
+    except ImportError as exc:
+        raise ValueError(str(exc)) from None
+    if wandb.notice:
+        print(f"unstable: {wandb.notice}", flush=True)
     ensure_ray(cfg.ray_address)
     driver_node = ray.get_runtime_context().get_node_id()
     # hard affinity: a soft one lets Ray place them on any node whose worker pool is less busy
@@ -142,8 +149,8 @@ def start_actors(cfg, run_name: str) -> Actors:
         raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
                          f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     tracker = actor_class(Tracker).options(**light, name="Tracker").remote(
-        run_name=run_name, wandb_project=cfg.tracker.wandb_project, run_dir=run_dir, use_wandb=cfg.tracker.use_wandb,
-        config=cfg.to_dict())
+        run_name=run_name, wandb_project=cfg.tracker.wandb_project, run_dir=run_dir, use_wandb=wandb.enabled,
+        wandb_mode=wandb.mode, config=cfg.to_dict())
     run_dir = ray.get(tracker.get_run_dir.remote())
     registry = actor_class(ModelRegistry).options(**light).remote(tracker=tracker)
     if resume and resume.state:

@@ -36,7 +36,7 @@ from unstable.tracking.game_metrics import failure_line, game_samples
 from unstable.tracking.run_dir import JsonlWriter, RunDir, atomic_write_json
 from unstable.tracking.timings import timing_samples
 from unstable.tracking.transcripts import TranscriptConfig, TranscriptWriter
-from unstable.tracking.wandb_writer import WandbWriter, import_wandb
+from unstable.tracking.wandb_writer import WandbWriter, import_wandb, wandb_plan
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,10 @@ class Tracker:
     :param wandb_project: W&B project; honoured as given.
     :param run_dir: the run folder, overriding the default; created with its sub-folders.
     :param use_wandb: ``None`` = on if ``wandb`` imports and ``wandb_project`` is set; ``True``
-        requires wandb (ImportError with the install command otherwise); ``False`` = off.
+        requires wandb (ImportError with the install command otherwise); ``False`` = off. Without
+        an API key W&B logs offline (see :func:`~unstable.tracking.wandb_writer.wandb_plan`).
+    :param wandb_mode: the W&B mode decided by the caller (``build()`` decides before Ray starts and
+        tells the user); ``None``: decided here, the same way.
     :param window: moving-window length per key.
     :param flush_every_s: least seconds between two W&B logs (``close()`` always flushes).
     :param config: the run's configuration, written to ``config.json`` and to W&B.
@@ -102,6 +105,7 @@ class Tracker:
         config: dict[str, Any] | None = None,
         transcripts: TranscriptConfig | None = None,
         diversity_window: int = 512,
+        wandb_mode: str | None = None,
     ):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
@@ -128,17 +132,22 @@ class Tracker:
         self._failed: JsonlWriter | None = None
         self._transcripts = TranscriptWriter(self._dir.games, transcripts)
         self._diversity = ActionDiversity(window=diversity_window, min_games=min(10, diversity_window))
-        self._wandb = self._start_wandb(wandb_project, use_wandb, config)
+        self._wandb = self._start_wandb(wandb_project, use_wandb, config, wandb_mode)
         self._last_flush = time.monotonic()
 
-    def _start_wandb(self, project: str | None, use_wandb: bool | None, config: dict | None) -> WandbWriter | None:
-        if use_wandb is False or (use_wandb is None and not project):
-            return None
-        wandb = import_wandb(required=bool(use_wandb))
-        if wandb is None:
-            logger.info("wandb is not installed; logging to %s only", self._dir.metrics_path)
-            return None
-        return WandbWriter(wandb, project=project, run_name=self.run_name, run_dir=str(self._dir.root), config=config)
+    def _start_wandb(self, project: str | None, use_wandb: bool | None, config: dict | None,
+                     mode: str | None) -> WandbWriter | None:
+        if mode is None:  # not decided by build(): decide here, and say it (the seed's scripts start a Tracker)
+            plan = wandb_plan(project, use_wandb)
+            if not plan.enabled:
+                logger.info("not logging to W&B; metrics go to %s", self._dir.metrics_path)
+                return None
+            if plan.notice:
+                logger.warning(plan.notice)
+            mode = plan.mode
+        wandb = import_wandb(required=True)
+        return WandbWriter(wandb, project=project, run_name=self.run_name, run_dir=str(self._dir.root), config=config,
+                           mode=mode)
 
     # -- folders ---------------------------------------------------------------------------------
     def get_run_dir(self) -> str:
