@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from unstable.run.arguments import argument_names, merge_arguments
+from unstable.run.claim import claim_run_dir, release_run_dir
 from unstable.run.config import BuildConfig, check_resume_from
 from unstable.utils.checks import check_int
 
@@ -49,7 +50,13 @@ class Run:
         else:
             base = os.path.basename(cfg.models[0].model_name.rstrip("/"))
             self.run_name = cfg.run_name or f"{base}-{int(time.time())}"
-        self.actors = start_actors(cfg, self.run_name)
+        # before anything writes there: a second run given this directory is refused here, not mid-run
+        self._claim = claim_run_dir(cfg.resume_from or os.path.abspath(os.path.join(cfg.runs_dir, self.run_name)))
+        try:
+            self.actors = start_actors(cfg, self.run_name)
+        except BaseException:
+            release_run_dir(self._claim)
+            raise
         self.run_dir = self.actors.run_dir
         self.start_version = self.actors.start_version  # > 0 when resumed from ckpt-N
         print(f"unstable: run directory {self.run_dir}"
@@ -175,9 +182,11 @@ class Run:
         return out
 
     def stop(self) -> None:
-        """Stop collection and training and shut the run's actors down (Ray itself keeps running)."""
+        """Stop collection and training, shut the run's actors down (Ray itself keeps running) and
+        release the run directory."""
         import ray
 
+        release_run_dir(self._claim)
         if not ray.is_initialized():
             return
         a = self.actors
