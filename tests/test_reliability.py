@@ -136,6 +136,53 @@ def test_atomic_checkpoints_have_a_marker_and_partial_writes_are_ignored(tmp_pat
     assert ckpt.latest_complete(tmp_path)[0] == 1 and ckpt.list_checkpoints(tmp_path, complete_only=True).keys() == {1}
 
 
+def _damaged_run(root: Path, versions: int = 3) -> Path:
+    """A run directory as a kill or a bad copy leaves it: ckpt-1..N written, run_state.json at N."""
+    from unstable.registry import ModelRegistry
+    from unstable.run.resume import RunStateWriter
+
+    registry = ModelRegistry()
+    registry.add_checkpoint(uid="base", path=None, iteration=0)
+    registry.add_fixed("random")
+    for v in range(1, versions + 1):
+        path = ckpt.atomic_save(root / "checkpoints" / f"ckpt-{v}", lambda d: (d / "trainer_state.pt").write_text("x"))
+        registry.add_checkpoint(uid=f"ckpt-{v}", path=str(path), iteration=v)
+        registry.update_ratings([f"ckpt-{v}", "random"], [1.0, -1.0])
+
+    class Empty:
+        def state_dict(self):
+            return {}
+
+    (root / "registry").mkdir(parents=True)
+    RunStateWriter(root, registry, Empty(), Empty())(versions)
+    state = json.loads((root / RUN_STATE_FILE).read_text())
+    state["scheduler"] = {"next_game_id": 0, "train_idx": 0, "eval_idx": 0}
+    (root / RUN_STATE_FILE).write_text(json.dumps(state))
+    return root
+
+
+def test_resume_falls_back_to_the_newest_complete_checkpoint_and_says_what_it_dropped(tmp_path, capsys):
+    """A checkpoint missing its COMPLETE marker (damaged, half-copied) used to stop --resume, and so
+    did the state snapshot naming it once the user moved it away."""
+    run = _damaged_run(tmp_path / "run")
+    (run / "checkpoints" / "ckpt-3" / ckpt.COMPLETE_MARKER).unlink()
+    point = find_resume_point(run)
+    assert (point.version, point.checkpoint) == (2, run / "checkpoints" / "ckpt-2")
+    assert (run / "checkpoints" / "ckpt-3.incomplete" / "trainer_state.pt").is_file()  # set aside, not deleted
+    registry = point.state["registry"]
+    assert [m["uid"] for m in registry["models"]] == ["base", "random", "ckpt-1", "ckpt-2"]
+    assert registry["current"] == {"model": "ckpt-2"} and point.state["learner_version"] == 2
+    assert "ckpt-3" not in registry["matches"] and all("ckpt-3" not in row for row in registry["matches"].values())
+    out = capsys.readouterr().out
+    assert "ckpt-3 has no COMPLETE marker" in out and "dropping ckpt-3" in out
+    # the user moved the newest checkpoint away by hand: the snapshot is rolled back the same way
+    other = _damaged_run(tmp_path / "other")
+    shutil.move(str(other / "checkpoints" / "ckpt-3"), str(tmp_path / "moved"))
+    point = find_resume_point(other)
+    assert point.version == 2 and point.state["registry"]["current"] == {"model": "ckpt-2"}
+    assert "dropping ckpt-3" in capsys.readouterr().out
+
+
 def test_buffer_counts_trajectories_and_drops_duplicates():
     from test_buffers import make_game  # the buffer tests' two-seat game
 

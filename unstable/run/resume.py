@@ -15,7 +15,9 @@ What a run directory keeps for this (all written atomically: temp file or dir, t
 are removed; a checkpoint is only registered once it is complete, so the registry never points at a
 partial one). A complete checkpoint newer than the state snapshot (killed between the two writes)
 is registered on resume. So a kill loses at most the learner step in progress, the games in flight
-and the buffer's contents (re-collected with the resumed policy).
+and the buffer's contents (re-collected with the resumed policy). A checkpoint without its marker
+(damaged, half-copied) is set aside as ``ckpt-N.incomplete`` and the snapshot's registry is rolled
+back to the newest complete checkpoint (:func:`roll_back_registry`); a resume says what it dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable.learners import checkpoints as ckpt
+from unstable.registry.model_registry import DEFAULT_LINEAGE
 from unstable.tracking.run_dir import CONFIG_FILE, atomic_write_json
 from unstable.utils.calls import call
 
@@ -109,10 +112,14 @@ def find_resume_point(run_dir: str | os.PathLike, lineage: str | None = None) ->
         log.warning("resume: removed %d unfinished checkpoint write(s) in %s: %s", len(removed), ckpt_dir, removed)
     latest = ckpt.latest_complete(ckpt_dir)
     version, path = latest if latest is not None else (0, None)
-    unmarked = sorted(v for v in ckpt.list_checkpoints(ckpt_dir) if v > version)
-    if unmarked:
-        raise ValueError(f"{ckpt_dir} holds ckpt-{unmarked[0]} without a COMPLETE marker (not written by this "
-                         f"version of unstable); move it away to resume from ckpt-{version}")
+    for v in sorted(v for v in ckpt.list_checkpoints(ckpt_dir) if v > version):
+        # damaged or half-copied (no COMPLETE marker): set aside, never deleted, and resume before it
+        aside = ckpt_dir / f"ckpt-{v}.incomplete"
+        if aside.exists():
+            aside = ckpt_dir / f"ckpt-{v}.incomplete-{int(time.time())}"
+        (ckpt_dir / f"ckpt-{v}").rename(aside)
+        _say(f"resume: {ckpt_dir / f'ckpt-{v}'} has no COMPLETE marker (damaged or half-copied); set it aside as "
+             f"{aside.name} and resuming from {f'ckpt-{version}' if version else 'the base weights'}")
     if path is not None and not (path / "trainer_state.pt").is_file():
         raise ValueError(f"{path} has no trainer_state.pt (optimiser state); it cannot be resumed from")
     state = None
@@ -123,11 +130,47 @@ def find_resume_point(run_dir: str | os.PathLike, lineage: str | None = None) ->
             raise ValueError(f"{state_path}: unknown run state format {state.get('format')!r}")
         saved = state["learner_version"] if lineage is None else \
             state.get("learner_versions", lineage_versions(state["registry"])).get(lineage, 0)
-        if saved > version:
-            raise ValueError(f"{state_path} is from learner version {saved}{f' of {lineage}' if lineage else ''} but "
-                             f"the newest complete checkpoint is ckpt-{version}; were checkpoints deleted?")
+        if saved > version:  # its newer checkpoints are gone or damaged: the registry goes back to ckpt-{version}
+            dropped = roll_back_registry(state["registry"], lineage or DEFAULT_LINEAGE, version)
+            if lineage is None:
+                state["learner_version"] = version
+            state.setdefault("learner_versions", {})[lineage or DEFAULT_LINEAGE] = version
+            _say(f"resume: {RUN_STATE_FILE} is from learner version {saved}{f' of {lineage}' if lineage else ''} but "
+                 f"the newest complete checkpoint is ckpt-{version}; rolled the registry back to it, dropping "
+                 f"{', '.join(dropped) or 'nothing'} (ratings of the others keep the games played against them)")
         _skip_issued_games(state["scheduler"], root)
     return ResumePoint(root, version, path, state, lineage)
+
+
+def roll_back_registry(registry_state: dict[str, Any], lineage: str, version: int) -> list[str]:
+    """Drop ``lineage``'s checkpoints newer than ``version`` from a registry snapshot (in place, with
+    their match counts) and make its newest remaining one current; returns the dropped uids. Reads
+    both snapshot formats (before lineages, every learner checkpoint is of :data:`DEFAULT_LINEAGE`)."""
+    def mine(m: dict[str, Any]) -> bool:
+        return not m["fixed"] and (m.get("lineage") or DEFAULT_LINEAGE) == lineage
+
+    dropped = [m["uid"] for m in registry_state["models"] if mine(m) and m["iteration"] > version]
+    registry_state["models"] = [m for m in registry_state["models"] if m["uid"] not in dropped]
+    for table in ("matches", "results"):
+        rows = registry_state.get(table) or {}
+        registry_state[table] = {a: {b: v for b, v in row.items() if b not in dropped}
+                                 for a, row in rows.items() if a not in dropped}
+    keep = max((m for m in registry_state["models"] if mine(m)), key=lambda m: m["iteration"], default=None)
+    current = registry_state.get("current")
+    if isinstance(current, dict):
+        if keep is not None:
+            current[lineage] = keep["uid"]
+        else:
+            current.pop(lineage, None)
+    elif dropped:
+        registry_state["current"] = keep["uid"] if keep is not None else None
+    return dropped
+
+
+def _say(message: str) -> None:
+    """What a resume changed, where the user sees it (stdout) and in the logs."""
+    log.warning(message)
+    print(f"unstable: {message}", flush=True)
 
 
 def _skip_issued_games(scheduler_state: dict[str, Any], run_dir: Path) -> None:

@@ -32,10 +32,10 @@ from unstable.learners.checkpoints import list_checkpoints
 from unstable.learners.loop import TurnLock
 from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
-from unstable.registry.model_registry import fixed_policy_ref
+from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
 from unstable.run.remote import actor_class, start_inference_backends
-from unstable.run.resume import RunStateWriter, find_resume_point
+from unstable.run.resume import RunStateWriter, find_resume_point, roll_back_registry
 from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
 from unstable.tracking import Tracker
@@ -154,6 +154,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     run_dir = ray.get(tracker.get_run_dir.remote())
     registry = actor_class(ModelRegistry).options(**light).remote(tracker=tracker)
     if resume and resume.state:
+        for point in points.values():  # each model's roll-back (if any) into the one snapshot loaded
+            roll_back_registry(resume.state["registry"], point.lineage or DEFAULT_LINEAGE, point.version)
         ray.get(tracker.load_state_dict.remote(resume.state["tracker"]))
         ray.get(registry.load_state_dict.remote(resume.state["registry"]))
     else:
