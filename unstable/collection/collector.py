@@ -196,12 +196,10 @@ class Collector:
                 chosen[key] = idx
         return list(chosen.values())
 
-    def _policies(self, spec: GameSpec, backend_idx: int | list[int] | None = None) -> dict[int, Policy]:
+    def _policies(self, spec: GameSpec, indices: list[int]) -> dict[int, Policy]:
+        """The seats' policies; model seats are served by ``indices`` (from :meth:`_backends_for`)."""
         from unstable.policies.scripted import make_scripted_policy
 
-        if backend_idx is None:
-            backend_idx = self._backends_for(spec) or [self._pick_backend()]
-        indices = [backend_idx] if isinstance(backend_idx, int) else list(backend_idx)
         policies: dict[int, Policy] = {}
         for agent in spec.agents:
             ref = agent.policy
@@ -292,14 +290,13 @@ class Collector:
         await self._report()
         return dict(self._counts)
 
-    async def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool,
-                      backends: list[int] | int | None = None) -> None:
+    async def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool, backends: list[int]) -> None:
         error = outcome if isinstance(outcome, GameFailedError) else None
         result = outcome.failure if isinstance(outcome, GameFailedError) else outcome
         if isinstance(result, FailedGame):
             if result.stage == "inference":  # its inference actor died: dropped, not the game's fault
                 self._counts["dropped"] += 1
-                for idx in [backends] if isinstance(backends, int) else backends or []:
+                for idx in backends:
                     self._mark_unavailable(idx)
             else:
                 self._counts["failed"] += 1

@@ -302,9 +302,10 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
             optimizer.step()
             stats = {"loss": float(loss.detach()), "legal_mass": stats["legal_mass"], "round": round_}
             if step == steps - 1:
-                held = held_out_legality(model, held_out, pad_id, cfg.batch_size)
-                stats |= {f"held_out_{key}": value for key, value in held.items()}
-                rounds.append({"positions": cfg.positions, **{f"held_out_{k}": v for k, v in held.items()}})
+                legality = held_out_legality(model, held_out, pad_id, cfg.batch_size)
+                held = {f"held_out_{k}": v for k, v in legality.items()}
+                stats |= held
+                rounds.append({"positions": cfg.positions, **held})
             if progress is not None and (step % 10 == 0 or step == steps - 1):
                 progress(step + 1, steps, stats)
         if (rounds[-1]["held_out_legal_mass"] >= cfg.target_legal_mass

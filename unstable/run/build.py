@@ -82,8 +82,8 @@ class Run:
                                              "num_eval_workers": num_eval_workers})
         a = self.actors
         self._started = True
-        learners = a.learners or {"model": a.learner}
-        remaining = {name: learning_steps - a.start_versions.get(name, self.start_version) for name in learners}
+        learners = a.learners
+        remaining = {name: learning_steps - a.start_versions.get(name, 0) for name in learners}
         done = [name for name, n in remaining.items() if n <= 0]
         for name in done:
             who = "the learner" if len(learners) == 1 else f"{name}'s learner"
@@ -148,7 +148,7 @@ class Run:
 
         a = self.actors
         try:
-            ray.get([buffer.stop.remote() for buffer in (list(a.buffers.values()) or [a.buffer])])
+            ray.get([buffer.stop.remote() for buffer in a.buffers.values()])
             if self._collect_ref is not None:
                 ray.get(self._collect_ref, timeout=120)
         except ray.exceptions.GetTimeoutError:
@@ -192,7 +192,7 @@ class Run:
         a = self.actors
         try:
             ray.get(a.collector.stop.remote(), timeout=10)
-            ray.get([b.stop.remote() for b in (list(a.buffers.values()) or [a.buffer])], timeout=10)
+            ray.get([b.stop.remote() for b in a.buffers.values()], timeout=10)
             ray.get(a.tracker.close.remote(), timeout=30)
         except (ray.exceptions.RayError, TimeoutError) as exc:
             log.warning("while stopping: %s", exc)

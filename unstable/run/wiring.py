@@ -72,23 +72,33 @@ class Actors:
     tracker: Any
     registry: Any
     scheduler: Any
-    buffer: Any  # the first model's (the only one in a one-model run)
     collector: Any
-    learner: Any  # the first model's
     inference: list[Any]  # RemoteBackend clients of the inference actors
     run_dir: str
-    start_version: int = 0  # the learner's version at start (N when resumed from ckpt-N)
-    learners: dict[str, Any] = field(default_factory=dict)  # model name -> learner actor
-    buffers: dict[str, Any] = field(default_factory=dict)  # model name -> buffer actor
+    learners: dict[str, Any]  # model name -> learner actor (one entry in a one-model run)
+    buffers: dict[str, Any]  # model name -> buffer actor
     turn_lock: Any = None  # the learners' TurnLock, when several share a device
     start_versions: dict[str, int] = field(default_factory=dict)  # model name -> its version at start (resumed)
 
+    @property
+    def learner(self) -> Any:
+        """The first model's learner (the only one in a one-model run)."""
+        return next(iter(self.learners.values()))
+
+    @property
+    def buffer(self) -> Any:
+        """The first model's buffer."""
+        return next(iter(self.buffers.values()))
+
+    @property
+    def start_version(self) -> int:
+        """The furthest learner version at start (N when resumed from ckpt-N; 0 for a new run)."""
+        return max(self.start_versions.values(), default=0)
+
     def all(self) -> list[Any]:
-        learners = list(self.learners.values()) or [self.learner]
-        buffers = list(self.buffers.values()) or [self.buffer]
         lock = [self.turn_lock] if self.turn_lock is not None else []
-        return [self.collector, *learners, *(b.handle for b in self.inference), self.scheduler, *buffers,
-                self.registry, self.tracker, *lock]
+        return [self.collector, *self.learners.values(), *(b.handle for b in self.inference), self.scheduler,
+                *self.buffers.values(), self.registry, self.tracker, *lock]
 
 
 def _model_sampler(samplers, registry, seed: int):
@@ -122,7 +132,7 @@ def inference_config(model, backend: str, num_actors: int, gpus_per_actor: float
 def start_actors(cfg, run_name: str) -> Actors:
     """Start every actor of a run from a validated :class:`~unstable.run.config.BuildConfig`.
 
-    With several trainable models (see :func:`_placement` for where they go): a buffer and a
+    With several trainable models (see :func:`_start_engines` for where they go): a buffer and a
     learner per model, one engine group per distinct base model (models sharing a base share its
     engines and serve their adapters side by side), one registry with a lineage per model.
     """
@@ -227,9 +237,7 @@ def start_actors(cfg, run_name: str) -> Actors:
         **collector_buffers, **({"backend_groups": groups, "samplings": samplings} if several else {}))
     for learner, algorithm_kwargs in pending:  # only what it names (A2C: the critic's)
         ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))
-    first = models[0].name
-    return Actors(tracker, registry, scheduler, buffers[first], collector, learners[first], backends, run_dir,
-                  start_version=resume.version if resume else 0, learners=learners, buffers=buffers,
+    return Actors(tracker, registry, scheduler, collector, backends, run_dir, learners=learners, buffers=buffers,
                   turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()})
 
 

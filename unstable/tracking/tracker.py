@@ -145,7 +145,7 @@ class Tracker:
             if plan.notice:
                 logger.warning(plan.notice)
             mode = plan.mode
-        wandb = import_wandb(required=True)
+        wandb = import_wandb()
         return WandbWriter(wandb, project=project, run_name=self.run_name, run_dir=str(self._dir.root), config=config,
                            mode=mode)
 
@@ -196,8 +196,7 @@ class Tracker:
             step = next((int(values[k]) for k in STEP_KEYS if k in values and math.isfinite(values[k])), None)
             # a model's learner in a run with several (``alice/train/step``): the run's step is the furthest
             model_steps = [int(v) for k, v in values.items()
-                           if k.split("/", 1)[-1] in STEP_KEYS and "/" in k.split("/", 1)[-1] and math.isfinite(v)
-                           and k not in STEP_KEYS]
+                           if "/" in k and k.split("/", 1)[1] in STEP_KEYS and math.isfinite(v)]
             if step is None and model_steps:
                 step = max(self._learner_step, *model_steps)
         if step is not None:

@@ -24,14 +24,12 @@ STEP_METRIC = "train/step"
 INSTALL_HINT = "pip install unstable-baselines[wandb]"
 
 
-def import_wandb(required: bool) -> Any | None:
-    """The ``wandb`` module, or ``None`` if it is missing and not ``required``."""
+def import_wandb() -> Any:
+    """The ``wandb`` module; ``ImportError`` with the install command if it does not import."""
     try:
         return importlib.import_module("wandb")
     except ImportError as e:
-        if required:
-            raise ImportError(f"use_wandb=True but the wandb package is not importable ({e}); {INSTALL_HINT}") from e
-        return None
+        raise ImportError(f"use_wandb=True but the wandb package is not importable ({e}); {INSTALL_HINT}") from e
 
 
 @dataclass(frozen=True)
