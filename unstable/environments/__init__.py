@@ -1,0 +1,1 @@
+"""Environments beyond TextArena games: single-turn datasets, collaborative and parallel environments, reward functions."""
