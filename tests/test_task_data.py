@@ -1,11 +1,17 @@
-"""Task data for single-turn environments: every kind of source, prompt formats and splits.
+"""Task data for single-turn environments: every kind of source, prompt formats, and the generated tasks.
 
 Fast and offline: files are written to tmp_path, the Hub test runs with the Hub switched off.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +23,18 @@ from unstable.environments.data import (  # noqa: E402
     load_task_data,
     split_dataset,
 )
+from unstable.environments.generated import (  # noqa: E402
+    answer_range,
+    arithmetic_dataset,
+    exact_match,
+    generated_task,
+    is_held_out,
+    random_answer,
+    sorting_dataset,
+)
 
 ROWS = [{"question": "What is 1 + 2?", "answer": "3"}, {"question": "What is 2 + 2?", "answer": "4"}]
+REPO = Path(__file__).resolve().parents[1]
 
 
 # --- load_task_data -----------------------------------------------------------------------------
@@ -208,3 +224,110 @@ def test_split_dataset_is_deterministic_and_validated():
             split_dataset(dataset, bad)
     with pytest.raises(TypeError, match="test_size must be an int"):
         split_dataset(dataset, True)
+
+
+# --- generated tasks ----------------------------------------------------------------------------
+
+
+def _digest(dataset) -> str:
+    return hashlib.sha256(json.dumps(dataset.to_list(), sort_keys=True).encode()).hexdigest()
+
+
+def test_generated_rows_are_deterministic():
+    assert arithmetic_dataset(50, level=3, seed=7).to_list() == arithmetic_dataset(50, level=3, seed=7).to_list()
+    assert sorting_dataset(50, length=5, seed=7).to_list() == sorting_dataset(50, length=5, seed=7).to_list()
+    assert _digest(arithmetic_dataset(50, level=3, seed=7)) != _digest(arithmetic_dataset(50, level=3, seed=8))
+
+
+def test_generated_rows_are_the_same_in_another_process():
+    code = (
+        "import hashlib, json; from unstable.environments.generated import arithmetic_dataset, sorting_dataset; "
+        "rows = arithmetic_dataset(50, level=3, seed=7).to_list() + sorting_dataset(50, length=5, seed=7).to_list(); "
+        "print(hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest())"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    rows = arithmetic_dataset(50, level=3, seed=7).to_list() + sorting_dataset(50, length=5, seed=7).to_list()
+    assert out.stdout.strip() == hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+
+
+def test_train_and_test_are_different_streams():
+    for disjoint in (False, True):
+        train = arithmetic_dataset(100, level=1, split="train", disjoint=disjoint)
+        test = arithmetic_dataset(100, level=1, split="test", disjoint=disjoint)
+        assert train["question"][:] != test["question"][:]
+    assert sorting_dataset(20, split="train")["question"][:] != sorting_dataset(20, split="test")["question"][:]
+
+
+def test_disjoint_splits_share_no_problem():
+    train = arithmetic_dataset(2000, level=2, split="train")  # disjoint is the default from level 2
+    test = arithmetic_dataset(2000, level=2, split="test")
+    train_pairs = set(zip(train["a"], train["b"], strict=True))
+    test_pairs = set(zip(test["a"], test["b"], strict=True))
+    assert not train_pairs & test_pairs
+    assert all(is_held_out(a, b) for a, b in test_pairs)
+    assert len(test_pairs) > 500  # drawn from the ~1,000 held-out problems, not a handful
+    level1_test = arithmetic_dataset(200, level=1, split="test", disjoint=True)
+    assert len(set(level1_test["question"])) == 10  # the level-1 held-out part has exactly 10 problems
+    with pytest.raises(ValueError, match=r"disjoint=True splits the problems into \['train', 'test'\]"):
+        arithmetic_dataset(5, level=2, split="validation")
+    assert arithmetic_dataset(5, level=2, split="validation", disjoint=False).num_rows == 5
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 6])
+def test_arithmetic_rows_are_correct(level):
+    dataset = arithmetic_dataset(300, level=level, seed=1)
+    assert dataset.column_names == ["question", "answer", "a", "b", "level"]
+    largest = 10**level - 1
+    for row in dataset:
+        assert 0 <= row["a"] <= largest and 0 <= row["b"] <= largest
+        assert row["a"] + row["b"] == int(row["answer"])
+        assert row["question"] == f"What is {row['a']} + {row['b']}?"
+        assert row["level"] == level
+    assert max(max(dataset["a"]), max(dataset["b"])) > largest // 10  # the top digit is used
+    assert answer_range(level) == (0, 2 * largest)
+
+
+def test_sorting_rows_are_sorted():
+    for length in (2, 5, 8):
+        for row in sorting_dataset(100, length=length, seed=2):
+            assert len(row["items"]) == length and row["level"] == length
+            assert row["answer"] == " ".join(map(str, sorted(row["items"])))
+            assert row["question"] == "Sort ascending: " + " ".join(map(str, row["items"]))
+
+
+def test_generated_arguments_are_checked():
+    with pytest.raises(ValueError, match="level must be an int from 1 to 6, got 7"):
+        arithmetic_dataset(5, level=7)
+    with pytest.raises(ValueError, match="length must be an int from 2 to 8, got 1"):
+        sorting_dataset(5, length=1)
+    with pytest.raises(ValueError, match="num_problems must be a positive int, got 0"):
+        arithmetic_dataset(0)
+    with pytest.raises(ValueError, match=r"^unknown generated task 'addition'; known: \['arithmetic', 'sorting'\]$"):
+        generated_task("addition", 5)
+    assert generated_task("sorting", 3, length=4).to_list() == sorting_dataset(3, length=4).to_list()
+
+
+def test_random_answer_stays_in_the_answer_range():
+    rng = random.Random(0)
+    row = arithmetic_dataset(1, level=2)[0]
+    answers = [int(random_answer(row, rng)) for _ in range(2000)]
+    assert min(answers) >= 0 and max(answers) <= 198
+    assert len(set(answers)) > 150
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer", "reward"),
+    [
+        ("7 + 5 is twelve, so \\boxed{12}", "12", 1.0),
+        (" \\boxed{ 12 }", "12", 1.0),
+        ("\\boxed{13}", "12", 0.0),
+        ("first \\boxed{13}, no: \\boxed{12}", "12", 1.0),
+        ("first \\boxed{12}, no: \\boxed{13}", "12", 0.0),
+        ("12", "12", 0.0),
+        ("\\boxed{\\text{12}}", "12", 1.0),
+        ("\\boxed{1  2 3}", "1 2 3", 1.0),
+    ],
+)
+def test_exact_match(completion, answer, reward):
+    assert exact_match(completion, answer) == reward
