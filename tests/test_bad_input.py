@@ -107,6 +107,7 @@ BUILD_CASES = [
     ("opponent_lag 0", {"opponent_lag": 0}, "opponent_lag must be an integer >= 1"),
     ("opponent_window string", {"opponent_window": "4"}, "opponent_window must be an integer"),
     ("max_staleness float", {"max_staleness": 1.5}, "max_staleness must be an integer >= 0"),
+    ("whole_games not a bool", {"whole_games": "yes"}, "whole_games must be true or false"),
     ("seed negative", {"seed": -1}, "seed must be an integer >= 0"),
     ("seed bool", {"seed": True}, "seed must be an integer"),
     ("seed float", {"seed": 1.5}, "seed must be an integer"),

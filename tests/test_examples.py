@@ -22,3 +22,16 @@ def test_learning_loop_example(tmp_path, monkeypatch):
     assert [p.rsplit("/", 1)[1] for p in out["reinforce"]] == ["ckpt-1", "ckpt-2", "ckpt-3"]
     assert [p.rsplit("/", 1)[1] for p in out["a2c"]] == ["ckpt-1", "ckpt-2", "ckpt-3"]
     assert len(out["loaded"]) == 2  # both final adapters were served by the backend
+
+
+@pytest.mark.slow
+def test_collaborative_example_steps_both_learners(ray_session, tmp_path, monkeypatch):
+    """Two trainable models take turns on the generated task following a round spec; both learners step."""
+    import os
+
+    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
+    out = load("collaborative_arithmetic").main(steps=1, out=str(tmp_path), batch_size=8, workers=4)
+    for name in ("alice", "bob"):
+        assert os.path.isfile(os.path.join(out["run_dir"], "checkpoints", name, "ckpt-1", "adapter_config.json"))
+    sent = out["summary"]["collector"]
+    assert sent["trajectories_sent/alice"] > 0 and sent["trajectories_sent/bob"] > 0

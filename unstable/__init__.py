@@ -22,6 +22,18 @@ _LAZY = {
     "play_game": "unstable.collection.rollout",
     "play_game_sync": "unstable.collection.rollout",
     "play_games": "unstable.collection.rollout",
+    # environments
+    "SingleTurnEnvironment": "unstable.environments",
+    "CollaborativeEnvironment": "unstable.environments",
+    "ParallelEnvironment": "unstable.environments",
+    "Participant": "unstable.environments",
+    "EnvironmentMixture": "unstable.environments",
+    "reward_function": "unstable.environments",
+    "conversation_reward_function": "unstable.environments",
+    "arithmetic_dataset": "unstable.environments",
+    "sorting_dataset": "unstable.environments",
+    "load_task_data": "unstable.environments",
+    "exact_match": "unstable.environments",
     # records
     "GameSpec": "unstable.records",
     "AgentSpec": "unstable.records",
@@ -72,7 +84,8 @@ _LAZY = {
 }
 
 # Submodules reachable as attributes, as in the seed (``unstable.samplers.env_samplers...``).
-_SUBMODULES = {"samplers", "reward_transformations", "buffers", "learners", "algorithms", "registry", "tracking"}
+_SUBMODULES = {"environments", "samplers", "reward_transformations", "buffers", "learners", "algorithms", "registry",
+               "tracking"}
 
 __all__ = sorted(_LAZY)
 

@@ -131,6 +131,9 @@ class GameSpec:
     error_allowance: int = 0
     eval_player_id: int | None = None  # the seat being evaluated, for eval games
     max_turns: int | None = None  # optional safety cap on turns; hitting it is a failed game
+    environment: str | None = None  # the Environment that plays it (its name); None: a TextArena game
+    item: int | None = None  # the row of the environment's data the episode is about
+    split: str | None = None  # "train" or the eval set the row comes from
 
     @property
     def num_players(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from unstable.utils.checks import check_int
+from unstable.utils.checks import check_bool, check_int
 
 
 @dataclass
@@ -23,11 +23,15 @@ class BufferConfig:
     reward_transforms: Any = None
     """``(final, step, sampling)`` reward-transform callables (each may be ``None``); ``None``: the
     default chain."""
+    whole_games: bool = False
+    """Hand the learner whole games (a StepBuffer): what GRPO over an environment's ``num_samples``
+    answers per prompt needs, so that each group reaches the learner complete."""
 
     def __post_init__(self) -> None:
         check_int("size", self.size, 1, allow_none=True)
         check_int("max_staleness", self.max_staleness, 0, allow_none=True)
         check_reward_transforms(self.reward_transforms)
+        check_bool("whole_games", self.whole_games)
 
 
 def check_reward_transforms(value: Any) -> None:

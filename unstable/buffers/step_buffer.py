@@ -13,7 +13,15 @@ class StepBuffer(BufferBase):
     sampling reward transform on them and returns them as a :class:`~unstable.records.TrainBatch`
     of loose Steps. See :mod:`unstable.buffers.base` for
     the back-pressure and staleness rules.
+
+    ``whole_games=True`` samples whole games instead (every held Step of a game, in random game
+    order, as many games as fit in n; at least one): the answers an environment samples for one
+    prompt form one GRPO group, and a group split across batches loses its members' comparison.
     """
+
+    def __init__(self, *args, whole_games: bool = False, **kwargs):
+        self.whole_games = bool(whole_games)
+        super().__init__(*args, **kwargs)
 
     def _init_storage(self) -> None:
         self._steps: list[Step] = []
@@ -51,14 +59,28 @@ class StepBuffer(BufferBase):
                 f"StepBuffer holds {len(self._steps)} Steps, fewer than the batch_size {batch_size} "
                 "asked for; wait until size() >= batch_size"
             )
-        picks = self._rng.sample(range(len(self._steps)), batch_size)
+        picks = self._whole_games(batch_size) if self.whole_games else self._rng.sample(range(len(self._steps)),
+                                                                                         batch_size)
         batch = [self._steps[i] for i in picks]
         for i in sorted(picks, reverse=True):  # descending, so no swapped-in item is a later pick
             swap_pop(self._steps, i)
-        self._counts["handed_out"] += batch_size
+        self._counts["handed_out"] += len(batch)
         batch = self._sample_transform(batch)
         self._log()
         return TrainBatch.from_steps(batch)
+
+    def _whole_games(self, batch_size: int) -> list[int]:
+        """Indices of whole games, in random order, that fit in ``batch_size`` (at least one game)."""
+        games: dict[tuple[str, int], list[int]] = {}
+        for i, step in enumerate(self._steps):
+            games.setdefault((step.env_id, step.game_id), []).append(i)
+        groups = list(games.values())
+        self._rng.shuffle(groups)
+        picks: list[int] = []
+        for group in groups:
+            if not picks or len(picks) + len(group) <= batch_size:
+                picks.extend(group)
+        return picks
 
     def clear(self) -> None:
         """Drop every stored Step (counted as ``cleared``); counters and transforms are kept."""

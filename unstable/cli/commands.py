@@ -14,6 +14,8 @@ from unstable.utils.fields import add_field_options
 
 # QuickstartConfig and WarmStartConfig fields offered as options (--warm-start-* for the latter),
 # their --help made from the fields' docstrings
+TASK_OPTIONS = ("out", "level", "learning_steps", "learning_rate", "num_samples", "batch_size", "eval_problems",
+                "format_weight", "seed")
 WARM_START_OPTIONS = ["positions", "target_legal_mass", "target_greedy_legal", "max_rounds"]
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
                       "eval_workers", "seed", "algorithm", "max_staleness"]
@@ -91,6 +93,18 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     print(f"unstable quickstart: self-play on {cfg.env_id} with the tiny {cfg.model_size} model -> {cfg.out}",
           flush=True)
     summary = run_quickstart(cfg, say=lambda line: print(line, flush=True))
+    return 0 if summary["learner_steps"] == cfg.learning_steps else 1
+
+
+def _cmd_task_quickstart(args: argparse.Namespace) -> int:
+    from unstable.cli.quickstart import default_out_dir
+    from unstable.cli.task_quickstart import TaskQuickstartConfig, run_task_quickstart
+
+    changes = {k: getattr(args, k) for k in TASK_OPTIONS if getattr(args, k) is not None}
+    cfg = TaskQuickstartConfig(**{"out": default_out_dir(), **changes})
+    print(f"unstable quickstart-task: GRPO on level-{cfg.level} arithmetic with the tiny {cfg.model_size} model "
+          f"-> {cfg.out}", flush=True)
+    summary = run_task_quickstart(cfg, say=lambda line: print(line, flush=True))
     return 0 if summary["learner_steps"] == cfg.learning_steps else 1
 
 
@@ -314,6 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_field_options(p, "unstable.cli.quickstart", "QuickstartConfig", QUICKSTART_OPTIONS)
     add_field_options(p, "unstable.models.warmstart", "WarmStartConfig", WARM_START_OPTIONS, prefix="warm_start_")
     p.set_defaults(fn=_cmd_quickstart)
+
+    p = sub.add_parser("quickstart-task", help="the single-turn CPU job: GRPO on generated arithmetic, held-out "
+                                               "exact-match accuracy before and after")
+    add_field_options(p, "unstable.cli.task_quickstart", "TaskQuickstartConfig", TASK_OPTIONS)
+    p.set_defaults(fn=_cmd_task_quickstart)
     return parser
 
 

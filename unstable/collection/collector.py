@@ -70,7 +70,7 @@ class Collector:
                  failure_budget: FailureBudget | None = None, prompt_templates: dict[str, Any] | None = None,
                  action_extractions: dict[str, Any] | None = None, buffers: dict[str, Any] | None = None,
                  backend_groups: dict[str, list[int]] | None = None,
-                 samplings: dict[str, SamplingParams] | None = None):
+                 samplings: dict[str, SamplingParams] | None = None, environments: dict[str, Any] | None = None):
         if game_scheduler is None or (buffer is None) == (not buffers):
             raise ValueError("Collector needs a game_scheduler and either one buffer or buffers={model: buffer}")
         # registrations made in the user's process (custom_templates()): a Ray actor starts without them
@@ -81,6 +81,7 @@ class Collector:
         if not backends:
             raise ValueError("Collector needs at least one inference backend")
         self.tracker, self.buffer, self.scheduler = tracker, buffer, game_scheduler
+        self.environments = dict(environments or {})
         self.buffers: dict[str | None, Any] = {None: buffer} if buffer is not None else dict(buffers)
         self.sampling = sampling or SamplingParams()
         self.samplings = dict(samplings or {})
@@ -222,9 +223,18 @@ class Collector:
         """Play one game on ``backends``; a failed one comes back as its error (which keeps the cause
         for the budget), a bug raises."""
         try:
+            if spec.environment is not None:
+                return await self._environment(spec).play(spec, self._policies(spec, backends)), backends
             return await play_game(spec, self._policies(spec, backends)), backends
         except GameFailedError as err:
             return err, backends
+
+    def _environment(self, spec: GameSpec) -> Any:
+        try:
+            return self.environments[spec.environment]
+        except KeyError:
+            raise RuntimeError(f"game {spec.game_id} is an episode of the environment {spec.environment!r}, which "
+                               f"this collector was not given (environments: {sorted(self.environments)})") from None
 
     async def _paused(self) -> tuple[tuple[str | None, ...], bool]:
         """The models whose buffers are full or stopped, and whether every buffer is stopped."""

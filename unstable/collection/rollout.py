@@ -23,16 +23,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import textarena as ta
 
-from unstable.inference.base import InferenceUnavailableError
-from unstable.policies.base import Policy, PolicyError, PolicyOutput, TurnContext
+from unstable.environments.base import ask_policy, game_failure
+from unstable.policies.base import Policy, PolicyOutput, TurnContext
 from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, Turn
-from unstable.utils.secrets import redact
 
 DEFAULT_MAX_TURNS = 1000
 
@@ -87,18 +85,6 @@ def _seat_rng(seed: int, player_id: int) -> random.Random:
     return random.Random(f"{seed}:{player_id}")
 
 
-def _fail(spec: GameSpec, stage: str, exc: BaseException, turns: list[Turn]) -> GameFailedError:
-    failure = FailedGame(
-        spec=spec,
-        stage=stage,  # type: ignore[arg-type]
-        error_type=type(exc).__name__,
-        message=redact(str(exc)),  # both end up in logs and transcripts: never with an API key in them
-        traceback=redact("".join(traceback.format_exception(exc))),
-        turns=tuple(turns),
-    )
-    return GameFailedError(failure)
-
-
 async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecord:
     """Play ``spec`` with ``policies[player_id]`` in each seat and return the finished record.
 
@@ -122,33 +108,24 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
             env.state.error_allowance = spec.error_allowance
             invalid_calls = _watch_invalid_moves(env)
     except Exception as exc:
-        raise _fail(spec, stage, exc, turns) from exc
+        raise game_failure(spec, stage, exc, turns) from exc
 
     rngs = {a.player_id: _seat_rng(spec.seed, a.player_id) for a in spec.agents}
     max_turns = spec.max_turns or DEFAULT_MAX_TURNS
     done = False
     while not done:
         if len(turns) >= max_turns:
-            raise _fail(spec, "limit", RuntimeError(f"game exceeded {max_turns} turns"), turns)
+            raise game_failure(spec, "limit", RuntimeError(f"game exceeded {max_turns} turns"), turns)
         try:
             with scope:
                 player_id, raw_obs = env.get_observation()
             observation = _as_text(raw_obs)
         except Exception as exc:
-            raise _fail(spec, "env", exc, turns) from exc
+            raise game_failure(spec, "env", exc, turns) from exc
         policy = policies[player_id]
         ctx = TurnContext(spec.env_id, player_id, observation, len(turns), env, rngs[player_id])
         t0 = time.perf_counter()
-        try:
-            out: PolicyOutput = await policy.act(ctx)
-        except InferenceUnavailableError as exc:  # the server died, not the policy: the game is dropped
-            raise _fail(spec, "inference", exc, turns) from exc
-        except PolicyError as exc:  # the model or API failed: a counted failure
-            raise _fail(spec, "policy", exc, turns) from exc
-        except Exception as exc:  # a bug (template, extraction, scripted policy): stop with its traceback
-            exc.add_note(f"raised by the policy {policy.ref.uid!r} in seat {player_id}, turn {len(turns)} of game "
-                         f"{spec.game_id} ({spec.env_id}, seed {spec.seed}); a bug, not a failed game")
-            raise
+        out: PolicyOutput = await ask_policy(policy, ctx, spec, turns)
         gen_seconds = out.gen_seconds or (time.perf_counter() - t0)
         n_invalid = len(invalid_calls)
         t1 = time.perf_counter()
@@ -156,7 +133,7 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
             with scope:
                 done, _info = env.step(action=out.action)
         except Exception as exc:
-            raise _fail(spec, "env", exc, turns) from exc
+            raise game_failure(spec, "env", exc, turns) from exc
         invalid = len(invalid_calls) > n_invalid
         turns.append(
             Turn(
@@ -180,7 +157,7 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
             rewards, game_info = env.close()
         final_rewards = {int(pid): float(r) for pid, r in rewards.items()}
     except Exception as exc:
-        raise _fail(spec, "env", exc, turns) from exc
+        raise game_failure(spec, "env", exc, turns) from exc
     return GameRecord(
         spec=spec,
         turns=tuple(turns),

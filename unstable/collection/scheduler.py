@@ -34,6 +34,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from unstable.environments.base import TRAIN_SPLIT, Environment, EvalSet, Participant
 from unstable.games.specs import OPPONENT_SEAT
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
 from unstable.registry.model_registry import fixed_policy_ref
@@ -65,6 +66,7 @@ class GameScheduler:
         self._train_idx = 0
         self._eval_idx = 0
         self._eval_seat: dict[str, int] = {}  # env_id -> eval games scheduled so far
+        self._env_train: dict[str, int] = {}  # environment name -> train episodes scheduled so far
         self._running: dict[int, GameSpec] = {}
         self._totals: dict[str, dict[str, dict[str, list[float]]]] = {"train": {}, "eval": {}}
         self._finished = 0
@@ -89,6 +91,8 @@ class GameScheduler:
                 return None
         else:
             spec = self.env_sampler.sample("train")
+        if isinstance(spec, Environment):
+            return self._environment_train_job(spec)
         if spec.seats is not None:
             return self._seated_train_job(spec)
         current = self.model_sampler.get_current_ckpt()
@@ -117,6 +121,41 @@ class GameScheduler:
                                     prompt_template=spec.prompt_template, action_extraction=spec.action_extraction_fn))
         return self._train_job(spec, agents)
 
+    def _seat(self, env: Environment, seat: Participant, *, collect: bool) -> AgentSpec:
+        """An environment's participant: its fixed policy, or its model's current checkpoint."""
+        if seat.policy is not None:
+            policy, collect = fixed_policy_ref(seat.policy), False
+        else:
+            policy = self.model_sampler.get_current_ckpt(*((seat.model,) if seat.model is not None else ()))
+        return AgentSpec(player_id=0, policy=policy, collect_data=collect, prompt_template=env.prompt_template,
+                         action_extraction=env.action_extraction)
+
+    def _environment_train_job(self, env: Environment) -> GameSpec:
+        """An episode of an environment: seat ``i`` is ``participants[i]``, on the next row of its train data."""
+        count = self._env_train.get(env.name, 0)
+        self._env_train[env.name] = count + 1
+        agents = [replace(self._seat(env, seat, collect=True), player_id=pid)
+                  for pid, seat in enumerate(env.participants)]
+        job = GameSpec(game_id=self._new_id(), env_id=env.env_id, seed=self._train_idx, agents=tuple(agents),
+                       environment=env.name, item=env.train_item(count), split=TRAIN_SPLIT)
+        self._train_idx += 1
+        self._running[job.game_id] = job
+        return job
+
+    def _environment_eval_job(self, entry: EvalSet) -> GameSpec:
+        """An eval episode: the eval set's rows in order, cycling; seat 0 is the one evaluated."""
+        count = self._eval_seat.get(entry.env_id, 0)
+        self._eval_seat[entry.env_id] = count + 1
+        env = entry.environment
+        agents = tuple(replace(self._seat(env, seat, collect=False), player_id=pid)
+                       for pid, seat in enumerate(env.eval_seats()))
+        job = GameSpec(game_id=self._new_id(), env_id=entry.env_id, seed=EVAL_SEED_OFFSET + self._eval_idx,
+                       agents=agents, is_eval=True, eval_player_id=0, environment=env.name,
+                       item=count % entry.size, split=entry.name)
+        self._eval_idx += 1
+        self._running[job.game_id] = job
+        return job
+
     def _train_job(self, spec: Any, agents: list[AgentSpec]) -> GameSpec:
         job = GameSpec(game_id=self._new_id(), env_id=spec.env_id, seed=self._train_idx, agents=tuple(agents),
                        error_allowance=spec.error_allowance)
@@ -129,6 +168,8 @@ class GameScheduler:
         if not self.has_eval():
             return None
         spec = self.env_sampler.sample("eval")
+        if isinstance(spec, EvalSet):
+            return self._environment_eval_job(spec)
         count = self._eval_seat.get(spec.env_id, 0)
         self._eval_seat[spec.env_id] = count + 1
         seat = count % spec.num_players
@@ -138,7 +179,7 @@ class GameScheduler:
             lineage = lineages[(count // spec.num_players) % len(lineages)] if len(lineages) > 1 else None
         current = self.model_sampler.get_current_ckpt(lineage) if lineage is not None else \
             self.model_sampler.get_current_ckpt()
-        opponent = fixed_policy_ref(spec.fixed_opponent)
+        opponent = fixed_policy_ref(spec.fixed_opponent) if spec.num_players > 1 else None  # single-player: none
         agents = tuple(
             AgentSpec(player_id=pid, policy=current if pid == seat else opponent, collect_data=False,
                       prompt_template=spec.prompt_template, action_extraction=spec.action_extraction_fn)
@@ -222,13 +263,14 @@ class GameScheduler:
             version, internal, gauss = rng.getstate()
             rng_states[name] = [version, list(internal), gauss]
         return {"next_game_id": self._next_game_id, "train_idx": self._train_idx, "eval_idx": self._eval_idx,
-                "eval_seat": dict(self._eval_seat), "rng_states": rng_states,
+                "eval_seat": dict(self._eval_seat), "env_train": dict(self._env_train), "rng_states": rng_states,
                 "totals": json.loads(json.dumps(self._totals)), "finished": self._finished,
                 "failed": dict(self._failed), "dropped": self._dropped}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._next_game_id, self._train_idx = state["next_game_id"], state["train_idx"]
         self._eval_idx, self._eval_seat = state["eval_idx"], dict(state["eval_seat"])
+        self._env_train = dict(state.get("env_train", {}))
         rngs = self._rngs()
         for name, (version, internal, gauss) in state["rng_states"].items():
             if name in rngs:

@@ -7,12 +7,14 @@ extraction, or impossible player counts raise a ``ValueError`` that says what to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from unstable.games.envs import check_env_id
 from unstable.games.extraction import get_action_extraction
 from unstable.games.legal_moves import SCRIPTED_POLICIES, check_scripted_opponent
+from unstable.games.mixture import EnvironmentMixture
 from unstable.games.templates import get_template
-from unstable.utils.checks import check_int, check_str
+from unstable.utils.checks import check_int, check_number, check_str
 
 #: The default scripted opponent (every game with a legal-move reader has it; some have stronger
 #: ones, see ``SCRIPTED_BASELINES``); API model names ("provider/model") and checkpoint paths also work.
@@ -51,6 +53,7 @@ class TrainEnvSpec:
     must count the named seats. ``None`` (the default): ``num_actors`` seats of the run's one model.
     """
 
+    mixture_role: ClassVar[str] = "train"
     env_id: str
     num_players: int
     num_actors: int
@@ -58,9 +61,12 @@ class TrainEnvSpec:
     action_extraction_fn: str = "default"
     error_allowance: int = 0
     seats: tuple[str, ...] | None = None
+    weight: float = 1.0
+    """Its share of the train games, relative to the other train envs' weights."""
 
     def __post_init__(self) -> None:
         check_int("num_actors", self.num_actors, 1)
+        check_number("weight", self.weight, 0, low_open=True)
         _check_common(self)
         if self.num_actors > self.num_players:
             raise ValueError(
@@ -88,6 +94,12 @@ class TrainEnvSpec:
         """The trainable models that play (and learn) in this spec's games, in seat order, once each."""
         return tuple(dict.fromkeys(s for s in self.seats or () if s != OPPONENT_SEAT))
 
+    def __add__(self, other: object) -> EnvironmentMixture:
+        return EnvironmentMixture.of(self, other)
+
+    def __radd__(self, other: object) -> EnvironmentMixture:
+        return EnvironmentMixture.of(self) if other == 0 else EnvironmentMixture.of(other, self)
+
 
 @dataclass(frozen=True)
 class EvalEnvSpec:
@@ -95,14 +107,17 @@ class EvalEnvSpec:
     ``fixed_opponent`` (a scripted baseline the game has: ``"random"`` = the random-legal-move
     baseline, or ``"heuristic"``, ``"optimal"``, ``"nash"``, see ``SCRIPTED_BASELINES``; an API model name such as
     ``"google/gemini-2.0-flash-lite-001"``; or a checkpoint path). The seed defaulted to Gemini
-    over OpenRouter, which needs a key and a network; the offline baseline is our default.
+    over OpenRouter, which needs a key and a network; the offline baseline is our default
+    (``None`` means it). A single-player game (``num_players=1``) has no opponent: the checkpoint
+    plays alone, and its success rate (reward above 0) and mean reward are reported.
     """
 
+    mixture_role: ClassVar[str] = "eval"
     env_id: str
     num_players: int
     prompt_template: str
     action_extraction_fn: str = "default"
-    fixed_opponent: str = DEFAULT_EVAL_OPPONENT
+    fixed_opponent: str | None = None
     error_allowance: int = 0
     model: str | None = None
     """The trainable model evaluated (its current checkpoint); ``None``: each of the run's models in turn."""
@@ -110,7 +125,20 @@ class EvalEnvSpec:
     def __post_init__(self) -> None:
         _check_common(self)
         check_str("model", self.model, allow_none=True, what="the name of one of the run's trainable models")
+        if self.num_players == 1:
+            if self.fixed_opponent is not None:
+                raise ValueError(f"{self.env_id} is played with num_players=1: a single-player game has no "
+                                 f"opponent, so leave fixed_opponent out (got {self.fixed_opponent!r})")
+            return
+        if self.fixed_opponent is None:
+            object.__setattr__(self, "fixed_opponent", DEFAULT_EVAL_OPPONENT)
         if not isinstance(self.fixed_opponent, str) or not self.fixed_opponent.strip():
             raise ValueError(f"fixed_opponent must be a non-empty string, got {self.fixed_opponent!r}")
         if self.fixed_opponent in SCRIPTED_POLICIES:
             check_scripted_opponent(self.fixed_opponent, self.env_id)  # raises for unsupported games
+
+    def __add__(self, other: object) -> EnvironmentMixture:
+        return EnvironmentMixture.of(self, other)
+
+    def __radd__(self, other: object) -> EnvironmentMixture:
+        return EnvironmentMixture.of(self) if other == 0 else EnvironmentMixture.of(other, self)

@@ -67,6 +67,10 @@ def board_view(obs: str) -> str:
     return obs[start:].strip() if start >= 0 else obs
 
 
+def _qwen3_task(obs: str) -> str:
+    return f"<|im_start|>user\n{obs}\nAnswer in \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
+
+
 def _qwen3_board(obs: str) -> str:
     return f"<|im_start|>user\n{board_view(obs)}\nAnswer in \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
 
@@ -139,6 +143,7 @@ for _name, _fn, _desc in [
     ("gemma3-zs", _gemma3_zs, "Gemma 3 chat turn, two-player zero-sum game"),
     ("llama-instruct-zs", _llama_instruct_zs, "Llama 3 instruct turn with a system message"),
     ("qwen3-board", _qwen3_board, "Qwen3 chat turn with only the current board and moves (small models)"),
+    ("qwen3-task", _qwen3_task, "Qwen3 chat turn: the task as it is, then 'Answer in \\boxed{}.' (environments)"),
 ]:
     register_template(_name, _fn, description=_desc)
 

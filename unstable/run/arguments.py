@@ -31,7 +31,7 @@ FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
     "inference_backend": ("inference", "backend"), "num_inference_actors": ("inference", "num_actors"),
     "temperature": ("inference", "temperature"), "vllm_config": ("inference", None),
     "buffer_size": ("buffer", "size"), "max_staleness": ("buffer", "max_staleness"),
-    "reward_transforms": ("buffer", "reward_transforms"),
+    "reward_transforms": ("buffer", "reward_transforms"), "whole_games": ("buffer", "whole_games"),
     "env_sampling_strategy": ("samplers", "env_sampling_strategy"),
     "opponent_sampling_strategy": ("samplers", "opponent_sampling_strategy"),
     "fixed_opponents": ("samplers", "fixed_opponents"), "opponent_lag": ("samplers", "opponent_lag"),

@@ -21,6 +21,7 @@ from typing import Any
 
 from unstable.buffers.config import BufferConfig
 from unstable.collection.failures import FailureBudget
+from unstable.games.mixture import EnvironmentMixture, is_environment
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.config import VLLM_CONFIG_KEYS, choose_backend
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
@@ -75,6 +76,44 @@ def _spec_list(name: str, value: Any, cls: type, allow_none: bool) -> tuple:
             raise ValueError(f"{name}[{i}] must be a {cls.__name__}, got {type(item).__name__}")
         out.append(item)
     return tuple(out)
+
+
+def _env_lists(train_value: Any, eval_value: Any) -> tuple[tuple, tuple, tuple]:
+    """``train_envs`` and ``eval_envs`` as (train parts, eval parts, environments).
+
+    Each may hold ``TrainEnvSpec``/``EvalEnvSpec`` objects (or mappings of their fields),
+    environments, and ``env_a + env_b`` mixtures. An environment in ``train_envs`` is trained on (if
+    it has train data) and evaluated on its eval sets; one in ``eval_envs`` is only evaluated.
+    """
+    def items(name: str, value: Any) -> list:
+        if value is None:
+            return []
+        if isinstance(value, EnvironmentMixture | TrainEnvSpec | EvalEnvSpec | dict) or is_environment(value):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{name} must be a non-empty list of env specs, environments or env_a + env_b "
+                             f"mixtures, got {value!r}")
+        return [p for v in value for p in (v.parts if isinstance(v, EnvironmentMixture) else (v,))]
+
+    train_items, eval_items = items("train_envs", train_value), items("eval_envs", eval_value)
+    environments: list = []
+    for env in [p for p in [*train_items, *eval_items] if is_environment(p)]:
+        if any(e is env for e in environments):
+            continue
+        if any(e.name == env.name for e in environments):
+            raise ValueError(f"two environments are named {env.name!r}; names must be distinct")
+        environments.append(env)
+    train_specs = [p for p in train_items if not is_environment(p) and not isinstance(p, EvalEnvSpec)]
+    eval_specs = [p for p in train_items if isinstance(p, EvalEnvSpec)] + [p for p in eval_items
+                                                                          if not is_environment(p)]
+    train = _spec_list("train_envs", train_specs, TrainEnvSpec, allow_none=True)
+    train += tuple(p for p in train_items if is_environment(p) and p.is_train)
+    if not train:
+        raise ValueError("train_envs must be a non-empty list of TrainEnvSpec (or mappings of its fields) or "
+                         "environments with train data")
+    evals = _spec_list("eval_envs", eval_specs, EvalEnvSpec, allow_none=True)
+    evals += tuple(entry for env in environments for entry in env.eval_entries())
+    return train, evals, tuple(environments)
 
 
 def _unknown_arguments(extra: dict) -> str:
@@ -290,14 +329,21 @@ def _check_placement(cfg: BuildConfig) -> None:
         raise ValueError(f"run_name must be a plain directory name (not empty, '.', '..', no '/'), got {name!r}")
 
 
+def _opponent(spec: Any) -> str:
+    """An eval spec's fixed opponent; ``"random"`` stands in where there is none (single-player games,
+    environments), which is scripted and needs no check."""
+    return getattr(spec, "fixed_opponent", None) or "random"
+
+
 def _check_opponents(cfg: BuildConfig) -> tuple[str, ...]:
     """Fixed opponents must be playable now: scripted ones on every train env, checkpoints readable
     adapters, API names with a key in the environment. Returns the names with paths expanded."""
     plays_fixed = cfg.samplers.opponent_sampling_strategy in ("fixed", "pool")
     names = []
+    games = [spec for spec in cfg.train_envs if isinstance(spec, TrainEnvSpec)]
     for i, name in enumerate(cfg.samplers.fixed_opponents):
         if name in SCRIPTED_POLICIES:
-            for spec in cfg.train_envs if plays_fixed else ():
+            for spec in games if plays_fixed else ():
                 try:
                     make_scripted_policy(name, spec.env_id)
                 except ValueError as exc:
@@ -308,13 +354,18 @@ def _check_opponents(cfg: BuildConfig) -> tuple[str, ...]:
             check_adapter_dir(name, f"fixed_opponents[{i}]")
         names.append(name)
     for i, spec in enumerate(cfg.eval_envs):
-        if spec.fixed_opponent not in SCRIPTED_POLICIES and looks_like_path(spec.fixed_opponent):
+        if _opponent(spec) not in SCRIPTED_POLICIES and looks_like_path(_opponent(spec)):
             check_adapter_dir(os.path.expanduser(spec.fixed_opponent), f"eval_envs[{i}].fixed_opponent")
-    cfg.eval_envs = tuple(s if s.fixed_opponent == os.path.expanduser(s.fixed_opponent)
+    cfg.eval_envs = tuple(s if _opponent(s) == os.path.expanduser(_opponent(s))
                           else replace(s, fixed_opponent=os.path.expanduser(s.fixed_opponent)) for s in cfg.eval_envs)
+    fixed = [p.policy for env in cfg.environments for p in env.participants if p.policy is not None]
+    for name in fixed:
+        if looks_like_path(name):
+            check_adapter_dir(os.path.expanduser(name), f"the participant policy {name!r}")
     api = [n for n in names if plays_fixed and n not in SCRIPTED_POLICIES and not os.path.isdir(n)]
-    api += [s.fixed_opponent for s in cfg.eval_envs if s.fixed_opponent not in SCRIPTED_POLICIES
-            and not os.path.isdir(s.fixed_opponent)]
+    api += [_opponent(s) for s in cfg.eval_envs if _opponent(s) not in SCRIPTED_POLICIES
+            and not os.path.isdir(_opponent(s))]
+    api += [n for n in fixed if not os.path.isdir(os.path.expanduser(n))]
     if api and not os.environ.get(DEFAULT_API_KEY_ENV):
         raise ValueError(f"opponent {api[0]!r} is not a scripted policy or a local adapter directory, so it is "
                          f"played over the API and needs a key in the environment variable {DEFAULT_API_KEY_ENV} "
@@ -379,7 +430,12 @@ def _check_seats(cfg: BuildConfig) -> None:
     names = [m.name for m in cfg.models]
     several = len(names) > 1
     played = set()
+    for env in cfg.environments:
+        env.check(names)
+        played.update(env.models or names[:1])
     for i, spec in enumerate(cfg.train_envs):
+        if is_environment(spec):
+            continue
         if spec.seats is None:
             if several:
                 raise ValueError(f"train_envs[{i}] ({spec.env_id}) has no seats, but the run trains {names}: say who "
@@ -396,7 +452,7 @@ def _check_seats(cfg: BuildConfig) -> None:
         raise ValueError(f"models {idle} {'plays' if len(idle) == 1 else 'play'} in no train env: give "
                          f"{'it' if len(idle) == 1 else 'each'} a seat in train_envs[...].seats, or leave it out")
     for i, spec in enumerate(cfg.eval_envs):
-        if spec.model is not None and spec.model not in names:
+        if getattr(spec, "model", None) is not None and spec.model not in names:
             raise ValueError(f"eval_envs[{i}].model is {spec.model!r}, not a declared model; models: {names}")
 
 
@@ -408,9 +464,12 @@ class BuildConfig:
     """The trainable models (see :class:`ModelConfig`): one, or several with distinct names, each
     playing in some train env's ``seats``."""
     train_envs: tuple[TrainEnvSpec, ...] = ()
-    """The games trained on (required): ``TrainEnvSpec`` objects or mappings of their fields."""
+    """What is trained on (required): ``TrainEnvSpec`` objects or mappings of their fields, environments
+    with train data, or an ``env_a + env_b`` mixture of them."""
     eval_envs: tuple[EvalEnvSpec, ...] = ()
-    """The games evaluated on, each against its ``fixed_opponent``."""
+    """The games evaluated on, each against its ``fixed_opponent``, and the environments' eval sets."""
+    environments: tuple[Any, ...] = ()
+    """The environments (``unstable.environments``) among ``train_envs`` and ``eval_envs``."""
     samplers: SamplerConfig = field(default_factory=SamplerConfig)
     """How each game's env and opponent are picked."""
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
@@ -451,8 +510,8 @@ class BuildConfig:
         if twice:
             raise ValueError(f"models: the names {twice} are used twice; each trainable model needs its own name")
         self.models = tuple(models)
-        self.train_envs = _spec_list("train_envs", nested.get("train_envs"), TrainEnvSpec, allow_none=False)
-        self.eval_envs = _spec_list("eval_envs", nested.get("eval_envs"), EvalEnvSpec, allow_none=True)
+        self.train_envs, self.eval_envs, self.environments = _env_lists(nested.get("train_envs"),
+                                                                        nested.get("eval_envs"))
         for name, cls in (("samplers", SamplerConfig), ("tracker", TrackerConfig), ("failure_budget", FailureBudget)):
             try:
                 setattr(self, name, cls(**nested.get(name, {})))
@@ -518,12 +577,19 @@ class BuildConfig:
         file ``unstable train`` reads back; custom ``reward_transforms`` are only named, by their repr;
         a learner class by its registered name or ``"module:ClassName"``)."""
         out: dict[str, Any] = {"models": [m.to_dict() for m in self.models],
-                               "train_envs": [asdict(s) for s in self.train_envs],
-                               "eval_envs": [asdict(s) for s in self.eval_envs]}
+                               "train_envs": [_env_dict(s) for s in self.train_envs],
+                               "eval_envs": [_env_dict(s) for s in self.eval_envs if not is_environment(s)]}
         out |= {name: asdict(getattr(self, name)) for name in ("samplers", "tracker", "failure_budget")}
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
         out |= {name: getattr(self, name) for name in ("run_name", "runs_dir", "ray_address", "seed", "resume_from")}
         return out
+
+
+def _env_dict(spec: Any) -> dict:
+    """A spec's fields; an environment (code and data, not JSON) by its class and name."""
+    if is_environment(spec):
+        return {"environment": spec.name, "class": type(spec).__name__, "weight": spec.weight}
+    return asdict(spec)
 
 
 def check_resume_from(path: Any) -> str | None:

@@ -178,7 +178,8 @@ def start_actors(cfg, run_name: str) -> Actors:
         ray.get(tracker.set_learner_step.remote(max(p.version for p in points.values())))
     samplers = cfg.samplers
     opponents = set(samplers.fixed_opponents if samplers.opponent_sampling_strategy in ("fixed", "pool") else ())
-    opponents |= {spec.fixed_opponent for spec in cfg.eval_envs}
+    opponents |= {spec.fixed_opponent for spec in cfg.eval_envs if getattr(spec, "fixed_opponent", None)}
+    opponents |= {p.policy for env in cfg.environments for p in env.participants if p.policy is not None}
     known = set(ray.get(registry.fixed_uids.remote()))
     for name in sorted(opponents):
         if fixed_policy_ref(name).uid not in known:
@@ -208,7 +209,8 @@ def start_actors(cfg, run_name: str) -> Actors:
         buffer = actor_class(buffer_cls).options(**light, name=f"Buffer-{m.name}" if several else "Buffer").remote(
             max_buffer_size=m.buffer.size, tracker=tracker, final_reward_transformation=final,
             step_reward_transformation=step, sampling_reward_transformation=sampling,
-            max_staleness=m.buffer.max_staleness, seed=cfg.seed, dedupe=True, lineage=lineage[m.name])
+            max_staleness=m.buffer.max_staleness, seed=cfg.seed, dedupe=True, lineage=lineage[m.name],
+            **({"whole_games": True} if m.buffer.whole_games else {}))
         resumed = {}
         point = points.get(m.name)
         if point is not None and point.checkpoint is not None:
@@ -234,6 +236,7 @@ def start_actors(cfg, run_name: str) -> Actors:
         tracker=tracker, game_scheduler=scheduler, backends=backends,
         sampling=samplings[lineage[models[0].name]], failure_budget=cfg.failure_budget,
         prompt_templates=custom_templates(), action_extractions=custom_action_extractions(),
+        environments={env.name: env for env in cfg.environments},
         **collector_buffers, **({"backend_groups": groups, "samplings": samplings} if several else {}))
     for learner, algorithm_kwargs in pending:  # only what it names (A2C: the critic's)
         ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))

@@ -33,6 +33,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from unstable.games.mixture import is_environment
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 
 Kind = Literal["train", "eval"]
@@ -51,11 +52,13 @@ class BaseEnvSampler:
         if not train:
             raise ValueError("train_env_specs is empty; give at least one TrainEnvSpec(...)")
         for spec in train:
-            if not isinstance(spec, TrainEnvSpec):
-                raise TypeError(f"train_env_specs must hold TrainEnvSpec objects, got {type(spec).__name__}: {spec!r}")
+            if not isinstance(spec, TrainEnvSpec) and not is_environment(spec):
+                raise TypeError(f"train_env_specs must hold TrainEnvSpec objects or environments, got "
+                                f"{type(spec).__name__}: {spec!r}")
         for spec in evals:
-            if not isinstance(spec, EvalEnvSpec):
-                raise TypeError(f"eval_env_specs must hold EvalEnvSpec objects, got {type(spec).__name__}: {spec!r}")
+            if not isinstance(spec, EvalEnvSpec) and not is_environment(spec):
+                raise TypeError(f"eval_env_specs must hold EvalEnvSpec objects or environment eval sets, got "
+                                f"{type(spec).__name__}: {spec!r}")
         self.train_env_specs: list[TrainEnvSpec] = train
         self.eval_env_specs: list[EvalEnvSpec] = evals
         self.rng = random.Random(rng_seed)
@@ -95,7 +98,11 @@ class BaseEnvSampler:
 
 
 class UniformRandomEnvSampler(BaseEnvSampler):
-    """Every spec of the requested kind equally likely (the seed's only strategy, ``"random"``)."""
+    """Each train spec drawn with probability proportional to its ``weight`` (all 1 by default: the
+    seed's uniform ``"random"`` strategy); eval specs uniformly."""
 
     def _pick(self, specs: list, kind: Kind):
-        return self.rng.choice(specs)
+        weights = [getattr(spec, "weight", 1.0) for spec in specs] if kind == "train" else []
+        if len(set(weights)) > 1:
+            return self.rng.choices(specs, weights=weights)[0]
+        return self.rng.choice(specs)  # equal weights: the same draws as before weights existed

@@ -8,6 +8,9 @@ Train games (``spec.is_eval`` False) score the seats that collect data, under
 ``collect/<env_id>/``:
 
 * seat level: ``win_rate``, ``draw_rate``, ``loss_rate``, ``reward`` (raw final reward),
+  ``success_rate`` (reward above 0; games with one seat: single-player games, single-sample
+  environments), ``reward/<name>`` (an environment's reward function ``name``, unweighted) and
+  ``combined_reward/<name>`` (a parallel environment's combined answer),
   ``format_ok_rate`` and ``invalid_move_rate`` (the fraction of the seat's turns),
   ``response_chars`` and ``completion_tokens`` (means over the seat's turns);
 * game level: ``game_length`` (turns by all seats), ``ended_by_invalid_rate`` (the game ended
@@ -56,6 +59,13 @@ def _seat_samples(
     for name in OUTCOMES:
         samples[f"{prefix}/{name}_rate"].append(float(outcome == name))
     samples[f"{prefix}/reward"].append(float(record.final_rewards[pid]))
+    if len(record.final_rewards) == 1:  # a single-player game, or an environment's one seat: solved or not
+        samples[f"{prefix}/success_rate"].append(float(record.final_rewards[pid] > 0))
+    info = record.game_info.get(pid, {})
+    for name, value in info.get("reward_components", {}).items():
+        samples[f"{prefix}/reward/{name}"].append(float(value))
+    for name, value in info.get("combined_components", {}).items():
+        samples[f"{prefix}/combined_reward/{name}"].append(float(value))
     turns = record.turns_of(pid)
     if not turns:
         return

@@ -1,0 +1,174 @@
+"""The single-turn CPU job: GRPO on the generated arithmetic task, measured on held-out problems.
+
+``unstable quickstart --task arithmetic`` (or :func:`run_task_quickstart`) does, on a laptop CPU:
+
+1. builds (or reuses) the tiny 1M-parameter model;
+2. warm-starts it on the answer format only (cached): ``What is a + b?`` answered with
+   ``\\boxed{n}`` for a uniformly random ``n`` in the answer range, so it answers in the format
+   and knows nothing of which answer is right (see :mod:`unstable.models.task_warmstart`);
+3. measures its exact-match accuracy on ``eval_problems`` held-out problems (greedy);
+4. trains a LoRA adapter with GRPO through :func:`unstable.build`: a
+   :class:`~unstable.environments.SingleTurnEnvironment` asks ``num_samples`` answers per problem,
+   which form one group (``group_by=("env_id", "game_id")``, whole games per batch);
+5. measures the final checkpoint the same way and writes ``RUN_DIR/summary.json``.
+
+Level 1 (one-digit operands) has only 100 distinct problems, so the held-out problems are
+independent draws (``split="test"``), not unseen problems; ``--level 2`` draws train and test
+from disjoint parts of its 10,000 problems (see :func:`~unstable.environments.arithmetic_dataset`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from unstable.cli.progress import wait_with_progress
+from unstable.models.task_warmstart import TaskWarmStartConfig
+from unstable.utils.checks import check_int, check_positive
+
+
+@dataclass
+class TaskQuickstartConfig:
+    """Settings of the single-turn job; the defaults are what ``unstable quickstart --task arithmetic`` runs."""
+
+    out: str | None = None
+    """The run directory, which must not hold an earlier run (default: runs/quickstart-<date>-<time>)."""
+    level: int = 1
+    """Operands of up to this many digits (level 1: 0..9, 100 distinct problems)."""
+    model_size: str = "1m"
+    warm_start: TaskWarmStartConfig = field(default_factory=TaskWarmStartConfig)
+    train_problems: int = 5000
+    eval_problems: int = 500
+    """Held-out problems of each evaluation (initial and final), greedy, exact match."""
+    num_samples: int = 8
+    """Answers per problem: one GRPO group."""
+    learning_steps: int = 30
+    """Learner updates (GRPO)."""
+    batch_size: int = 256
+    """Answers per learner update (32 problems of 8)."""
+    mini_batch_size: int = 128
+    learning_rate: float = 1e-3
+    """Learning rate of the LoRA adapter (constant)."""
+    format_weight: float = 0.2
+    """Weight of the format reward (a number in the box) next to exact match (weight 1): without it, the
+    many wrong answers' negative advantages pushed the answers out of the format within 15 steps."""
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    num_collection_workers: int = 32
+    """Problems in flight (each asks ``num_samples`` answers)."""
+    max_new_tokens: int = 12
+    seed: int = 0
+    """Seeds the tiny model, the warm start, the problems and the run."""
+    learner: dict[str, Any] = field(default_factory=dict)
+    """More learner settings (``GRPOConfig`` fields), e.g. ``{"beta": 0.01}``."""
+
+    def __post_init__(self) -> None:
+        for name in ("level", "train_problems", "eval_problems", "num_samples", "learning_steps", "batch_size",
+                     "mini_batch_size", "lora_rank", "lora_alpha", "num_collection_workers", "max_new_tokens"):
+            check_int(name, getattr(self, name), 1)
+        check_int("seed", self.seed, 0)
+        check_positive("learning_rate", self.learning_rate)
+        if self.warm_start.level != self.level:
+            self.warm_start = TaskWarmStartConfig(**{**asdict(self.warm_start), "level": self.level})
+
+
+def arithmetic_environment(cfg: TaskQuickstartConfig) -> Any:
+    """The job's environment: train problems, the held-out ``test`` set, exact-match reward."""
+    from unstable.environments import SingleTurnEnvironment, arithmetic_dataset, exact_match, reward_function
+    from unstable.games.extraction import last_boxed_content
+
+    @reward_function(name="correct")
+    def correct(completion: str, answer: str) -> float:
+        return exact_match(completion, answer)
+
+    @reward_function(name="format", weight=cfg.format_weight)
+    def well_formed(completion: str) -> float:
+        """An answer in the box, as a number: keeps wrong answers from drifting out of the format."""
+        found = last_boxed_content(completion)
+        return float(found is not None and found.strip().isdigit())
+
+    return SingleTurnEnvironment(
+        "arithmetic", reward_functions=[correct, well_formed], prompt_column="question", num_samples=cfg.num_samples,
+        train_data=arithmetic_dataset(cfg.train_problems, level=cfg.level, seed=cfg.seed, split="train"),
+        eval_data={"test": arithmetic_dataset(cfg.eval_problems, level=cfg.level, seed=cfg.seed, split="test")},
+        seed=cfg.seed)
+
+
+def _train(model: str, env: Any, cfg: TaskQuickstartConfig, run_dir: Path, say: Any) -> tuple[str, int]:
+    import unstable
+    from unstable.learners.checkpoints import latest_complete
+
+    run = unstable.build(
+        model_name=model, train_envs=[env], algorithm="grpo",
+        learner={"group_by": ("env_id", "game_id"), **cfg.learner},
+        whole_games=True, reward_transforms=(None, None, None),
+        batch_size=cfg.batch_size, mini_batch_size=cfg.mini_batch_size, learning_rate=cfg.learning_rate,
+        gradient_clipping=1.0, max_generation_len=cfg.max_new_tokens, temperature=1.0,
+        lora_config={"lora_rank": cfg.lora_rank, "lora_alpha": cfg.lora_alpha},
+        activation_checkpointing=False, gradient_checkpointing=False, wandb_project=None,
+        runs_dir=str(run_dir.parent), run_name=run_dir.name, seed=cfg.seed)
+    try:
+        run.start(cfg.learning_steps, cfg.num_collection_workers, 0, block=False)
+        wait_with_progress(run, cfg.learning_steps, say)
+    finally:
+        run.stop()
+    latest = latest_complete(Path(run.run_dir, "checkpoints"))
+    if latest is None:
+        raise RuntimeError(f"training finished without a checkpoint in {run.run_dir}/checkpoints")
+    return str(latest[1]), latest[0]
+
+
+def run_task_quickstart(cfg: TaskQuickstartConfig | None = None, say: Any = print) -> dict[str, Any]:
+    """Run the single-turn job and return the summary it writes to ``cfg.out/summary.json``."""
+    from unstable.cli.quickstart import _check_out_dir
+    from unstable.eval.environments import evaluate_environment
+    from unstable.models.task_warmstart import task_warm_start_path
+    from unstable.models.tiny import tiny_model_path
+    from unstable.tracking.run_dir import atomic_write_json
+
+    cfg = cfg or TaskQuickstartConfig()
+    run_dir = _check_out_dir(cfg.out).resolve()
+    t0 = time.perf_counter()
+    say(f"[1/5] tiny model ({cfg.model_size})")
+    base = tiny_model_path(cfg.model_size, seed=cfg.seed)
+    say(f"[2/5] warm start on the answer format: {cfg.warm_start.examples} level-{cfg.level} problems answered "
+        "with random numbers")
+    model, cached = task_warm_start_path(base, cfg.warm_start,
+                                         progress=lambda s, n, loss: say(f"  step {s}/{n}: loss {loss:.3f}")
+                                         if s == n else None)
+    say(f"  {'reused the cached' if cached else 'saved the'} warm start: {model}")
+    env = arithmetic_environment(cfg)
+    say(f"[3/5] exact-match accuracy of the starting checkpoint on {cfg.eval_problems} held-out problems (greedy)")
+    initial = evaluate_environment(str(model), env, "test", sampling=_sampling(cfg), success="correct")
+    say(f"  {initial.line()}")
+    say(f"[4/5] GRPO: {cfg.learning_steps} learner steps of {cfg.batch_size} answers ({cfg.num_samples} per problem)"
+        f" (watch it: unstable dashboard {run_dir})")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t_train = time.perf_counter()
+    adapter, steps = _train(str(model), env, cfg, run_dir, say)
+    train_s = time.perf_counter() - t_train
+    say(f"[5/5] accuracy of the final checkpoint ({Path(adapter).name})")
+    final = evaluate_environment(str(model), env, "test", sampling=_sampling(cfg), adapter=adapter, success="correct")
+    say(f"  {final.line()}")
+    summary = {"task": f"arithmetic level {cfg.level}", "learner_steps": steps,
+               "wall_s": round(time.perf_counter() - t0, 1), "train_wall_s": round(train_s, 1), "model": str(model),
+               "warm_start_cached": cached, "eval": {"initial": initial.to_dict(), "final": final.to_dict(),
+                                                     "decoding": "greedy", "metric": "exact match"},
+               "improved": final.success_ci95[0] > initial.success_ci95[1], "config": asdict(cfg)}
+    atomic_write_json(run_dir / "summary.json", summary)
+    say("")
+    say(f"exact-match accuracy on {cfg.eval_problems} held-out problems (95% intervals):")
+    say(f"  initial (warm start)    {initial.line()}")
+    say(f"  final ({steps} steps)    {final.line()}")
+    verdict = "the intervals do not overlap" if summary["improved"] else "the intervals overlap"
+    say(f"  {verdict}; done in {summary['wall_s']:.0f}s")
+    say(f"summary: {run_dir / 'summary.json'}")
+    return summary
+
+
+def _sampling(cfg: TaskQuickstartConfig) -> Any:
+    from unstable.inference.base import SamplingParams
+
+    return SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=cfg.max_new_tokens)

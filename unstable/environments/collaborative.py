@@ -1,0 +1,83 @@
+"""Participants take turns on one task, in the order a round spec draws (``'Bob -> Alice -> (Bob/Alice)*5'``).
+
+Each turn, the speaker sees its system prompt, the task and the conversation so far, and adds one
+message. At the end every participant is scored by the reward functions:
+
+* ``@conversation_reward_function`` callables get ``conversation`` (the task as the first,
+  ``"user"`` message, then one ``"assistant"`` message per turn with the speaker's ``name``),
+  ``actor_name`` (the participant scored) and the row's fields;
+* ``@reward_function`` callables get ``prompt`` (the task) and ``completion``: the participant's own
+  last message (``""`` if it never spoke).
+
+With ``shared_reward=True`` everyone gets the score of the conversation's outcome instead: the last
+message as ``completion``, and the last speaker as ``actor_name``. Each participant's turns are its
+trajectory, so each model learns from its own messages; a fixed participant (``policy=``) plays
+and does not learn.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from unstable.environments.base import Participant, participants_from
+from unstable.environments.rewards import score
+from unstable.environments.round_spec import parse_round_spec
+from unstable.environments.single_turn import TaskEnvironment
+from unstable.policies.base import Policy
+from unstable.records import GameRecord, GameSpec
+
+
+class CollaborativeEnvironment(TaskEnvironment):
+    """See the module docstring. ``participants``: :class:`Participant` objects (or names, or
+    mappings), seat ``i`` being ``participants[i]``; ``round_spec`` uses their names."""
+
+    reward_kinds = ("completion", "conversation")
+
+    def __init__(self, name: str, *, participants: Sequence[Participant | str | Mapping[str, Any]], round_spec: str,
+                 reward_functions: Sequence[Any], train_data: Any = None, eval_data: Any = None,
+                 prompt_column: str | None = None, prompt_format: str | None = None, shared_reward: bool = False,
+                 prompt_template: str = "qwen3-task", action_extraction: str = "default", weight: float = 1.0,
+                 seed: int = 0):
+        seats = participants_from(participants, f"environment {name!r}")
+        self.round = parse_round_spec(round_spec, actors=[p.name for p in seats])
+        self.shared_reward = bool(shared_reward)
+        super().__init__(name, reward_functions=reward_functions, participants=seats, train_data=train_data,
+                         eval_data=eval_data, prompt_column=prompt_column, prompt_format=prompt_format,
+                         prompt_template=prompt_template, action_extraction=action_extraction, weight=weight, seed=seed)
+
+    def observation(self, seat: Participant, task: str, conversation: Sequence[Mapping[str, Any]]) -> str:
+        said = [f"{m['name']}: {m['content']}" for m in conversation[1:]]
+        parts = [seat.system_prompt] if seat.system_prompt else []
+        parts += [f"Task: {task}", "Conversation so far:\n" + ("\n".join(said) if said else "(nothing yet)"),
+                  f"It is your turn, {seat.name}."]
+        return "\n\n".join(parts)
+
+    async def play(self, spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecord:
+        started = time.perf_counter()
+        row = self.row(spec)
+        task = self.prompt.render(row)
+        seat_of = {p.name: i for i, p in enumerate(self.participants)}
+        order = self.round.expand(random.Random(f"unstable/{self.name}/round/{spec.seed}"))
+        conversation: list[dict[str, Any]] = [{"role": "user", "name": None, "content": task}]
+        turns = []
+        for index, speaker in enumerate(order):
+            pid = seat_of[speaker]
+            observation = self.observation(self.participants[pid], task, conversation)
+            turn = await self.ask(spec, policies[pid], pid, observation, index, turns)
+            turns.append(turn)
+            conversation.append({"role": "assistant", "name": speaker, "content": turn.completion_text})
+        inputs = []
+        for seat in self.participants:
+            if self.shared_reward:
+                speaker, completion = conversation[-1]["name"] or seat.name, conversation[-1]["content"]
+                completion = completion if len(conversation) > 1 else ""
+            else:
+                mine = [m["content"] for m in conversation[1:] if m["name"] == seat.name]
+                speaker, completion = seat.name, (mine[-1] if mine else "")
+            inputs.append({**row, "prompt": task, "completion": completion, "conversation": list(conversation),
+                           "actor_name": speaker})
+        results = await score(self.reward_functions, inputs)
+        return self.record(spec, turns, dict(enumerate(results)), started)
