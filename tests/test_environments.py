@@ -267,3 +267,19 @@ def test_a_run_trains_on_a_single_turn_environment_next_to_a_game(ray_session, t
     assert {"collect/add/reward/correct", "collect/add/reward/short", "eval/add-test/none/success_rate",
             "eval/add-test/none/reward/correct"} <= keys
     assert os.path.isfile(os.path.join(run.run_dir, "checkpoints", "ckpt-2", "adapter_config.json"))
+
+
+def test_evaluate_environment_plays_every_row_of_the_eval_set(tiny_model_dir):
+    from unstable.eval.environments import evaluate_environment
+
+    env = SingleTurnEnvironment("add", reward_functions=[correct, short], prompt_column="question",
+                                eval_data={"test": arithmetic_dataset(6, split="test")})
+    with pytest.raises(ValueError, match=r"has no eval set 'dev'; its eval sets: \['test'\]"):
+        evaluate_environment(tiny_model_dir, env, "dev")
+    with pytest.raises(ValueError, match=r"success='right' is not one of 'add''s reward functions"):
+        evaluate_environment(tiny_model_dir, env, "test", success="right")
+    result = evaluate_environment(tiny_model_dir, env, "test", success="correct")
+    assert result.episodes == 6 and result.failed == 0 and 1 <= result.distinct_answers <= 6
+    assert result.success_rate == 0.0 and result.success_ci95[0] == 0.0  # random weights never add up
+    assert result.components["correct"] == 0.0 and 0 < result.components["short"] <= 1
+    assert result.mean_reward == pytest.approx(0.1 * result.components["short"])

@@ -14,7 +14,7 @@ from unstable.utils.fields import add_field_options
 
 # QuickstartConfig and WarmStartConfig fields offered as options (--warm-start-* for the latter),
 # their --help made from the fields' docstrings
-TASK_OPTIONS = ("out", "level", "learning_steps", "learning_rate", "num_samples", "batch_size", "eval_problems",
+TASK_OPTIONS = ("out", "task", "level", "learning_steps", "learning_rate", "num_samples", "batch_size", "eval_problems",
                 "format_weight", "seed")
 WARM_START_OPTIONS = ["positions", "target_legal_mass", "target_greedy_legal", "max_rounds"]
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
@@ -102,7 +102,7 @@ def _cmd_task_quickstart(args: argparse.Namespace) -> int:
 
     changes = {k: getattr(args, k) for k in TASK_OPTIONS if getattr(args, k) is not None}
     cfg = TaskQuickstartConfig(**{"out": default_out_dir(), **changes})
-    print(f"unstable quickstart-task: GRPO on level-{cfg.level} arithmetic with the tiny {cfg.model_size} model "
+    print(f"unstable quickstart-task: GRPO on {cfg.task} (level {cfg.level}) with the tiny {cfg.model_size} model "
           f"-> {cfg.out}", flush=True)
     summary = run_task_quickstart(cfg, say=lambda line: print(line, flush=True))
     return 0 if summary["learner_steps"] == cfg.learning_steps else 1

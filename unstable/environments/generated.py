@@ -120,11 +120,16 @@ def generated_task(name: str, num_problems: int, **kwargs: Any) -> datasets.Data
 
 
 def random_answer(row: Mapping[str, Any], rng: random.Random) -> str:
-    """A uniformly random integer in the arithmetic row's answer range, as text.
+    """A uniformly random integer in the arithmetic row's answer range, as text; for a sorting row,
+    its digits in a uniformly random order (every digit used once, the order not learned).
 
     The answer's *format* without the arithmetic, for a warm start that teaches how to answer before
     what to answer (as a random legal move teaches a game's rules without its strategy).
     """
+    if "items" in row:
+        items = list(row["items"])
+        rng.shuffle(items)
+        return " ".join(map(str, items))
     low, high = answer_range(row["level"])
     return str(rng.randint(low, high))
 

@@ -35,6 +35,9 @@ class EnvironmentEvalResult:
     mean_reward: float
     mean_reward_ci95: tuple[float, float]
     components: dict[str, float] = field(default_factory=dict)
+    distinct_answers: int = 0
+    """How many different answers seat 0 gave: 1 means one answer to every row (a policy that learned
+    the most frequent answer, not the task)."""
     wall_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -42,7 +45,8 @@ class EnvironmentEvalResult:
 
     def line(self) -> str:
         lo, hi = self.success_ci95
-        return f"{self.success_rate:.3f} [{lo:.3f}, {hi:.3f}] ({self.episodes} rows, mean reward {self.mean_reward:.3f})"
+        rows = f"{self.episodes} rows, {self.distinct_answers} distinct answers, mean reward {self.mean_reward:.3f}"
+        return f"{self.success_rate:.3f} [{lo:.3f}, {hi:.3f}] ({rows})"
 
 
 def evaluate_environment(model: str, environment: Any, eval_set: str, *, adapter: str | None = None,
@@ -64,6 +68,9 @@ def evaluate_environment(model: str, environment: Any, eval_set: str, *, adapter
         raise ValueError(f"environment {environment.name!r} has no eval set {eval_set!r}; its eval sets: "
                          f"{sorted(sizes) or 'none'}")
     rows = sizes[eval_set] if limit is None else min(limit, sizes[eval_set])
+    if success is not None and success not in _function_names(environment):
+        raise ValueError(f"success={success!r} is not one of {environment.name!r}'s reward functions: "
+                         f"{sorted(_function_names(environment))}")
     base = sampling or SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=32)
     sampling = replace(base, temperature=0.0) if greedy else base
     ref = PolicyRef(uid="model", kind="checkpoint", adapter_path=adapter)
@@ -85,9 +92,6 @@ def evaluate_environment(model: str, environment: Any, eval_set: str, *, adapter
     finished = [r for r in results if isinstance(r, GameRecord)]
     rewards = [r.final_rewards[0] for r in finished]
     names = {name for r in finished for name in r.game_info[0].get("reward_components", {})}
-    if success is not None and success not in _function_names(environment):
-        raise ValueError(f"success={success!r} is not one of {environment.name!r}'s reward functions: "
-                         f"{sorted(_function_names(environment))}")
     successes = sum((r.final_rewards[0] if success is None else r.game_info[0]["reward_components"][success]) > 0
                     for r in finished)
     components = {name: statistics.fmean(r.game_info[0]["reward_components"][name] for r in finished)
@@ -97,7 +101,8 @@ def evaluate_environment(model: str, environment: Any, eval_set: str, *, adapter
         failed=len(results) - len(finished), success_rate=successes / len(finished) if finished else float("nan"),
         success_ci95=wilson_interval(successes, len(finished)),
         mean_reward=statistics.fmean(rewards) if rewards else float("nan"), mean_reward_ci95=mean_interval(rewards),
-        components=components, wall_s=time.perf_counter() - started)
+        components=components, wall_s=time.perf_counter() - started,
+        distinct_answers=len({r.turns[0].completion_text for r in finished if r.turns}))
 
 
 async def _play_all(environment: Any, specs: list[GameSpec], policy: Any, max_concurrent: int

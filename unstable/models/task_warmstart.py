@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from unstable.environments.generated import arithmetic_dataset, random_answer
+from unstable.environments.generated import arithmetic_dataset, random_answer, sorting_dataset
 from unstable.games.templates import get_template, render_prompt
 from unstable.learners.checkpoints import atomic_save
 from unstable.models.warmstart import _Example, _fingerprint, _loss
@@ -39,8 +39,10 @@ TASK_WARM_START_VERSION = 1
 class TaskWarmStartConfig:
     """Settings of :func:`task_warm_start` (all part of the cache key)."""
 
+    task: str = "arithmetic"
+    """The generated task: ``"arithmetic"`` or ``"sorting"``."""
     level: int = 1
-    """The arithmetic level (operands of up to ``level`` digits)."""
+    """The arithmetic level (operands of up to ``level`` digits), or the sorting list's length."""
     prompt_template: str = "qwen3-task"
     """How problems are rendered: use the template the run will use."""
     examples: int = 8192
@@ -53,12 +55,24 @@ class TaskWarmStartConfig:
 
     def __post_init__(self) -> None:
         check_int("level", self.level, 1)
+        if self.task not in ("arithmetic", "sorting"):
+            raise ValueError(f"task must be 'arithmetic' or 'sorting', got {self.task!r}")
         get_template(self.prompt_template)
         check_int("examples", self.examples, 1)
         check_int("batch_size", self.batch_size, 1)
         check_int("warmup_steps", self.warmup_steps, 0)
         check_int("seed", self.seed, 0)
         check_positive("learning_rate", self.learning_rate)
+
+
+def task_dataset(task: str, num_problems: int, level: int, *, seed: int, split: str) -> object:
+    """The generated task's rows: arithmetic at ``level``, or sorting lists of length ``level``."""
+    if task == "arithmetic":
+        return arithmetic_dataset(num_problems, level=level, seed=seed, split=split,
+                                  disjoint=None if split in ("train", "test") else False)
+    if task == "sorting":
+        return sorting_dataset(num_problems, length=level, seed=seed, split=split)
+    raise ValueError(f"unknown task {task!r}; the generated tasks are 'arithmetic' and 'sorting'")
 
 
 def task_warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: TaskWarmStartConfig | None = None,
@@ -77,7 +91,7 @@ def task_warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, c
     model.train()
     end = tokenizer.eos_token or ""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    rows = arithmetic_dataset(cfg.examples, level=cfg.level, seed=cfg.seed, split="warm-start", disjoint=False)
+    rows = task_dataset(cfg.task, cfg.examples, cfg.level, seed=cfg.seed, split="warm-start")
     examples = []
     for row in rows:
         prompt = tokenizer(render_prompt(cfg.prompt_template, row["question"]), add_special_tokens=False).input_ids
@@ -126,7 +140,7 @@ def task_warm_start_path(base_model: str | os.PathLike, cfg: TaskWarmStartConfig
     key = hashlib.sha256(json.dumps({"v": TASK_WARM_START_VERSION, "base": _fingerprint(base), **asdict(cfg)},
                                     sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else _default_cache_root().parent / "warm-starts"
-    path = root / f"{base.name}-arithmetic-{key}"
+    path = root / f"{base.name}-{cfg.task}-{key}"
     if (path / "warm_start.json").is_file():
         return path, True
     started = time.perf_counter()
