@@ -51,8 +51,9 @@ def main(steps: int = 10, out: str | None = None, batch_size: int = 64, workers:
     run = unstable.build(
         models=[{"name": name, "model_name": str(model), "algorithm": "grpo", "learner": learner,
                  "lora": {"lora_rank": 8, "lora_alpha": 16},
-                 "buffer": {"reward_transforms": (None, None, None)}} for name in ("alice", "bob")],
-        train_envs=[env], wandb_project=None, runs_dir=str(runs_dir), run_name="duo", inference_backend="transformers")
+                 "buffer": {"reward_transforms": (None, None, None)}, "inference": {"backend": "transformers"}}
+                for name in ("alice", "bob")],
+        train_envs=[env], wandb_project=None, runs_dir=str(runs_dir), run_name="duo")
     try:
         summary = run.start(learning_steps=steps, num_collection_workers=workers, num_eval_workers=0)
     finally:
