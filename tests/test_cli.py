@@ -50,10 +50,31 @@ README_BLOCKS = re.findall(r"```python\n(.*?)```", (Path(__file__).parents[1] / 
 
 def test_readme_game_example_runs(monkeypatch, tmp_path):
     monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path))
-    blocks = [b for b in README_BLOCKS if "unstable.build(" not in b]
+    blocks = [b for b in README_BLOCKS if "unstable.build(" not in b and "Environment(" not in b]
     assert blocks
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
+
+
+def test_readme_environment_examples_are_valid_runs(monkeypatch, tmp_path):
+    """The README's environment examples, run in order in one namespace; build() is checked without Ray
+    (BuildConfig validates everything it would, and the run's configuration is what we compare)."""
+    import unstable
+    from unstable.run.config import BuildConfig
+
+    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path))
+    built = []
+    monkeypatch.setattr(unstable, "build", lambda **kwargs: built.append(BuildConfig(**kwargs)) or built[-1])
+    blocks = [b for b in README_BLOCKS if "Environment(" in b]
+    assert len(blocks) == 3
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    single, mixed = built
+    assert [e.name for e in single.environments] == ["arithmetic"]
+    assert [getattr(s, "env_id", None) for s in mixed.train_envs] == ["TicTacToe-v0-train", "arithmetic"]
+    assert [s.env_id for s in mixed.eval_envs] == ["arithmetic-test", "hard-level3"]
+    assert namespace["duo"].round.actors == ("Bob", "Alice")
 
 
 @pytest.mark.slow
@@ -61,7 +82,7 @@ def test_readme_training_example_runs_scaled_down(ray_session, monkeypatch, tmp_
     """The README's build() example, with fewer steps and games so it fits in a test."""
     monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    (block,) = [b for b in README_BLOCKS if "unstable.build(" in b and "seats=" not in b]
+    (block,) = [b for b in README_BLOCKS if "unstable.build(" in b and "learning_steps=20" in b]
     for old, new in [("learning_steps=20", "learning_steps=1"), ("batch_size=64, mini_batch_size=16",
                      "batch_size=16, mini_batch_size=8"), ("num_collection_workers=32", "num_collection_workers=8")]:
         assert old in block
