@@ -69,15 +69,15 @@ class CollaborativeEnvironment(TaskEnvironment):
             turn = await self.ask(spec, policies[pid], pid, observation, index, turns)
             turns.append(turn)
             conversation.append({"role": "assistant", "name": speaker, "content": turn.completion_text})
+        common = {**row, "prompt": task, "conversation": conversation}
+        if self.shared_reward:  # one score of the outcome (the last message), given to everyone
+            last = conversation[-1]
+            (outcome,) = await score(self.reward_functions, [{**common, "completion": last["content"] if turns else "",
+                                                              "actor_name": last["name"] or ""}])
+            return self.record(spec, turns, dict.fromkeys(range(len(self.participants)), outcome), started)
         inputs = []
         for seat in self.participants:
-            if self.shared_reward:
-                speaker, completion = conversation[-1]["name"] or seat.name, conversation[-1]["content"]
-                completion = completion if len(conversation) > 1 else ""
-            else:
-                mine = [m["content"] for m in conversation[1:] if m["name"] == seat.name]
-                speaker, completion = seat.name, (mine[-1] if mine else "")
-            inputs.append({**row, "prompt": task, "completion": completion, "conversation": list(conversation),
-                           "actor_name": speaker})
+            mine = [m["content"] for m in conversation[1:] if m["name"] == seat.name]
+            inputs.append({**common, "completion": mine[-1] if mine else "", "actor_name": seat.name})
         results = await score(self.reward_functions, inputs)
         return self.record(spec, turns, dict(enumerate(results)), started)
