@@ -283,3 +283,10 @@ def test_evaluate_environment_plays_every_row_of_the_eval_set(tiny_model_dir):
     assert result.success_rate == 0.0 and result.success_ci95[0] == 0.0  # random weights never add up
     assert result.components["correct"] == 0.0 and 0 < result.components["short"] <= 1
     assert result.mean_reward == pytest.approx(0.1 * result.components["short"])
+
+
+def test_names_that_become_metric_keys_are_checked():
+    with pytest.raises(ValueError, match=r"an environment name must be a non-empty string of letters.*got 'a/b'"):
+        SingleTurnEnvironment("a/b", reward_functions=[correct], train_data=DATA, prompt_column="question")
+    with pytest.raises(ValueError, match=r"environment 'add': an eval set name must be .*got 'my set'"):
+        SingleTurnEnvironment("add", reward_functions=[correct], eval_data={"my set": DATA}, prompt_column="question")

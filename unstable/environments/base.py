@@ -26,7 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from unstable.games.extraction import get_action_extraction
 from unstable.games.mixture import EnvironmentMixture
+from unstable.games.templates import get_template
 from unstable.inference.base import InferenceUnavailableError
 from unstable.policies.base import Policy, PolicyError, PolicyOutput, TurnContext
 from unstable.records import FailedGame, GameFailedError, GameSpec, Turn
@@ -158,12 +160,16 @@ class Environment:
         raise NotImplementedError
 
     def train_item(self, k: int) -> int:
-        """The row of the ``k``-th train episode: every row once per epoch, in a shuffled order per epoch."""
+        """The row of the ``k``-th train episode: every row once per epoch, in a shuffled order per epoch
+        (the epoch's order is kept, so a train episode costs no shuffle of the whole dataset)."""
         size = self.train_size()
         epoch, position = divmod(k, size)
-        order = list(range(size))
-        random.Random(f"unstable/{self.name}/{self.seed}/{epoch}").shuffle(order)
-        return order[position]
+        cached = getattr(self, "_epoch_order", None)
+        if cached is None or cached[0] != epoch:
+            order = list(range(size))
+            random.Random(f"unstable/{self.name}/{self.seed}/{epoch}").shuffle(order)
+            cached = self._epoch_order = (epoch, order)
+        return cached[1][position]
 
     def eval_seats(self) -> tuple[Participant, ...]:
         """The seats of an eval episode (default: the same as train)."""
@@ -196,16 +202,17 @@ class Environment:
         return EnvironmentMixture.of(self) if other == 0 else EnvironmentMixture.of(other, self)  # sum() starts at 0
 
 
+def check_key_part(what: str, value: Any) -> None:
+    """``value`` becomes part of metric keys: a non-empty string of letters, digits, '_', '.' and '-'."""
+    if not isinstance(value, str) or not value or not all(c.isalnum() or c in "_.-" for c in value):
+        raise ValueError(f"{what} must be a non-empty string of letters, digits, '_', '.' and '-' (it is part of "
+                         f"metric keys), got {value!r}")
+
+
 def check_common(env: Environment) -> None:
     """The settings every environment checks when it is made."""
-    check_str("name", env.name, what="an environment name")
-    if not all(c.isalnum() or c in "_.-" for c in env.name):
-        raise ValueError(f"environment name {env.name!r} may only use letters, digits, '_', '.' and '-' "
-                         "(it is part of metric keys)")
+    check_key_part("an environment name", env.name)
     check_number("weight", env.weight, 0, low_open=True)
-    from unstable.games.extraction import get_action_extraction
-    from unstable.games.templates import get_template
-
     get_template(env.prompt_template)
     get_action_extraction(env.action_extraction)
 

@@ -27,6 +27,7 @@ from unstable.environments.base import (
     Participant,
     ask_policy,
     check_common,
+    check_key_part,
     make_turn,
 )
 from unstable.environments.data import PromptFormat, load_task_data
@@ -58,9 +59,7 @@ class TaskEnvironment(Environment):
             eval_data = {"eval": eval_data}
         self.eval_data = {}
         for set_name, data in eval_data.items():
-            if not isinstance(set_name, str) or not set_name or not all(c.isalnum() or c in "_.-" for c in set_name):
-                raise ValueError(f"{where}: eval set names must be non-empty and use letters, digits, '_', '.' "
-                                 f"or '-' (they are part of metric keys), got {set_name!r}")
+            check_key_part(f"{where}: an eval set name", set_name)
             self.eval_data[set_name] = load_task_data(data, where=f"{where}: eval_data[{set_name!r}]")
         if self.train_data is None and not self.eval_data:
             raise ValueError(f"{where} has neither train_data nor eval_data")

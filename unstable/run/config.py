@@ -432,7 +432,9 @@ def _check_seats(cfg: BuildConfig) -> None:
     played = set()
     for env in cfg.environments:
         env.check(names)
-        played.update(env.models or names[:1])
+    for env in (spec for spec in cfg.train_envs if is_environment(spec)):  # eval-only ones train no one
+        if any(p.trains for p in env.participants):
+            played.update(env.models or names[:1])
     for i, spec in enumerate(cfg.train_envs):
         if is_environment(spec):
             continue
