@@ -6,6 +6,7 @@ Fast and offline: files are written to tmp_path, the Hub test runs with the Hub 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -13,22 +14,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 
-datasets = pytest.importorskip("datasets")
-
-from unstable.environments.data import (  # noqa: E402
+from unstable.environments.data import (
     DataFileNotFoundError,
     PromptFormat,
     load_task_data,
     split_dataset,
 )
-from unstable.environments.generated import (  # noqa: E402
+from unstable.environments.generated import (
     answer_range,
     arithmetic_dataset,
     exact_match,
     generated_task,
     is_held_out,
+    is_held_out_list,
     random_answer,
     sorting_dataset,
 )
@@ -272,6 +273,31 @@ def test_disjoint_splits_share_no_problem():
     with pytest.raises(ValueError, match=r"disjoint=True splits the problems into \['train', 'test'\]"):
         arithmetic_dataset(5, level=2, split="validation")
     assert arithmetic_dataset(5, level=2, split="validation", disjoint=False).num_rows == 5
+
+
+def test_sorting_holds_out_half_the_lists_and_tests_on_distinct_ones():
+    for length in (2, 3, 4):  # the hash splits these lengths exactly in half
+        lists = list(itertools.product(range(10), repeat=length))
+        assert sum(map(is_held_out_list, lists)) == len(lists) // 2
+    test = sorting_dataset(500, length=3, split="test")  # every held-out list of length 3, once each
+    assert len({tuple(items) for items in test["items"]}) == 500
+    assert all(is_held_out_list(items) for items in test["items"])
+    for split in ("train", "warm-start", "validation"):  # every other split draws from the other half
+        rows = sorting_dataset(2000, length=3, split=split)
+        assert not any(is_held_out_list(items) for items in rows["items"])
+        assert len({tuple(items) for items in rows["items"]}) < 2000  # with replacement
+    with pytest.raises(ValueError, match=r"^the test split of length-3 lists has 500 distinct held-out lists; "
+                                         r"got num_problems=501 \(use a longer length, or disjoint=False\)$"):
+        sorting_dataset(501, length=3, split="test")
+    mixed = sorting_dataset(2000, length=3, split="test", disjoint=False)
+    assert 0 < sum(map(is_held_out_list, mixed["items"])) < 2000
+
+
+def test_the_sorting_warm_start_never_sees_a_held_out_list():
+    from unstable.models.task_warmstart import task_dataset
+
+    rows = task_dataset("sorting", 3000, 3, seed=0, split="warm-start")
+    assert not any(is_held_out_list(items) for items in rows["items"])
 
 
 @pytest.mark.parametrize("level", [1, 2, 3, 6])

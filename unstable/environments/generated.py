@@ -6,7 +6,8 @@ by ``random``, not with the salted ``hash()``), so the same call gives the same 
 and on every machine, and ``split="train"`` and ``split="test"`` are independent streams.
 
 * :func:`arithmetic_dataset`: ``"What is 7 + 5?"`` -> ``"12"``, operands of up to ``level`` digits.
-* :func:`sorting_dataset`: ``"Sort ascending: 3 1 2"`` -> ``"1 2 3"``, ``length`` single digits.
+* :func:`sorting_dataset`: ``"Sort ascending: 3 1 2"`` -> ``"1 2 3"``, ``length`` single digits; half the
+  lists are held out for ``split="test"``.
 
 Answers are scored with :func:`exact_match` on the last ``\\boxed{...}`` of a completion.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import datasets
@@ -83,20 +84,44 @@ def arithmetic_dataset(
     return datasets.Dataset.from_dict(rows)
 
 
-def sorting_dataset(num_problems: int, *, length: int = 3, seed: int = 0, split: str = "train") -> datasets.Dataset:
-    """``num_problems`` lists of ``length`` single digits (2..8) to sort ascending, columns ``question``,
+def is_held_out_list(items: Sequence[int]) -> bool:
+    """Whether the sorting list ``items`` is in the held-out ("test") half of the lists of its length.
+
+    A stable hash (crc32 of the list as written in the question is even), so the partition is the same
+    everywhere. It splits lengths 2 to 5 exactly in half (50 of 100, 500 of 1,000, 5,000 of 10,000, ...).
+    """
+    return zlib.crc32(" ".join(map(str, items)).encode()) % 2 == 0
+
+
+def sorting_dataset(
+    num_problems: int, *, length: int = 3, seed: int = 0, split: str = "train", disjoint: bool = True
+) -> datasets.Dataset:
+    """``num_problems`` lists of ``length`` single digits (0..9) to sort ascending, columns ``question``,
     ``answer`` (the sorted digits, space-separated), ``items`` (the list as given) and ``level`` (= length).
 
-    Lists are drawn uniformly with replacement; splits are independent streams and may overlap (there is
-    no held-out partition: short lists have few distinct problems).
+    ``disjoint=True`` (the default) holds half of the lists out (:func:`is_held_out_list`):
+    ``split="test"`` gives *distinct* held-out lists, so at most half of the ``10**length`` lists (500 at
+    length 3), and every other split draws uniformly, with replacement, from the other half, so no list
+    is in both. ``disjoint=False``: every split draws from all lists, with replacement, and they may overlap.
     """
     _check_count(num_problems)
     _check_choice("length", length, SORTING_LENGTHS)
     _check_split(split)
+    distinct = disjoint and split == "test"
+    if distinct and num_problems > 10**length // 2:
+        raise ValueError(f"the test split of length-{length} lists has {10**length // 2} distinct held-out lists; "
+                         f"got num_problems={num_problems} (use a longer length, or disjoint=False)")
     rng = random.Random(f"unstable/sorting/{length}/{seed}/{split}")
     rows: dict[str, list] = {"question": [], "answer": [], "items": [], "level": []}
-    for _ in range(num_problems):
+    seen: set[tuple[int, ...]] = set()
+    while len(rows["items"]) < num_problems:
         items = [rng.randint(0, 9) for _ in range(length)]
+        if disjoint and is_held_out_list(items) != (split == "test"):
+            continue  # rejection keeps the draw uniform over the chosen half
+        if distinct:
+            if tuple(items) in seen:
+                continue
+            seen.add(tuple(items))
         rows["question"].append("Sort ascending: " + " ".join(map(str, items)))
         rows["answer"].append(" ".join(map(str, sorted(items))))
         rows["items"].append(items)
