@@ -30,7 +30,8 @@ def test_collaborative_example_steps_both_learners(ray_session, tmp_path, monkey
     import os
 
     monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
-    out = load("collaborative_arithmetic").main(steps=1, out=str(tmp_path), batch_size=8, workers=4)
+    out = load("collaborative_sorting").main(steps=1, out=str(tmp_path), batch_size=8, workers=4,
+                                          warm_start_examples=512)
     for name in ("alice", "bob"):
         assert os.path.isfile(os.path.join(out["run_dir"], "checkpoints", name, "ckpt-1", "adapter_config.json"))
     sent = out["summary"]["collector"]

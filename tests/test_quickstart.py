@@ -210,6 +210,29 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
         run_quickstart(QuickstartConfig(out=str(out)), say=lambda _: None)
 
 
+@pytest.mark.slow
+def test_task_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
+    """A few GRPO steps of the single-turn job: held-out sorting lists evaluated before and after, a summary."""
+    from unstable.cli.commands import main
+
+    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "task"
+    assert main(["quickstart-task", "--out", str(out), "--learning-steps", "2", "--eval-problems", "16",
+                 "--warm-start-examples", "256", "--batch-size", "32", "--num-samples", "4"]) == 0
+    text = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["task"], summary["level"], summary["learner_steps"]) == ("sorting", 3, 2)
+    assert summary["config"]["warm_start"]["examples"] == 256
+    for which in ("initial", "final"):
+        e = summary["eval"][which]
+        assert (e["episodes"], e["failed"], e["eval_set"]) == (16, 0, "test")
+        assert 0 <= e["success_ci95"][0] <= e["success_rate"] <= e["success_ci95"][1] <= 1
+        assert 1 <= e["distinct_answers"] <= 16
+    assert summary["eval"]["final"]["adapter"].endswith("ckpt-2")
+    assert (out / "checkpoints" / "ckpt-2" / "adapter_config.json").is_file()
+    assert "learner step   2/2" in text and "exact-match accuracy on 16 held-out problems" in text
+
+
 def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, capsys):
     from dataclasses import replace
 
@@ -230,6 +253,22 @@ def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, caps
     (tmp_path / "used" / "summary.json").write_text("{}")
     assert main(["quickstart", "--out", str(tmp_path / "used")]) == 2
     assert "already holds files" in capsys.readouterr().err
+
+
+def test_bad_task_quickstart_settings_are_clear_errors_before_any_work(tmp_path, capsys, monkeypatch):
+    from unstable.cli.commands import main
+    from unstable.cli.task_quickstart import TaskQuickstartConfig
+
+    assert TaskQuickstartConfig(batch_size=96).mini_batch_size == 32  # the default divides the batch
+    with pytest.raises(ValueError, match=r"^batch_size \(100\) must be a multiple of mini_batch_size \(64\)$"):
+        TaskQuickstartConfig(batch_size=100, mini_batch_size=64)
+    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
+    # more held-out problems than the task has, and a level it does not have: refused before the warm start
+    assert main(["quickstart-task", "--out", str(tmp_path / "a"), "--eval-problems", "501"]) == 2
+    assert "has 500 distinct held-out lists; got num_problems=501" in capsys.readouterr().err
+    assert main(["quickstart-task", "--out", str(tmp_path / "b"), "--level", "9"]) == 2
+    assert "length must be an int from 2 to 8, got 9" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()
 
 
 def test_quickstart_config_files_load_and_misspelt_settings_are_refused(tmp_path):

@@ -16,6 +16,7 @@ from unstable.utils.fields import add_field_options
 # their --help made from the fields' docstrings
 TASK_OPTIONS = ("out", "task", "level", "learning_steps", "learning_rate", "num_samples", "batch_size", "eval_problems",
                 "format_weight", "seed")
+TASK_WARM_START_OPTIONS = ["examples"]
 WARM_START_OPTIONS = ["positions", "target_legal_mass", "target_greedy_legal", "max_rounds"]
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
                       "eval_workers", "seed", "algorithm", "max_staleness"]
@@ -99,8 +100,13 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
 def _cmd_task_quickstart(args: argparse.Namespace) -> int:
     from unstable.cli.quickstart import default_out_dir
     from unstable.cli.task_quickstart import TaskQuickstartConfig, run_task_quickstart
+    from unstable.models.task_warmstart import TaskWarmStartConfig
 
     changes = {k: getattr(args, k) for k in TASK_OPTIONS if getattr(args, k) is not None}
+    ws_changes = {k: getattr(args, f"warm_start_{k}") for k in TASK_WARM_START_OPTIONS
+                  if getattr(args, f"warm_start_{k}") is not None}
+    if ws_changes:
+        changes["warm_start"] = TaskWarmStartConfig(**ws_changes)
     cfg = TaskQuickstartConfig(**{"out": default_out_dir(), **changes})
     print(f"unstable quickstart-task: GRPO on {cfg.task} (level {cfg.level}) with the tiny {cfg.model_size} model "
           f"-> {cfg.out}", flush=True)
@@ -329,9 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_field_options(p, "unstable.models.warmstart", "WarmStartConfig", WARM_START_OPTIONS, prefix="warm_start_")
     p.set_defaults(fn=_cmd_quickstart)
 
-    p = sub.add_parser("quickstart-task", help="the single-turn CPU job: GRPO on generated arithmetic, held-out "
-                                               "exact-match accuracy before and after")
+    p = sub.add_parser("quickstart-task", help="the single-turn CPU job: GRPO on a generated task (sorting "
+                                               "3 digits), held-out exact-match accuracy before and after")
     add_field_options(p, "unstable.cli.task_quickstart", "TaskQuickstartConfig", TASK_OPTIONS)
+    add_field_options(p, "unstable.models.task_warmstart", "TaskWarmStartConfig", TASK_WARM_START_OPTIONS,
+                      prefix="warm_start_")
     p.set_defaults(fn=_cmd_task_quickstart)
     return parser
 

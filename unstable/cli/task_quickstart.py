@@ -1,24 +1,32 @@
-"""The single-turn CPU job: GRPO on the generated arithmetic task, measured on held-out problems.
+"""The single-turn CPU job: GRPO on a generated task, measured on held-out problems.
 
 ``unstable quickstart-task`` (or :func:`run_task_quickstart`) does, on a laptop CPU:
 
 1. builds (or reuses) the tiny 1M-parameter model;
-2. warm-starts it on the answer format only (cached): ``What is a + b?`` answered with
-   ``\\boxed{n}`` for a uniformly random ``n`` in the answer range, so it answers in the format
-   and knows nothing of which answer is right (see :mod:`unstable.models.task_warmstart`);
+2. warm-starts it on the answer's form only (cached): ``Sort ascending: 5 2 7`` answered with the
+   list's digits in a random order, as a game's warm start plays random legal moves, so it answers
+   with the right digits and knows nothing of which order is right (see
+   :mod:`unstable.models.task_warmstart`);
 3. measures its exact-match accuracy on ``eval_problems`` held-out problems (greedy);
 4. trains a LoRA adapter with GRPO through :func:`unstable.build`: a
    :class:`~unstable.environments.SingleTurnEnvironment` asks ``num_samples`` answers per problem,
    which form one group (``group_by=("env_id", "game_id")``, whole games per batch);
 5. measures the final checkpoint the same way and writes ``RUN_DIR/summary.json``.
 
-Level 1 (one-digit operands) has only 100 distinct problems, so the held-out problems are
-independent draws (``split="test"``), not unseen problems; ``--level 2`` draws train and test
-from disjoint parts of its 10,000 problems (see :func:`~unstable.environments.arithmetic_dataset`).
+The default task sorts lists of 3 digits. Half of the 1,000 lists are held out
+(:func:`~unstable.environments.generated.is_held_out_list`): training and the warm start draw from
+the other half, and the evaluation plays each of the 500 held-out lists once.
+
+``--task arithmetic`` adds two numbers. Its format warm start answers with a random number, which
+does not depend on the question, and the 1M model it gives does not read the operands: GRPO then
+learns one frequent answer, not addition (the README has the measurement). At level 1, with only
+100 problems, its held-out problems are independent draws that may repeat training problems;
+``--level 2`` draws train and test from disjoint parts of its 10,000 problems.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,28 +43,33 @@ class TaskQuickstartConfig:
 
     out: str | None = None
     """The run directory, which must not hold an earlier run (default: runs/quickstart-<date>-<time>)."""
-    task: str = "arithmetic"
-    """The generated task: ``"arithmetic"`` (add two numbers) or ``"sorting"`` (sort a list of digits; with
-    the 1M model its format warm start does not learn to copy the digits: 0.8% right, too rare for GRPO)."""
-    level: int = 1
-    """Sorting: the list's length; arithmetic: operands of up to this many digits (1: 0..9, 100 problems)."""
+    task: str = "sorting"
+    """The generated task: ``"sorting"`` (sort a list of digits) or ``"arithmetic"`` (add two numbers; with
+    the 1M model GRPO learns one frequent answer there, not addition)."""
+    level: int = 3
+    """Sorting: the list's length (3: 1,000 lists, 500 held out); arithmetic: operands of up to this many
+    digits (1: 0..9, 100 problems)."""
     model_size: str = "1m"
     warm_start: TaskWarmStartConfig = field(default_factory=TaskWarmStartConfig)
     train_problems: int = 5000
     eval_problems: int = 500
-    """Held-out problems of each evaluation (initial and final), greedy, exact match."""
+    """Held-out problems of each evaluation (initial and final), greedy, exact match. For sorting they are
+    distinct lists, at most half of ``10**level``."""
     num_samples: int = 8
     """Answers per problem: one GRPO group."""
     learning_steps: int = 60
     """Learner updates (GRPO)."""
     batch_size: int = 256
     """Answers per learner update (32 problems of 8)."""
-    mini_batch_size: int = 128
+    mini_batch_size: int | None = None
+    """Answers per gradient step within an update; ``batch_size`` must be a multiple (default: the
+    largest of 128, 64, 32, ... that divides ``batch_size``)."""
     learning_rate: float = 1e-3
     """Learning rate of the LoRA adapter (constant)."""
     format_weight: float = 0.2
-    """Weight of the format reward (a number in the box) next to exact match (weight 1): without it, the
-    many wrong answers' negative advantages pushed the answers out of the format within 15 steps."""
+    """Weight of the format reward (only digits in the box) next to exact match (weight 1): without it, on
+    arithmetic, the many wrong answers' negative advantages pushed the answers out of the format within
+    15 steps."""
     lora_rank: int = 16
     lora_alpha: int = 32
     num_collection_workers: int = 32
@@ -69,9 +82,15 @@ class TaskQuickstartConfig:
 
     def __post_init__(self) -> None:
         for name in ("level", "train_problems", "eval_problems", "num_samples", "learning_steps", "batch_size",
-                     "mini_batch_size", "lora_rank", "lora_alpha", "num_collection_workers", "max_new_tokens"):
+                     "lora_rank", "lora_alpha", "num_collection_workers", "max_new_tokens"):
             check_int(name, getattr(self, name), 1)
         check_int("seed", self.seed, 0)
+        if self.mini_batch_size is None:
+            self.mini_batch_size = math.gcd(self.batch_size, 128)
+        check_int("mini_batch_size", self.mini_batch_size, 1)
+        if self.batch_size % self.mini_batch_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
+                             f"({self.mini_batch_size})")
         check_positive("learning_rate", self.learning_rate)
         if (self.warm_start.level, self.warm_start.task) != (self.level, self.task):
             self.warm_start = TaskWarmStartConfig(**{**asdict(self.warm_start), "level": self.level,
@@ -135,6 +154,7 @@ def run_task_quickstart(cfg: TaskQuickstartConfig | None = None, say: Any = prin
 
     cfg = cfg or TaskQuickstartConfig()
     run_dir = _check_out_dir(cfg.out).resolve()
+    env = task_environment(cfg)  # bad data settings (a level, too many held-out problems) fail before any work
     t0 = time.perf_counter()
     say(f"[1/5] tiny model ({cfg.model_size})")
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
@@ -142,9 +162,8 @@ def run_task_quickstart(cfg: TaskQuickstartConfig | None = None, say: Any = prin
         "answered at random")
     model, cached = task_warm_start_path(base, cfg.warm_start,
                                          progress=lambda s, n, loss: say(f"  step {s}/{n}: loss {loss:.3f}")
-                                         if s == n else None)
+                                         if s == n or s % 100 == 1 else None)
     say(f"  {'reused the cached' if cached else 'saved the'} warm start: {model}")
-    env = task_environment(cfg)
     say(f"[3/5] exact-match accuracy of the starting checkpoint on {cfg.eval_problems} held-out problems (greedy)")
     initial = evaluate_environment(str(model), env, "test", sampling=_sampling(cfg), success="correct")
     say(f"  {initial.line()}")

@@ -1,13 +1,21 @@
-"""Warm start for the generated arithmetic task: the answer format, not the arithmetic.
+"""Warm start for the generated tasks: the answer's form, not the task.
 
 As :mod:`unstable.models.warmstart` teaches a tiny model to answer a board with a legal move and no
-strategy, this teaches it to answer ``What is a + b?`` with ``\\boxed{n}``, where ``n`` is a
-**uniformly random** number in the level's answer range (:func:`~unstable.environments.generated.random_answer`):
-the format and the range of plausible answers, and nothing about which one is right. Its
-accuracy starts near chance (1 in 19 at level 1); whatever it gains beyond that is learned by RL.
+strategy, this teaches it to answer a problem in the right form with a uniformly random answer
+(:func:`~unstable.environments.generated.random_answer`), and nothing about which answer is right:
 
-The examples come from their own stream (``split="warm-start"``), never the train or test problems,
-and the result is cached like the game warm start, keyed by the base model and every setting.
+* sorting: ``Sort ascending: 5 2 7`` answered with the list's own digits in a **random order**, the
+  analogue of a legal move. The model learns to copy the digits (measured with the 1M model and the
+  default 32,768 examples: 98% of its greedy answers are a permutation of the list), and is right
+  about as often as a random order is (24% at length 3); sorting them is left to RL.
+* arithmetic: ``What is a + b?`` answered with a random number in the level's answer range. The
+  answer does not depend on the question, so the warm start has no reason to read the operands, and
+  with the 1M model it does not: it gives one number to every problem, and GRPO then moves that one
+  number to a frequent sum rather than learning to add (the README has the measurement).
+
+The examples come from their own stream (``split="warm-start"``): for sorting, from the train half
+of the lists, never a held-out one. The result is cached like the game warm start, keyed by the
+base model and every setting.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from unstable.learners.checkpoints import atomic_save
 from unstable.models.warmstart import _Example, _fingerprint, _loss
 from unstable.utils.checks import check_int, check_positive
 
-TASK_WARM_START_VERSION = 1
+TASK_WARM_START_VERSION = 2
 """Bump when the recipe changes: cached warm starts are keyed by it."""
 
 
@@ -39,14 +47,15 @@ TASK_WARM_START_VERSION = 1
 class TaskWarmStartConfig:
     """Settings of :func:`task_warm_start` (all part of the cache key)."""
 
-    task: str = "arithmetic"
-    """The generated task: ``"arithmetic"`` or ``"sorting"``."""
-    level: int = 1
+    task: str = "sorting"
+    """The generated task: ``"sorting"`` or ``"arithmetic"``."""
+    level: int = 3
     """The arithmetic level (operands of up to ``level`` digits), or the sorting list's length."""
     prompt_template: str = "qwen3-task"
     """How problems are rendered: use the template the run will use."""
-    examples: int = 8192
-    """Training examples (problems with random answers), each seen once."""
+    examples: int = 32_768
+    """Training examples (problems with random answers), each seen once. Copying the digits of a
+    length-3 sorting list needs this many with the 1M model: 8,192 left 0.8% of its answers sorted."""
     batch_size: int = 64
     learning_rate: float = 3e-3
     """Peak AdamW learning rate (all weights), with linear warm-up and cosine decay to 10%."""
