@@ -496,7 +496,8 @@ class BuildConfig:
     failure_budget: FailureBudget = field(default_factory=FailureBudget)
     """How many failed games the collector tolerates before it stops the run."""
     run_name: str | None = None
-    """The run's directory name under ``runs_dir`` (``None``: ``<model>-<unix time>``)."""
+    """The run's directory name under ``runs_dir`` (``None``: ``<model>-<YYYYmmdd-HHMMSS>-<4 hex digits>``, a
+    new directory)."""
     runs_dir: str = "runs"
     """Where run directories go."""
     ray_address: str | None = None
