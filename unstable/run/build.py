@@ -108,9 +108,6 @@ class Run:
         check_int("num_eval_workers", num_eval_workers, 0)
         from unstable.run.resume import record_start_settings
 
-        record_start_settings(self.run_dir, {"learning_steps": learning_steps,
-                                             "num_collection_workers": num_collection_workers,
-                                             "num_eval_workers": num_eval_workers})
         a = self.actors
         self._started = True
         learners = a.learners
@@ -120,8 +117,13 @@ class Run:
             who = "the learner" if len(learners) == 1 else f"{name}'s learner"
             print(f"unstable: {who} is already at step {learning_steps - remaining[name]} >= learning_steps "
                   f"({learning_steps}); nothing to train", flush=True)
-        if len(done) == len(learners):
+        if len(done) == len(learners):  # config.json stays as it was: this call changed nothing
             return self.summary() if block else None
+        # a resumed run's config.json is rewritten only now, when it trains (the Tracker left it alone)
+        record_start_settings(self.run_dir, {"learning_steps": learning_steps,
+                                             "num_collection_workers": num_collection_workers,
+                                             "num_eval_workers": num_eval_workers},
+                              config=self.config.to_dict() if self.config.resume_from else None)
         self._collect_ref = a.collector.collect.remote(num_collection_workers, num_eval_workers)
         self._train_refs = []
         for name, learner in learners.items():
