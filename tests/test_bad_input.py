@@ -41,6 +41,7 @@ BASE_YAML = (
     "runs_dir: $TMP/runs\n"
 )
 KEY = "sk-or-v1-0123456789abcdef0123456789"  # the shape of an OpenRouter key; never a real one
+NOT_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
 NO_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 
 BUILD_CASES = [
@@ -164,6 +165,18 @@ BUILD_CASES = [
     ("run_name empty", {"run_name": ""}, "run_name must be a plain directory name"),
     ("run_name '..'", {"run_name": ".."}, "run_name must be a plain directory name"),
     ("run_name a number", {"run_name": 7}, "run_name must be a plain directory name"),
+    ("run_name with NUL", {"run_name": "a\x00b"}, r"run_name must be a plain directory name.*'\\x00'"),
+    ("run_name with a newline", {"run_name": "a\nb"}, r"run_name must be a plain directory name.*'\\n'"),
+    ("run_name over 255 bytes", {"run_name": "é" * 128}, "run_name is 256 bytes in UTF-8; .* at most 255"),
+    ("run_name a path through '..'", {"run_name": "../escape"}, "run_name must be a plain directory name"),
+    ("run_name names a file in runs_dir", {"runs_dir": "$TMP", "run_name": "a-file"},
+     "a-file exists and is not a directory; pick another run_name"),
+    ("runs_dir with NUL", {"runs_dir": "$TMP/ru\x00ns"}, "runs_dir must be a directory path without control"),
+    ("runs_dir below a file", {"runs_dir": "$TMP/a-file/runs"}, "runs_dir .*a-file is a file, not a directory"),
+    ("runs_dir a name over 255 bytes", {"runs_dir": "$TMP/" + "r" * 256}, "runs_dir has a directory name of more"),
+    ("runs_dir not writable (/proc)", {"runs_dir": "/proc/self/runs"}, "runs_dir .* is not writable by this user"),
+    pytest.param("runs_dir read-only", {"runs_dir": "$TMP/read-only/runs"},
+                 "runs_dir .* is not writable by this user", marks=NOT_ROOT),
     ("learner_device 'gpu'", {"learner_device": "gpu"}, "learner_device must be None"),
     ("learner_device an int", {"learner_device": 0}, "learner_device must be None"),
     # learner: the learner's other settings
@@ -331,6 +344,7 @@ def bad_paths(tmp_path_factory) -> str:
         for file, text in content.items():
             (root / name / file).write_text(text)
     (root / "a-file").write_text("not a directory")
+    (root / "read-only").mkdir(mode=0o555)
     (root / "binary.yaml").write_bytes(b"\xff\xfe\x00model_name: \x80\x81")
     return str(root)
 

@@ -57,3 +57,36 @@ def test_build_refuses_a_directory_another_run_holds_before_ray_starts(tiny_mode
         unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, run_name="same"))
     assert sorted(p.name for p in (tmp_path / "same").iterdir()) == before == [CLAIM_FILE]
     release_run_dir(claim)
+
+
+def test_runs_started_in_the_same_second_without_a_name_get_their_own_directories(tiny_model_dir, tmp_path,
+                                                                                    monkeypatch):
+    """The default name was ``<model>-<unix time>``: the second of two runs started in one second was
+    refused and told to "pick another run_name", which it had never given."""
+    import re
+    from types import SimpleNamespace
+
+    import unstable.run.wiring
+    from unstable.run.build import Run, default_run_name
+    from unstable.run.config import BuildConfig
+
+    monkeypatch.setattr(unstable.run.wiring, "start_actors",
+                        lambda cfg, name: SimpleNamespace(run_dir=str(tmp_path / name), start_version=0))
+    cfg = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, run_name=None))
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now)  # one second for all of them
+    runs = [Run(cfg) for _ in range(3)]  # alive together: each holds its claim
+    names = [r.run_name for r in runs]
+    assert len(set(names)) == 3
+    base = os.path.basename(tiny_model_dir)
+    assert all(re.fullmatch(rf"{re.escape(base)}-\d{{8}}-\d{{6}}-[0-9a-f]{{4}}", n) for n in names), names
+    for run in runs:
+        release_run_dir(run._claim)
+    assert len(default_run_name("m" * 300).encode()) == 255  # still one directory name
+    # the random part collides too (one in 65536): the taken name is passed over, not refused
+    hexes = iter(["beef", "beef", "cafe"])
+    monkeypatch.setattr("secrets.token_hex", lambda n: next(hexes))
+    first, second = Run(cfg), Run(cfg)
+    assert first.run_name.endswith("-beef") and second.run_name.endswith("-cafe")
+    for run in (first, second):
+        release_run_dir(run._claim)

@@ -153,3 +153,128 @@ def test_train_help_lists_every_setting_with_its_config_docstring(capsys):
         assert f"{flat} {doc}" in text
     for name in RUN_FIELDS:
         assert f"{name} {field_docs(*SECTION_CLASSES['run'])[name].summary}" in text
+
+
+# ----------------------------------------------------------------------------- failures as one message
+TRAIN_ARGS = ["train", "--config", "configs/tictactoe-tiny.yaml"]
+
+
+def _train(tiny_model_dir, tmp_path, *extra):
+    return main([*TRAIN_ARGS, "--set", f"model_name={tiny_model_dir}", "--set", f"runs_dir={tmp_path}", *extra])
+
+
+def test_train_refuses_an_empty_run_name_instead_of_ignoring_it(tiny_model_dir, tmp_path, capsys, no_ray):
+    assert _train(tiny_model_dir, tmp_path, "--run-name", "") == 2
+    assert "run_name must be a plain directory name" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path), "--run-name", ""]) == 2
+    assert "--run-name cannot be combined with --resume" in capsys.readouterr().err
+
+
+def test_train_reports_an_os_error_of_build_in_one_line(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    import unstable
+
+    def build(**kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "runs" / "t"))
+
+    monkeypatch.setattr(unstable, "build", build)
+    assert _train(tiny_model_dir, tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"unstable train: error: [Errno 13] Permission denied: '{tmp_path}/runs/t'"]
+
+
+class FailingRun:
+    """What build() returns when the run then stops with an error: ``wait()`` raises it as Ray does."""
+
+    def __init__(self, run_dir: str, error: BaseException):
+        self.run_dir, self.error, self.stopped = run_dir, error, False
+
+    def start(self, **kwargs):
+        return None  # training to do: the CLI waits
+
+    def wait(self):
+        raise self.error
+
+    def stop(self):
+        self.stopped = True
+
+
+def _budget_spent_through_ray() -> BaseException:
+    """A FailureBudgetSpentError as ``ray.get`` raises it from the collector: wrapped in a RayTaskError."""
+    import pickle
+
+    import ray.exceptions
+
+    from unstable.collection.failures import FailureBudget, FailureBudgetSpentError, FailureCounter
+    from unstable.records import FailedGame, GameFailedError, GameSpec
+
+    counter = FailureCounter(FailureBudget(max_consecutive_failures=1), "train")
+    game = GameFailedError(FailedGame(GameSpec(3, "TicTacToe-v0-train", 7, ()), "policy", "OSError", "corrupt weights"))
+    try:
+        counter.record(game)
+    except FailureBudgetSpentError as exc:
+        spent = pickle.loads(pickle.dumps(exc))  # as it crosses from the collector's process: no __cause__
+    return ray.exceptions.RayTaskError("Collector.collect", "Traceback (most recent call last): ...", spent,
+                                       proctitle="ray::Collector.collect", pid=1, ip="127.0.0.1").as_instanceof_cause()
+
+
+def test_train_stopped_by_its_failure_budget_exits_1_with_the_cause_not_a_traceback(tiny_model_dir, tmp_path,
+                                                                                    capsys, monkeypatch):
+    import unstable
+    import unstable.cli.progress
+
+    run = FailingRun(str(tmp_path / "t"), _budget_spent_through_ray())
+    monkeypatch.setattr(unstable, "build", lambda **kwargs: run)
+    monkeypatch.setattr(unstable.cli.progress, "wait_with_progress", lambda run, total, say: run.wait())
+    assert _train(tiny_model_dir, tmp_path) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("unstable train: error: the run stopped in Collector.collect: FailureBudgetSpentError: "
+                             "collection stopped: 1 train games failed in a row (max_consecutive_failures=1). The "
+                             "first of them: game 3 (TicTacToe-v0-train, seed 7) failed in policy after 0 turns: "
+                             "OSError: corrupt weights.")
+    assert err[1] == f"  the full traceback is in {tmp_path}/t/logs/run_error.txt"
+    assert f"logged in {tmp_path}/t/logs/failed_games.jsonl" in err[2] and "--resume" in err[2]
+    assert len(err) == 3 and "Traceback" not in "\n".join(err)
+    assert "Traceback" in (tmp_path / "t" / "logs" / "run_error.txt").read_text()
+    assert run.stopped  # the actors are shut down and the run directory released either way
+
+
+def test_eval_exits_1_when_every_game_failed(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    import math
+
+    import unstable.eval.evaluation as evaluation
+
+    def all_failed(model, env_id, opponent="random", games=100, **kwargs):
+        nothing = evaluation.OutcomeStats.from_records([])
+        failures = tuple(f"game {i} (TicTacToe-v0-train, seed {i}) failed in policy after 0 turns: OSError: corrupt"
+                         for i in range(games))
+        return evaluation.EvalResult(model, None, env_id, opponent, 2, games, games, nothing, {0: nothing, 1: nothing},
+                                     {"temperature": 0.6}, False, 0, 1, 0.1, failures)
+
+    monkeypatch.setattr(evaluation, "evaluate", all_failed)
+    assert math.isnan(evaluation.OutcomeStats.from_records([]).win_rate)
+    assert main(["eval", "--model", tiny_model_dir, "--games", "3", "--out", str(tmp_path / "r.json")]) == 1
+    captured = capsys.readouterr()
+    assert "unstable eval: error: all 3 games failed" in captured.err and "OSError: corrupt" in captured.err
+    assert (tmp_path / "r.json").is_file()  # the results are still written
+
+
+def test_tiny_model_into_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    assert main(["tiny-model", "--out", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"unstable tiny-model: error: out_dir '{tmp_path}/f' is a file, not a directory; give a "
+                           "directory path (created if missing)")
+
+
+def test_a_run_error_is_told_with_its_causes_one_line_each():
+    from unstable.cli.commands import run_failure
+
+    try:
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError as io:
+            raise RuntimeError("could not write ckpt-3") from io
+    except RuntimeError as exc:
+        text = run_failure(exc, "/r")
+    assert text.splitlines()[:2] == ["unstable train: error: the run stopped: RuntimeError: could not write ckpt-3",
+                                     "  caused by OSError: [Errno 28] No space left on device"]

@@ -74,6 +74,12 @@ def test_unstable_train_runs_a_config(ray_session, tiny_model_dir, tmp_path, cap
     assert "learner step   2/2" in out  # progress while it trains
     assert (tmp_path / "cli" / "checkpoints" / "ckpt-2" / "adapter_config.json").is_file()
     assert (tmp_path / "cli" / "metrics.jsonl").is_file()
+    # a resume with nothing to train changes nothing: config.json (read by the next --resume) stays as it was
+    config = tmp_path / "cli" / "config.json"
+    before = config.read_bytes()
+    assert main(["train", "--resume", str(tmp_path / "cli"), "--set", "learning_steps=1"]) == 0
+    assert "already at step 2 >= learning_steps (1); nothing to train" in capsys.readouterr().out
+    assert config.read_bytes() == before
 
 
 def test_a2c_settings_reach_the_learner_from_build_and_yaml(tiny_model_dir, tmp_path):

@@ -130,6 +130,19 @@ def test_evaluate_rejects_bad_opponents_before_playing(tiny_model_dir, tmp_path,
         evaluate(tiny_model_dir, ENV, adapter=str(tmp_path / "missing"), games=2)
 
 
+def test_a_missing_opponent_path_says_it_does_not_exist_not_that_a_key_is_missing(tiny_model_dir, tmp_path,
+                                                                                  monkeypatch, capsys):
+    """``./nope`` is a path, as build() reads it: it does not exist, whatever the API key."""
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path)
+    for opponent in ("./nope", str(tmp_path / "nope"), "~/surely-no-such-adapter-dir"):
+        with pytest.raises(ValueError, match=r"opponent .* does not exist \(a LoRA adapter directory was expected\)"):
+            evaluate(tiny_model_dir, ENV, opponent=opponent, games=2)
+    assert main(["eval", "--model", tiny_model_dir, "--opponent", "./nope", "--games", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "opponent './nope' does not exist" in err and "API" not in err
+
+
 @pytest.mark.parametrize(("env_id", "opponent"), [(ENV, "heuristic"), (ENV, "optimal"), ("KuhnPoker-v0-train", "nash"),
                                                   ("ConnectFour-v0-train", "heuristic")])
 def test_evaluate_against_a_strong_scripted_baseline(tiny_model_dir, env_id, opponent):

@@ -71,6 +71,21 @@ def test_a_failure_rate_over_the_window_spends_the_budget():
     assert info.value.first.seed == 1  # the oldest failure still in the window
 
 
+def test_the_budget_error_survives_the_trip_from_the_collector_to_the_driver():
+    """Ray pickles the collector's error for ``Run.wait()``; rebuilt from its message alone it failed,
+    and the driver got Ray's ``UnserializableException`` instead of the cause."""
+    import pickle
+
+    counter = FailureCounter(FailureBudget(max_consecutive_failures=1, max_failure_rate=None), "train")
+    with pytest.raises(FailureBudgetSpentError) as info:
+        counter.record(failure(seed=5))
+    spent = pickle.loads(pickle.dumps(info.value))
+    assert type(spent) is FailureBudgetSpentError and str(spent) == str(info.value)
+    assert spent.first == info.value.first and spent.first.seed == 5
+    game = pickle.loads(pickle.dumps(failure(seed=6)))
+    assert type(game) is GameFailedError and game.failure.seed == 6 and str(game) == game.failure.describe()
+
+
 def test_the_defaults_tolerate_a_healthy_run_and_stop_a_broken_one_within_a_few_dozen_games():
     healthy = FailureCounter(FailureBudget(), "train")
     for i in range(10_000):  # a quarter of the games fail, as in the env-fault test of test_reliability

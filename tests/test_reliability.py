@@ -183,6 +183,43 @@ def test_resume_falls_back_to_the_newest_complete_checkpoint_and_says_what_it_dr
     assert "dropping ckpt-3" in capsys.readouterr().out
 
 
+class _AnyActor:
+    """An actor handle whose every method's ``.remote()`` returns a stand-in ref."""
+
+    def __getattr__(self, method):
+        return type("Method", (), {"remote": staticmethod(lambda *args, **kwargs: (method, args))})
+
+
+def _resumed_run(run_dir: Path, at_step: int):
+    from types import SimpleNamespace
+
+    from unstable.run.build import Run
+
+    run = object.__new__(Run)  # start()'s own logic, without actors
+    run.config = SimpleNamespace(resume_from=str(run_dir), to_dict=lambda: {"models": [{"name": "model"}],
+                                                                            "resume_from": str(run_dir)})
+    run.actors = SimpleNamespace(learners={"model": _AnyActor()}, start_versions={"model": at_step},
+                                 collector=_AnyActor(), buffers={})
+    run.run_dir, run._train_refs, run._collect_ref, run._started = str(run_dir), [], None, False
+    return run
+
+
+def test_a_resume_with_nothing_to_train_leaves_config_json_as_it_was(tmp_path, capsys):
+    """``--resume --set learning_steps=2`` on a run at step 4 said "nothing to train" and still
+    rewrote config.json (start()'s settings were recorded first, build()'s by the Tracker)."""
+    from unstable.run.resume import CONFIG_FILE
+
+    path = tmp_path / CONFIG_FILE
+    path.write_text('{"models": [{"name": "model"}],  "learning_steps": 4, "num_collection_workers": 8}\n')
+    before = path.read_bytes()
+    assert _resumed_run(tmp_path, at_step=4).start(learning_steps=2, num_collection_workers=3, block=False) is None
+    assert "already at step 4 >= learning_steps (2); nothing to train" in capsys.readouterr().out
+    assert path.read_bytes() == before
+    _resumed_run(tmp_path, at_step=4).start(learning_steps=6, num_collection_workers=3, block=False)  # trains
+    assert json.loads(path.read_text()) == {"models": [{"name": "model"}], "resume_from": str(tmp_path),
+                                            "learning_steps": 6, "num_collection_workers": 3, "num_eval_workers": 16}
+
+
 def test_buffer_counts_trajectories_and_drops_duplicates():
     from test_buffers import make_game  # the buffer tests' two-seat game
 

@@ -164,6 +164,15 @@ def test_refuses_to_overwrite_unless_asked(tmp_path):
     assert (out / "model.safetensors").exists()
 
 
+def test_an_out_dir_that_is_a_file_is_a_clear_error(tmp_path):
+    (tmp_path / "f").write_text("keep me")
+    with pytest.raises(ValueError, match=r"out_dir .*f' is a file, not a directory"):
+        build_tiny_model(tmp_path / "f", "1m")
+    with pytest.raises(ValueError, match=r"out_dir .*f/m': .*f is a file, not a directory"):
+        build_tiny_model(tmp_path / "f" / "m", "1m")
+    assert (tmp_path / "f").read_text() == "keep me"
+
+
 def test_empty_out_dir_is_fine(tmp_path):
     (tmp_path / "m").mkdir()
     assert build_tiny_model(tmp_path / "m", "1m") == tmp_path / "m"

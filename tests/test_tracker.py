@@ -205,6 +205,9 @@ def test_run_dir_layout_and_config(tmp_path, monkeypatch):
     assert [p.name for p in root.iterdir() if p.name.endswith(".tmp")] == []
     with pytest.raises(ValueError, match="run_dir"):
         Tracker("a/b")
+    before = (root / "config.json").read_bytes()
+    Tracker("my-run", config={"model_name": "other"}, config_file=False).close()  # a resumed run's: start() writes it
+    assert (root / "config.json").read_bytes() == before
 
 
 def test_close_is_idempotent_and_late_calls_are_dropped(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -150,6 +151,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.out:
         atomic_write_json(args.out, result.to_dict())
         print(f"results written to {args.out}")
+    if result.games and result.overall.games == 0:  # nothing measured: not a result, an error
+        first = result.failures[0] if result.failures else "no game finished"
+        print(f"unstable eval: error: all {result.games} games failed, so there is nothing to report; the first: "
+              f"{first}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -199,7 +205,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         from unstable.run.resume import load_run_config
 
-        if args.run_name:
+        if args.run_name is not None:
             raise ValueError("--run-name cannot be combined with --resume (the run keeps its directory)")
         if args.config:
             build_kwargs, start_kwargs = load_config(args.config, args.set)
@@ -209,7 +215,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         source = f"resuming {args.resume}"
     elif args.config:
         build_kwargs, start_kwargs = load_config(args.config, args.set)
-        if args.run_name:
+        if args.run_name is not None:  # "" too: build() refuses it, rather than picking a name itself
             build_kwargs["run_name"] = args.run_name
         source = args.config
     else:
@@ -223,11 +229,68 @@ def _cmd_train(args: argparse.Namespace) -> int:
         summary = run.start(**start_kwargs, block=False)
         if summary is None:  # training to do: a line per learner step while it runs
             summary = wait_with_progress(run, total, lambda line: print(line, flush=True))
+    except Exception as exc:  # the run's error, raised by Run.wait() (from an actor): one message, not Ray's trace
+        print(run_failure(exc, run.run_dir, _save_traceback(exc, run.run_dir)), file=sys.stderr, flush=True)
+        return 1
     finally:
         run.stop()
     print(f"done: {len(summary['checkpoints'])} checkpoints, collector {summary['collector']}")
     print(f"run directory: {summary['run_dir']}")
     return 0
+
+
+def _save_traceback(exc: BaseException, run_dir: str) -> str | None:
+    """Write the run's error with its full traceback (the actor's, as Ray gives it) to
+    ``logs/run_error.txt``; returns that path, or ``None`` if it can't be written there."""
+    import traceback
+
+    path = os.path.join(run_dir, "logs", "run_error.txt")
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(traceback.format_exception(exc)))
+    except OSError:
+        return None
+    return path
+
+
+def run_failure(exc: BaseException, run_dir: str, traceback_file: str | None = None) -> str:
+    """What ``unstable train`` prints when a run stops with an error: the error and its causes, one
+    line each (type and message; the remote traceback Ray adds is left out), and where to look next
+    (``traceback_file``: where the full traceback was written)."""
+    where, exc = _unwrap(exc)
+    lines = [f"unstable train: error: the run stopped{f' in {where}' if where else ''}: {_describe(exc)}"]
+    seen = {id(exc)}
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    while cause is not None and id(cause) not in seen and len(lines) < 6:
+        seen.add(id(cause))
+        where, cause = _unwrap(cause)
+        lines.append(f"  caused by{f' (in {where})' if where else ''} {_describe(cause)}")
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    failed = os.path.join(run_dir, "logs", "failed_games.jsonl")
+    if traceback_file is not None:
+        lines.append(f"  the full traceback is in {traceback_file}")
+    lines.append(f"  failed games, with their tracebacks, are logged in {failed}; the checkpoints written so far "
+                 f"stay in {os.path.join(run_dir, 'checkpoints')} (continue with: unstable train --resume {run_dir})")
+    return "\n".join(lines)
+
+
+def _unwrap(exc: BaseException) -> tuple[str | None, BaseException]:
+    """A Ray task error's original exception, and the actor method it was raised in."""
+    where = None
+    while isinstance(getattr(exc, "cause", None), BaseException) and exc.cause is not exc:  # RayTaskError
+        found = re.search(r"ray::(\S+?)(\(\))?(\x1b\[\d+m)?\s", str(exc))  # "ray::Collector.collect() (pid=..."
+        where = found.group(1) if found else "an actor"
+        exc = exc.cause
+    return where, exc
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` on one line."""
+    message = " ".join(str(exc).split()) or "(no message)"
+    if len(message) > 600:
+        message = message[:600] + " ..."
+    return f"{type(exc).__name__}: {message}"
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
@@ -361,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_libraries()
     try:
         return args.fn(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+    except (ValueError, OSError) as exc:  # bad input, or a path that can't be read or written: one line
         print(f"unstable {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

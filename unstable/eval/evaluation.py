@@ -292,16 +292,23 @@ def play_eval_games(job: EvalJob, games: int, *, num_workers: int = 1,
     return [results[i] for i in range(games)]
 
 
-def _check_opponent(opponent: str) -> None:
+def _check_opponent(opponent: str) -> str:
+    """As build() checks a fixed opponent: a path (``./x``, ``/x``, ``~/x``) must be an adapter
+    directory, and any other name that is not scripted is played over the API and needs a key.
+    Returns the name, a path with ``~`` expanded."""
+    from unstable.models.resolve import check_adapter_dir, looks_like_path
+    from unstable.policies.scripted import SCRIPTED_POLICIES
     from unstable.registry.model_registry import fixed_policy_ref
 
+    if opponent not in SCRIPTED_POLICIES and looks_like_path(opponent):
+        check_adapter_dir(os.path.expanduser(opponent), "opponent")  # missing: says so, not "no API key"
+        return os.path.expanduser(opponent)
     ref = fixed_policy_ref(opponent)
-    if ref.kind == "checkpoint" and not os.path.isfile(os.path.join(opponent, "adapter_config.json")):
-        raise ValueError(f"opponent directory {opponent!r} is not a PEFT LoRA adapter (no adapter_config.json)")
     if ref.kind == "api":
         from unstable.policies.api import APIPolicy
 
         APIPolicy(opponent)  # raises now, in this process, if the API key is missing
+    return opponent
 
 
 def evaluate(model: str, env_id: str, opponent: str = "random", games: int = 100, adapter: str | None = None,
@@ -321,7 +328,7 @@ def evaluate(model: str, env_id: str, opponent: str = "random", games: int = 100
     from unstable.models.resolve import resolve_model_name
 
     EvalEnvSpec(env_id, num_players, prompt_template, fixed_opponent=opponent)  # validates env, template, baseline
-    _check_opponent(opponent)
+    opponent = _check_opponent(opponent)
     if adapter is not None and not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
         raise FileNotFoundError(f"adapter {adapter!r} is not a PEFT LoRA adapter directory")
     base = sampling or SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=64)

@@ -38,6 +38,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from unstable.games.templates import render_prompt
+from unstable.utils.paths import check_writable_dir
 
 TINY_MODEL_VERSION = 1
 """Bump when the recipe changes (corpus, tokenizer, sizes): cached builds are keyed by it."""
@@ -228,11 +229,13 @@ def build_tiny_model(out_dir: str | os.PathLike, size: str = "1m", seed: int = 0
                      overwrite: bool = False) -> Path:
     """Build a randomly initialised Qwen3 model and its tokenizer into ``out_dir``; returns it.
 
-    Raises ``ValueError`` for an unknown ``size`` and ``FileExistsError`` when ``out_dir`` is not
-    empty, unless ``overwrite=True`` (which deletes what is there first).
+    Raises ``ValueError`` for an unknown ``size`` or an ``out_dir`` that is a file or can't be
+    written, and ``FileExistsError`` when ``out_dir`` is not empty, unless ``overwrite=True`` (which
+    deletes what is there first).
     """
     config = tiny_config(size)
     out = Path(out_dir)
+    check_writable_dir("out_dir", out)  # a file there, or a place this user can't write: said now
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise FileExistsError(f"{out} is not empty; pass overwrite=True to replace what is there")

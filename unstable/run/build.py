@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ from unstable.run.arguments import argument_names, merge_arguments
 from unstable.run.claim import claim_run_dir, release_run_dir
 from unstable.run.config import BuildConfig, check_resume_from
 from unstable.utils.checks import check_int
+from unstable.utils.paths import NAME_MAX
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,32 @@ def build(**kwargs: Any) -> Run:
     return Run(BuildConfig(**kwargs))
 
 
+def default_run_name(model_name: str) -> str:
+    """``<model>-<YYYYmmdd-HHMMSS>-<4 hex digits>``: readable, in start order when sorted, and distinct
+    for runs started in the same second (which the time alone was not)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    suffix = secrets.token_hex(2)
+    base = os.path.basename(model_name.rstrip("/")) or "run"
+    room = NAME_MAX - len(f"-{stamp}-{suffix}".encode())
+    base = base.encode()[:room].decode(errors="ignore")  # a run name is one directory name
+    return f"{base}-{stamp}-{suffix}"
+
+
+def _claim_default_run_dir(cfg: BuildConfig) -> tuple[str, Any]:
+    """A new default-named run directory under ``runs_dir``, claimed; a name that is taken (another
+    run's, even one started in the same second) is passed over for a fresh one."""
+    for _ in range(8):
+        name = default_run_name(cfg.models[0].model_name)
+        path = os.path.abspath(os.path.join(cfg.runs_dir, name))
+        if os.path.lexists(path):
+            continue
+        try:
+            return name, claim_run_dir(path)
+        except ValueError:  # another run claimed it between the two lines above
+            continue
+    raise ValueError(f"could not find a free run directory name under {cfg.runs_dir}; give run_name")
+
+
 class Run:
     """The handle build() returns: ``start()``, ``wait()``, ``stop()``, plus the actor handles."""
 
@@ -45,13 +73,16 @@ class Run:
         from unstable.run.wiring import start_actors
 
         self.config = cfg
+        # the run directory is claimed before anything writes there: a second run given it is refused
+        # here, not mid-run
         if cfg.resume_from:
             self.run_name = os.path.basename(cfg.resume_from.rstrip("/"))
+            self._claim = claim_run_dir(cfg.resume_from)
+        elif cfg.run_name is not None:
+            self.run_name = cfg.run_name
+            self._claim = claim_run_dir(os.path.abspath(os.path.join(cfg.runs_dir, self.run_name)))
         else:
-            base = os.path.basename(cfg.models[0].model_name.rstrip("/"))
-            self.run_name = cfg.run_name or f"{base}-{int(time.time())}"
-        # before anything writes there: a second run given this directory is refused here, not mid-run
-        self._claim = claim_run_dir(cfg.resume_from or os.path.abspath(os.path.join(cfg.runs_dir, self.run_name)))
+            self.run_name, self._claim = _claim_default_run_dir(cfg)
         try:
             self.actors = start_actors(cfg, self.run_name)
         except BaseException:
@@ -77,9 +108,6 @@ class Run:
         check_int("num_eval_workers", num_eval_workers, 0)
         from unstable.run.resume import record_start_settings
 
-        record_start_settings(self.run_dir, {"learning_steps": learning_steps,
-                                             "num_collection_workers": num_collection_workers,
-                                             "num_eval_workers": num_eval_workers})
         a = self.actors
         self._started = True
         learners = a.learners
@@ -89,8 +117,13 @@ class Run:
             who = "the learner" if len(learners) == 1 else f"{name}'s learner"
             print(f"unstable: {who} is already at step {learning_steps - remaining[name]} >= learning_steps "
                   f"({learning_steps}); nothing to train", flush=True)
-        if len(done) == len(learners):
+        if len(done) == len(learners):  # config.json stays as it was: this call changed nothing
             return self.summary() if block else None
+        # a resumed run's config.json is rewritten only now, when it trains (the Tracker left it alone)
+        record_start_settings(self.run_dir, {"learning_steps": learning_steps,
+                                             "num_collection_workers": num_collection_workers,
+                                             "num_eval_workers": num_eval_workers},
+                              config=self.config.to_dict() if self.config.resume_from else None)
         self._collect_ref = a.collector.collect.remote(num_collection_workers, num_eval_workers)
         self._train_refs = []
         for name, learner in learners.items():

@@ -40,6 +40,7 @@ from unstable.run.arguments import (
 from unstable.samplers.config import SamplerConfig
 from unstable.tracking.config import TrackerConfig
 from unstable.utils.checks import check_bool, check_choice, check_int, check_number, check_positive, check_str
+from unstable.utils.paths import check_dir_name, check_dir_path, check_writable_dir
 from unstable.utils.secrets import reject_secret_settings
 
 INFERENCE_BACKENDS = ("auto", "transformers", "vllm")
@@ -322,11 +323,27 @@ def _check_placement(cfg: BuildConfig) -> None:
     """Where the run goes: its directory and the Ray cluster."""
     check_str("ray_address", cfg.ray_address, allow_none=True, what="a Ray address such as 'auto' or 'ip:6379'")
     check_str("runs_dir", cfg.runs_dir, what="a directory path")
-    if os.path.exists(cfg.runs_dir) and not os.path.isdir(cfg.runs_dir):
-        raise ValueError(f"runs_dir {cfg.runs_dir!r} is a file; a directory (created if missing) was expected")
-    name = cfg.run_name
-    if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name or name in (".", "..")):
-        raise ValueError(f"run_name must be a plain directory name (not empty, '.', '..', no '/'), got {name!r}")
+    check_dir_path("runs_dir", cfg.runs_dir)
+    if cfg.run_name is not None:
+        check_dir_name("run_name", cfg.run_name)
+
+
+def _check_run_dir(cfg: BuildConfig) -> None:
+    """The run directory can be created and written (the resumed one, or ``runs_dir/run_name``): said
+    now, not as an ``OSError`` from the claim's mkdir."""
+    if cfg.resume_from is not None:
+        check_writable_dir("resume_from", cfg.resume_from)
+        return
+    check_writable_dir("runs_dir", cfg.runs_dir)
+    if cfg.run_name is None:
+        return
+    run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
+    if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
+        raise ValueError(f"run_name {cfg.run_name!r}: {run_dir} exists and is not a directory; pick another "
+                         "run_name, or move that file away")
+    if os.path.isdir(run_dir) and not os.access(run_dir, os.W_OK | os.X_OK):
+        raise ValueError(f"run_name {cfg.run_name!r}: the run directory {run_dir} is not writable by this user; "
+                         "pick another run_name, or change its permissions")
 
 
 def _opponent(spec: Any) -> str:
@@ -479,7 +496,8 @@ class BuildConfig:
     failure_budget: FailureBudget = field(default_factory=FailureBudget)
     """How many failed games the collector tolerates before it stops the run."""
     run_name: str | None = None
-    """The run's directory name under ``runs_dir`` (``None``: ``<model>-<unix time>``)."""
+    """The run's directory name under ``runs_dir`` (``None``: ``<model>-<YYYYmmdd-HHMMSS>-<4 hex digits>``, a
+    new directory)."""
     runs_dir: str = "runs"
     """Where run directories go."""
     ray_address: str | None = None
@@ -524,6 +542,7 @@ class BuildConfig:
         check_int("seed", self.seed, 0)
         _check_placement(self)
         self.resume_from = check_resume_from(self.resume_from)
+        _check_run_dir(self)
         for i, model in enumerate(self.models):
             try:
                 model.model_name = resolve_model_name(model.model_name, seed=0)

@@ -217,8 +217,12 @@ def load_run_config(run_dir: str | os.PathLike, overrides: list[str] | None = No
     return build, start
 
 
-def record_start_settings(run_dir: str | os.PathLike, settings: dict[str, Any]) -> None:
-    """Add ``start()``'s settings to ``config.json``, which then holds everything a resume needs."""
+def record_start_settings(run_dir: str | os.PathLike, settings: dict[str, Any],
+                          config: dict[str, Any] | None = None) -> None:
+    """Add ``start()``'s settings to ``config.json``, which then holds everything a resume needs.
+    ``config``: build()'s settings to write under them (a resumed run's, which the Tracker does not
+    write, so that a resume with nothing to train leaves the file as it was); ``None``: the file's."""
     path = Path(run_dir) / CONFIG_FILE
-    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    atomic_write_json(path, {**data, **settings})
+    if config is None:
+        config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    atomic_write_json(path, {**config, **settings})

@@ -90,6 +90,8 @@ class Tracker:
     :param window: moving-window length per key.
     :param flush_every_s: least seconds between two W&B logs (``close()`` always flushes).
     :param config: the run's configuration, written to ``config.json`` and to W&B.
+    :param config_file: whether ``config`` is written to ``config.json`` (``build()`` writes a resumed
+        run's itself, and only once it has something to train).
     :param transcripts: how game transcripts are kept (default: all games, 50 MB x 5 rotated files).
     :param diversity_window: train games per env in the action-diversity window.
     """
@@ -106,6 +108,7 @@ class Tracker:
         transcripts: TranscriptConfig | None = None,
         diversity_window: int = 512,
         wandb_mode: str | None = None,
+        config_file: bool = True,
     ):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
@@ -126,7 +129,7 @@ class Tracker:
         self._inference: dict[str, dict[str, float | None]] = {}
         self._buffer: dict[str, float | None] = {}
         self._closed = False
-        if config is not None:
+        if config is not None and config_file:
             atomic_write_json(self._dir.config_path, config)
         self._metrics = JsonlWriter(self._dir.metrics_path)
         self._failed: JsonlWriter | None = None
