@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -183,6 +184,54 @@ def test_the_report_loop_skips_an_actor_that_is_unavailable(backend, caplog):
     with caplog.at_level(logging.WARNING):
         asyncio.run(collector._report())
     assert tracker.stats == [] and "no stats from inference actor inference-stats" in caplog.text
+
+
+class GameLog(Tracker):
+    def __init__(self):
+        super().__init__()
+        self.games = []
+
+    def log_game(self, result):
+        self.games.append(result)
+
+
+def test_train_games_are_unaffected_by_eval_games_whose_opponent_adapter_is_corrupt(tiny_model_dir, adapters,
+                                                                                   tmp_path):
+    """Requests of both kinds of game share the backend's batches: the corrupt adapter's requests fail
+    alone, so the eval games fail once the opponent is to move (the tiny model's invalid first move
+    ends some earlier) and no train game does."""
+    from unstable.inference.transformers_backend import TransformersBackend
+    from unstable.samplers.env_samplers import UniformRandomEnvSampler
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(adapters[1], corrupt)
+    (corrupt / "adapter_model.safetensors").write_bytes(b"not safetensors " * 64)
+    registry = ModelRegistry()
+    registry.add_checkpoint(uid="ckpt-1", path=adapters[0], iteration=1)
+    env_sampler = UniformRandomEnvSampler([unstable.TrainEnvSpec(num_actors=2, **TTT)],
+                                          [unstable.EvalEnvSpec(fixed_opponent=str(corrupt), **TTT)])
+    backend = TransformersBackend(tiny_model_dir, max_batch_size=16, batch_wait_ms=20)
+    tracker = GameLog()
+    collector = Collector(backends=[backend], buffer=StepBuffer(1000), tracker=tracker,
+                          game_scheduler=GameScheduler(BaseModelSampler(registry), env_sampler),
+                          sampling=unstable.SamplingParams(max_new_tokens=8),
+                          failure_budget=FailureBudget(max_consecutive_failures=None, max_failure_rate=None))
+
+    async def until_some_of_each():
+        task = asyncio.create_task(collector.collect(3, 3))
+        while not task.done() and (sum(not g.spec.is_eval for g in tracker.games) < 4
+                                   or sum(isinstance(g, FailedGame) for g in tracker.games) < 3):
+            await asyncio.sleep(0.05)
+        collector.stop()
+        await task
+
+    asyncio.run(asyncio.wait_for(until_some_of_each(), timeout=300))
+    backend.close()
+    failed = [g for g in tracker.games if isinstance(g, FailedGame)]
+    assert len(failed) >= 3 and all(g.spec.is_eval and str(corrupt) in g.message for g in failed), [
+        g.describe() for g in failed]
+    assert sum(not g.spec.is_eval for g in tracker.games) >= 4
+    assert backend.stats()["mean_batch_size"] > 1  # the two kinds did share batches
 
 
 # ----------------------------------------------------------------------------- a real run
