@@ -21,6 +21,7 @@ from unstable.collection.collector import Collector
 from unstable.collection.failures import FailureBudget, FailureBudgetSpentError, FailureCounter
 from unstable.collection.scheduler import GameScheduler
 from unstable.inference.base import InferenceUnavailableError
+from unstable.policies.api import APIOpponentConfig
 from unstable.policies.base import PolicyError
 from unstable.records import AgentSpec, FailedGame, GameFailedError, GameSpec, PolicyRef
 from unstable.registry import ModelRegistry
@@ -247,11 +248,13 @@ def test_a_broken_prompt_template_stops_a_build_run_with_its_error(ray_session, 
     run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "broken-template",
                                             train_envs=[unstable.TrainEnvSpec(num_actors=2, **ttt)],
                                             eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **ttt)],
-                                            max_consecutive_failures=7))
+                                            max_consecutive_failures=7, api_timeout_s=7.5))
     pool = ThreadPoolExecutor(1)
     try:
-        budget = ray_session.get(run.actors.collector.__ray_call__.remote(lambda c: c.failure_budget))
+        budget, api = ray_session.get(run.actors.collector.__ray_call__.remote(
+            lambda c: (c.failure_budget, c.api_opponents)))
         assert budget == FailureBudget(max_consecutive_failures=7)
+        assert api == APIOpponentConfig(timeout_s=7.5)  # the collector's API opponents get build()'s settings
         run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2, block=False)
         waited = pool.submit(run.wait)
         error = waited.exception(timeout=180)  # a regression that hangs fails here instead
