@@ -3,7 +3,7 @@ build(), YAML and ``unstable eval`` to the API policy, and a server that never a
 after about ``timeout * (retries + 1)``.
 
 The server is the OpenAI-compatible fake of ``test_secrets`` on localhost, with one more model: a
-``*hang*`` model's requests are read and never answered.
+``*hang*`` model's requests are read and never answered, a ``*trickle*`` model's answer never ends.
 """
 
 from __future__ import annotations
@@ -33,6 +33,15 @@ class _HangingOpenAI(_FakeOpenAI):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         if b"hang" in body:
             RELEASE.wait()  # never answers (until the server stops)
+            return
+        if b"trickle" in body:  # answers a byte at a time: each read is quick, the reply never ends
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            while not RELEASE.wait(0.1):
+                self.wfile.write(b" ")
+                self.wfile.flush()
             return
         self.rfile = io.BytesIO(body)  # the parent reads the body again
         super().do_POST()
@@ -179,3 +188,16 @@ def test_an_api_opponent_that_answers_is_not_cut_short(api_env):
     policy = APIPolicy("fake/ok-model", timeout_s=5, max_retries=0)
     out = asyncio.run(policy.act(TurnContext("TicTacToe-v0-train", 0, "your move", 0, None, random.Random(0))))
     assert "\\boxed{4}" in out.completion_text
+
+
+def test_a_reply_that_trickles_in_forever_is_cut_off_at_the_timeout(api_env):
+    """httpx's timeout bounds each read; the policy bounds the whole call."""
+    from unstable.policies.api import APIPolicyError
+    from unstable.policies.base import TurnContext
+
+    policy = APIPolicy("fake/trickle-model", timeout_s=0.5, max_retries=0)
+    t0 = time.perf_counter()
+    with pytest.raises(APIPolicyError, match=r"no answer within 0\.5 s"):
+        ctx = TurnContext("TicTacToe-v0-train", 0, "your move", 0, None, random.Random(0))
+        asyncio.run(asyncio.wait_for(policy.act(ctx), timeout=10))  # the outer bound: a regression fails, not hangs
+    assert time.perf_counter() - t0 < 2.0
