@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,6 +21,7 @@ from unstable.collection.collector import Collector
 from unstable.collection.failures import FailureBudget, FailureBudgetSpentError, FailureCounter
 from unstable.collection.scheduler import GameScheduler
 from unstable.inference.base import InferenceUnavailableError
+from unstable.policies.api import APIOpponentConfig
 from unstable.policies.base import PolicyError
 from unstable.records import AgentSpec, FailedGame, GameFailedError, GameSpec, PolicyRef
 from unstable.registry import ModelRegistry
@@ -200,6 +202,54 @@ def test_the_report_loop_skips_an_actor_that_is_unavailable(backend, caplog):
     assert tracker.stats == [] and "no stats from inference actor inference-stats" in caplog.text
 
 
+class GameLog(Tracker):
+    def __init__(self):
+        super().__init__()
+        self.games = []
+
+    def log_game(self, result):
+        self.games.append(result)
+
+
+def test_train_games_are_unaffected_by_eval_games_whose_opponent_adapter_is_corrupt(tiny_model_dir, adapters,
+                                                                                   tmp_path):
+    """Requests of both kinds of game share the backend's batches: the corrupt adapter's requests fail
+    alone, so the eval games fail once the opponent is to move (the tiny model's invalid first move
+    ends some earlier) and no train game does."""
+    from unstable.inference.transformers_backend import TransformersBackend
+    from unstable.samplers.env_samplers import UniformRandomEnvSampler
+
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(adapters[1], corrupt)
+    (corrupt / "adapter_model.safetensors").write_bytes(b"not safetensors " * 64)
+    registry = ModelRegistry()
+    registry.add_checkpoint(uid="ckpt-1", path=adapters[0], iteration=1)
+    env_sampler = UniformRandomEnvSampler([unstable.TrainEnvSpec(num_actors=2, **TTT)],
+                                          [unstable.EvalEnvSpec(fixed_opponent=str(corrupt), **TTT)])
+    backend = TransformersBackend(tiny_model_dir, max_batch_size=16, batch_wait_ms=20)
+    tracker = GameLog()
+    collector = Collector(backends=[backend], buffer=StepBuffer(1000), tracker=tracker,
+                          game_scheduler=GameScheduler(BaseModelSampler(registry), env_sampler),
+                          sampling=unstable.SamplingParams(max_new_tokens=8),
+                          failure_budget=FailureBudget(max_consecutive_failures=None, max_failure_rate=None))
+
+    async def until_some_of_each():
+        task = asyncio.create_task(collector.collect(3, 3))
+        while not task.done() and (sum(not g.spec.is_eval for g in tracker.games) < 4
+                                   or sum(isinstance(g, FailedGame) for g in tracker.games) < 3):
+            await asyncio.sleep(0.05)
+        collector.stop()
+        await task
+
+    asyncio.run(asyncio.wait_for(until_some_of_each(), timeout=300))
+    backend.close()
+    failed = [g for g in tracker.games if isinstance(g, FailedGame)]
+    assert len(failed) >= 3 and all(g.spec.is_eval and str(corrupt) in g.message for g in failed), [
+        g.describe() for g in failed]
+    assert sum(not g.spec.is_eval for g in tracker.games) >= 4
+    assert backend.stats()["mean_batch_size"] > 1  # the two kinds did share batches
+
+
 # ----------------------------------------------------------------------------- a real run
 @pytest.mark.slow
 def test_a_broken_prompt_template_stops_a_build_run_with_its_error(ray_session, tiny_model_dir, tmp_path):
@@ -213,11 +263,13 @@ def test_a_broken_prompt_template_stops_a_build_run_with_its_error(ray_session, 
     run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "broken-template",
                                             train_envs=[unstable.TrainEnvSpec(num_actors=2, **ttt)],
                                             eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **ttt)],
-                                            max_consecutive_failures=7))
+                                            max_consecutive_failures=7, api_timeout_s=7.5))
     pool = ThreadPoolExecutor(1)
     try:
-        budget = ray_session.get(run.actors.collector.__ray_call__.remote(lambda c: c.failure_budget))
+        budget, api = ray_session.get(run.actors.collector.__ray_call__.remote(
+            lambda c: (c.failure_budget, c.api_opponents)))
         assert budget == FailureBudget(max_consecutive_failures=7)
+        assert api == APIOpponentConfig(timeout_s=7.5)  # the collector's API opponents get build()'s settings
         run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2, block=False)
         waited = pool.submit(run.wait)
         error = waited.exception(timeout=180)  # a regression that hangs fails here instead

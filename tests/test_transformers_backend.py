@@ -148,3 +148,92 @@ def test_bad_backend_config(tiny_model_dir):
         TransformersBackend(tiny_model_dir, max_batch_size=0)
     with pytest.raises(ValueError, match="dtype"):
         TransformersBackend(tiny_model_dir, dtype="int8")
+
+
+# ----------------------------------------------------------------------------- requests fail one by one
+def corrupt_adapter(good: str, out) -> str:
+    """A copy of ``good`` whose weights file is garbage: it has a config, so it looks like an adapter."""
+    shutil.copytree(good, out)
+    (out / "adapter_model.safetensors").write_bytes(b"not safetensors " * 64)
+    return str(out)
+
+
+def test_a_corrupt_adapter_fails_its_own_requests_and_the_rest_of_the_batch_generates(tiny_model_dir, adapters,
+                                                                                     tmp_path):
+    b = TransformersBackend(tiny_model_dir, max_batch_size=16, batch_wait_ms=50)
+    bad = corrupt_adapter(adapters[0], tmp_path / "corrupt")
+    paths = [adapters[0], bad, None, bad, adapters[1]]
+    expected = {p: b.generate_batch([GenerationRequest(PROMPT, p, GREEDY)])[0].sample.completion_ids
+                for p in (None, *adapters)}
+
+    async def together():
+        return await asyncio.gather(*(b.generate(GenerationRequest(PROMPT, p, GREEDY)) for p in paths),
+                                    return_exceptions=True)
+
+    before = b.stats()
+    outcomes = asyncio.run(together())
+    assert b.stats()["batches"] - before["batches"] == 1  # one batch: the good rows were not retried alone
+    for path, outcome in zip(paths, outcomes, strict=True):
+        if path == bad:
+            assert isinstance(outcome, RuntimeError)
+            assert f"could not load the LoRA adapter {bad!r}" in str(outcome)
+        else:
+            assert outcome.sample.completion_ids == expected[path] and outcome.sample.text
+    # the failed load left nothing behind, and is not tried again until the files change
+    assert sorted(b.loaded_adapters()) == sorted(adapters)
+    assert b.stats()["adapter_load_failures"] == 1
+    with pytest.raises(RuntimeError, match="could not load the LoRA adapter"):
+        b.generate_batch([GenerationRequest(PROMPT, bad, GREEDY)])
+    assert b.stats()["adapter_load_failures"] == 1
+    b.close()
+
+
+def test_a_corrupt_first_adapter_leaves_the_base_model_as_it_was(tiny_model_dir, adapters, tmp_path):
+    """The first adapter wraps the base model in PEFT; a failed first load must not leave layers in it."""
+    b = TransformersBackend(tiny_model_dir)
+    expected = b.generate_batch([GenerationRequest(PROMPT, None, GREEDY)])[0].sample.completion_ids
+    shutil.copytree(adapters[0], tmp_path / "wrong-rank")
+    config = json.loads((tmp_path / "wrong-rank" / "adapter_config.json").read_text())
+    config["r"] = 8  # the weights are rank 4: PEFT injects rank-8 layers, then fails to load into them
+    (tmp_path / "wrong-rank" / "adapter_config.json").write_text(json.dumps(config))
+    wrong = GenerationRequest(PROMPT, str(tmp_path / "wrong-rank"), GREEDY)
+    outcomes = b.generate_outcomes([wrong, GenerationRequest(PROMPT, None, GREEDY)])
+    assert "size mismatch" in str(outcomes[0]) and outcomes[1].sample.completion_ids == expected
+    left = [key for key, _ in b.model.named_parameters() if ".lora_" in key]
+    assert not left, f"the failed adapter's layers are still in the model: {left[:2]}"
+    b.close()
+
+
+def test_requests_with_a_bad_prompt_or_bad_sampling_fail_alone(backend):
+    from dataclasses import replace
+
+    good = GenerationRequest(PROMPT, None, GREEDY)
+    too_long = GenerationRequest("board " * 5000, None, GREEDY)
+    no_sampling = replace(good, sampling={"temperature": 0})
+    outcomes = backend.generate_outcomes([too_long, good, no_sampling, good])
+    assert isinstance(outcomes[0], ValueError) and "does not fit" in str(outcomes[0])
+    assert isinstance(outcomes[2], TypeError) and "SamplingParams" in str(outcomes[2])
+    assert outcomes[1].sample.completion_ids == outcomes[3].sample.completion_ids != ()
+
+
+def test_a_batch_whose_generate_fails_is_retried_so_only_the_guilty_request_fails(tiny_model_dir, adapters,
+                                                                                  monkeypatch):
+    """An error of ``generate`` itself (an adapter whose weights break the forward pass, out of
+    memory) fails only the requests it can be pinned on; another adapter's requests still run."""
+    b = TransformersBackend(tiny_model_dir)
+    requests = [GenerationRequest(PROMPT, p, GREEDY) for p in (adapters[0], adapters[1], None, adapters[1])]
+    expected = b.generate_batch(requests)
+    generate = b._generate_rows
+
+    def fails_with_adapter_1(rows):
+        if any(row.request.adapter_path == adapters[1] for row in rows):
+            raise RuntimeError("CUDA out of memory (pretend)")
+        return generate(rows)
+
+    monkeypatch.setattr(b, "_generate_rows", fails_with_adapter_1)
+    outcomes = b.generate_outcomes(requests)
+    assert [str(o) for o in (outcomes[1], outcomes[3])] == ["CUDA out of memory (pretend)"] * 2
+    assert [o.sample.completion_ids for o in (outcomes[0], outcomes[2])] == [
+        expected[0].sample.completion_ids, expected[2].sample.completion_ids]
+    assert b.stats()["batch_retries"] >= 1 and b.stats()["failed_requests"] == 2
+    b.close()

@@ -18,6 +18,8 @@ from unstable.utils.fields import add_field_options
 TASK_OPTIONS = ("out", "task", "level", "learning_steps", "learning_rate", "num_samples", "batch_size", "eval_problems",
                 "format_weight", "seed")
 TASK_WARM_START_OPTIONS = ["examples"]
+# APIOpponentConfig fields offered as --api-* options of eval (build()'s api_timeout_s, api_max_retries)
+API_OPTIONS = ["timeout_s", "max_retries"]
 WARM_START_OPTIONS = ["positions", "target_legal_mass", "target_greedy_legal", "max_rounds"]
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
                       "eval_workers", "seed", "algorithm", "max_staleness"]
@@ -139,12 +141,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if not model:
         raise ValueError("give --model (a HF id, a local path or tiny), or --run RUN_DIR")
     template = template or "qwen3-zs"
+    api = {f"api_{k}": getattr(args, f"api_{k}") for k in API_OPTIONS if getattr(args, f"api_{k}") is not None}
     print(f"evaluating {model}{f' + {adapter}' if adapter else ''} on {args.env} against {args.opponent}: "
           f"{args.games} games", flush=True)
     result = evaluate(model, args.env, opponent=args.opponent, games=args.games, adapter=adapter,
                       prompt_template=template, sampling=sampling, seed=args.seed, num_workers=args.workers,
                       greedy=args.greedy, num_players=args.num_players, torch_threads=args.torch_threads or None,
-                      on_done=progress)
+                      on_done=progress, **api)
     result.print()
     for line in result.failures:
         print(f"  {line}")
@@ -338,8 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train from a YAML config (build() and start() settings), or resume a run",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="settings (YAML keys, or --set key=value; nested sections too: models, samplers, "
-                              "tracker, failure_budget; and start()'s learning_steps, num_collection_workers, "
-                              "num_eval_workers):\n" + settings_help().replace("%", "%%"))
+                              "tracker, failure_budget, api_opponents; and start()'s learning_steps, "
+                              "num_collection_workers, num_eval_workers):\n" + settings_help().replace("%", "%%"))
     p.add_argument("--config", default=None, help="YAML file; see configs/ for examples")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue this run from its newest complete checkpoint (settings from RUN_DIR/config.json, "
@@ -370,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    add_field_options(p, "unstable.policies.api", "APIOpponentConfig", API_OPTIONS, prefix="api_")
     p.set_defaults(fn=_cmd_eval)
 
     p = sub.add_parser("plot", help="write learning-curve PNGs of a run into RUN_DIR/plots/")

@@ -36,6 +36,7 @@ from unstable.collection.rollout import play_game
 from unstable.games.extraction import register_action_extraction
 from unstable.games.templates import register_template
 from unstable.inference.base import InferenceDeadError, InferenceUnavailableError, SamplingParams
+from unstable.policies.api import APIOpponentConfig
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
 from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, player_trajectories
@@ -62,6 +63,9 @@ class Collector:
     lineage to the indices of the backends serving its base model (models that share a base share
     its engines; a seat is served by its own lineage's group, fixed adapters by the first group),
     and ``samplings`` gives a lineage its own sampling settings.
+
+    ``api_opponents`` (an :class:`~unstable.policies.api.APIOpponentConfig`) sets the timeout and
+    retries of the seats played over an API.
     """
 
     def __init__(self, tracker: Any = None, buffer: Any = None, game_scheduler: Any = None, *,
@@ -70,7 +74,8 @@ class Collector:
                  failure_budget: FailureBudget | None = None, prompt_templates: dict[str, Any] | None = None,
                  action_extractions: dict[str, Any] | None = None, buffers: dict[str, Any] | None = None,
                  backend_groups: dict[str, list[int]] | None = None,
-                 samplings: dict[str, SamplingParams] | None = None, environments: dict[str, Any] | None = None):
+                 samplings: dict[str, SamplingParams] | None = None, environments: dict[str, Any] | None = None,
+                 api_opponents: APIOpponentConfig | None = None):
         if game_scheduler is None or (buffer is None) == (not buffers):
             raise ValueError("Collector needs a game_scheduler and either one buffer or buffers={model: buffer}")
         # registrations made in the user's process (custom_templates()): a Ray actor starts without them
@@ -108,6 +113,7 @@ class Collector:
         self.unavailable_timeout_s = unavailable_timeout_s
         self.probe_interval_s = probe_interval_s
         self.failure_budget = failure_budget or FailureBudget()
+        self.api_opponents = api_opponents or APIOpponentConfig()
         self._failures = {kind: FailureCounter(self.failure_budget, kind) for kind in ("train", "eval")}
 
     # ----------------------------------------------------------------- inference health
@@ -216,7 +222,9 @@ class Collector:
                 from unstable.policies.api import APIPolicy
 
                 policies[agent.player_id] = APIPolicy(_fixed_name(ref.uid), uid=ref.uid,
-                                                      action_extraction=agent.action_extraction)
+                                                      action_extraction=agent.action_extraction,
+                                                      timeout_s=self.api_opponents.timeout_s,
+                                                      max_retries=self.api_opponents.max_retries)
         return policies
 
     async def _run(self, spec: GameSpec, backends: list[int]) -> tuple[GameRecord | GameFailedError, list[int]]:

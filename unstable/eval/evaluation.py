@@ -44,7 +44,9 @@ from rich.markup import escape
 
 from unstable.eval.intervals import mean_interval, wilson_interval
 from unstable.inference.base import SamplingParams
+from unstable.policies.api import APIOpponentConfig
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
+from unstable.utils.checks import check_int, check_positive
 
 
 # ----------------------------------------------------------------------------- results
@@ -193,6 +195,7 @@ class EvalJob:
     seed: int = 0
     max_concurrent: int = 32  # games in flight (and rows per batch) per process
     torch_threads: int | None = 1  # torch intra-op threads per process; None: leave torch's setting
+    api: APIOpponentConfig = field(default_factory=APIOpponentConfig)  # an API opponent's timeout and retries
 
     @property
     def model_ref(self) -> PolicyRef:
@@ -225,7 +228,7 @@ def _policies(job: EvalJob, backend: Any) -> Callable[[GameSpec], dict[int, Any]
     else:
         from unstable.policies.api import APIPolicy
 
-        opponent = APIPolicy(job.opponent)
+        opponent = APIPolicy(job.opponent, timeout_s=job.api.timeout_s, max_retries=job.api.max_retries)
     return lambda spec: {a.player_id: model if a.player_id == spec.eval_player_id else opponent for a in spec.agents}
 
 
@@ -292,7 +295,7 @@ def play_eval_games(job: EvalJob, games: int, *, num_workers: int = 1,
     return [results[i] for i in range(games)]
 
 
-def _check_opponent(opponent: str) -> str:
+def _check_opponent(opponent: str, api: APIOpponentConfig) -> str:
     """As build() checks a fixed opponent: a path (``./x``, ``/x``, ``~/x``) must be an adapter
     directory, and any other name that is not scripted is played over the API and needs a key.
     Returns the name, a path with ``~`` expanded."""
@@ -307,14 +310,15 @@ def _check_opponent(opponent: str) -> str:
     if ref.kind == "api":
         from unstable.policies.api import APIPolicy
 
-        APIPolicy(opponent)  # raises now, in this process, if the API key is missing
+        APIPolicy(opponent, timeout_s=api.timeout_s, max_retries=api.max_retries)  # raises now if the key is missing
     return opponent
 
 
 def evaluate(model: str, env_id: str, opponent: str = "random", games: int = 100, adapter: str | None = None,
              prompt_template: str = "qwen3-zs", sampling: SamplingParams | None = None, seed: int = 0,
              num_workers: int = 1, greedy: bool = False, num_players: int = 2, max_concurrent: int = 32,
-             torch_threads: int | None = 1,
+             torch_threads: int | None = 1, api_timeout_s: float = APIOpponentConfig.timeout_s,
+             api_max_retries: int = APIOpponentConfig.max_retries,
              on_done: Callable[[GameRecord | FailedGame], None] | None = None) -> EvalResult:
     """Play ``games`` games of ``model`` (+ ``adapter``) against ``opponent``, alternating seats.
 
@@ -322,18 +326,23 @@ def evaluate(model: str, env_id: str, opponent: str = "random", games: int = 100
     models); ``greedy`` sets the evaluated model's temperature to 0 (an LLM opponent keeps
     ``sampling``, so games still differ). ``num_workers > 1`` spawns worker processes (see the
     module docstring for when that pays off); ``torch_threads`` is each process's torch thread count
-    (``None``: torch's own). ``on_done`` is called with each finished or failed game, in this process.
+    (``None``: torch's own). An API opponent's calls time out after ``api_timeout_s`` and are retried
+    ``api_max_retries`` times (see :class:`~unstable.policies.api.APIOpponentConfig`). ``on_done`` is
+    called with each finished or failed game, in this process.
     """
     from unstable.games.specs import EvalEnvSpec
     from unstable.models.resolve import resolve_model_name
 
     EvalEnvSpec(env_id, num_players, prompt_template, fixed_opponent=opponent)  # validates env, template, baseline
-    opponent = _check_opponent(opponent)
+    check_positive("api_timeout_s", api_timeout_s)
+    check_int("api_max_retries", api_max_retries, 0)
+    api = APIOpponentConfig(api_timeout_s, api_max_retries)
+    opponent = _check_opponent(opponent, api)
     if adapter is not None and not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
         raise FileNotFoundError(f"adapter {adapter!r} is not a PEFT LoRA adapter directory")
     base = sampling or SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=64)
     job = EvalJob(resolve_model_name(model), env_id, opponent, adapter, num_players, prompt_template,
-                  replace(base, temperature=0.0) if greedy else base, base, seed, max_concurrent, torch_threads)
+                  replace(base, temperature=0.0) if greedy else base, base, seed, max_concurrent, torch_threads, api)
     t0 = time.perf_counter()
     results = play_eval_games(job, games, num_workers=num_workers, on_done=on_done)
     finished = [r for r in results if isinstance(r, GameRecord)]

@@ -6,6 +6,14 @@ few milliseconds into one ``generate`` call. Rows of one call may use different 
 Adapters are loaded by path on first use and kept in an LRU cache of ``max_loras``; an adapter
 directory that changes on disk is reloaded, so a stale adapter is never served for a path.
 Generation runs in a worker thread so the event loop keeps accepting requests meanwhile.
+
+Requests fail one by one, as in the vLLM backend: an error that belongs to one request (its adapter
+is missing or cannot be loaded, its prompt does not fit, its sampling settings are not
+:class:`~unstable.inference.base.SamplingParams`) fails that request alone, and the rest of its batch
+generates. An adapter that failed to load is remembered (until its files change), so it is not
+reloaded for every request. When ``generate`` itself fails for a batch (out of memory, a broken
+adapter's weights), the batch is retried in parts, first one part per adapter, then halves, so an
+error fails only the requests it can be pinned on and never those of another adapter.
 """
 
 from __future__ import annotations
@@ -23,11 +31,12 @@ from typing import Any
 
 import torch
 
-from unstable.inference.base import GenerationRequest, GenerationResult, make_sample
+from unstable.inference.base import GenerationRequest, GenerationResult, SamplingParams, make_sample
 
 log = logging.getLogger(__name__)
 
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" rows in a mixed batch
+MAX_BROKEN_ADAPTERS = 64  # adapter versions remembered as unloadable (least recently seen are forgotten)
 
 
 @dataclass
@@ -63,6 +72,17 @@ def _adapter_key(path: str) -> tuple[str, int]:
     return real, max(stamps)
 
 
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One request, ready to generate: its index in the batch, prompt ids, token limit and adapter name."""
+
+    index: int
+    request: GenerationRequest
+    prompt_ids: list[int]
+    max_new_tokens: int
+    adapter: str
+
+
 class TransformersBackend:
     """See the module docstring. ``generate`` is the async API; ``generate_batch`` the sync core."""
 
@@ -78,6 +98,7 @@ class TransformersBackend:
         self.model: Any = base.to(self.device).eval()
         self._peft = False
         self._adapters: OrderedDict[tuple[str, int], str] = OrderedDict()
+        self._broken: OrderedDict[tuple[str, int], BaseException] = OrderedDict()  # adapters that failed to load
         self._adapter_counter = 0
         gen_cfg = base.generation_config
         eos = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else self.tokenizer.eos_token_id
@@ -95,6 +116,9 @@ class TransformersBackend:
             "generate_seconds": 0.0,
             "adapter_loads": 0,
             "adapter_evictions": 0,
+            "adapter_load_failures": 0,
+            "failed_requests": 0,
+            "batch_retries": 0,
         }
 
     # ------------------------------------------------------------------ adapters
@@ -106,21 +130,48 @@ class TransformersBackend:
             self._adapters.move_to_end(key)
             in_use.add(self._adapters[key])
             return self._adapters[key]
-        from peft import PeftModel
-
+        if key in self._broken:  # failed before and unchanged since: do not load it again
+            self._broken.move_to_end(key)
+            raise _adapter_error(path, self._broken[key])
         self._adapter_counter += 1
         name = f"a{self._adapter_counter}"
-        if not self._peft:
-            self.model = PeftModel.from_pretrained(self.model, key[0], adapter_name=name).eval()
-            self._peft = True
-        else:
-            self.model.load_adapter(key[0], adapter_name=name)
-        self.model.eval()
+        try:
+            self._load_adapter(key[0], name)
+        except Exception as exc:
+            self._forget_adapter(name)
+            self._broken[key] = exc
+            while len(self._broken) > MAX_BROKEN_ADAPTERS:
+                self._broken.popitem(last=False)
+            self._stats["adapter_load_failures"] += 1
+            raise _adapter_error(path, exc) from exc
         self._adapters[key] = name
         self._stats["adapter_loads"] += 1
         in_use.add(name)
         self._evict(in_use)
         return name
+
+    def _load_adapter(self, path: str, name: str) -> None:
+        from peft import PeftModel
+
+        if not self._peft:
+            self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name).eval()
+            self._peft = True
+        else:
+            self.model.load_adapter(path, adapter_name=name)
+        self.model.eval()
+
+    def _forget_adapter(self, name: str) -> None:
+        """Remove what a failed load left of adapter ``name``: its config and the layers PEFT injected
+        before the weights failed (into the base model itself when it was the first adapter)."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            if self._peft and name in self.model.peft_config:
+                self.model.delete_adapter(name)
+            for module in self.model.modules():
+                if isinstance(module, BaseTunerLayer):
+                    module.delete_adapter(name)
 
     def _evict(self, in_use: set[str]) -> None:
         while len(self._adapters) > self.config.max_loras:
@@ -137,16 +188,41 @@ class TransformersBackend:
 
     # ------------------------------------------------------------------ sync core
     def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        """Complete ``requests`` (grouped by temperature/top_p into as few calls as possible)."""
+        """Complete ``requests``; if any failed, raise the first one's error once all are done."""
+        outcomes = self.generate_outcomes(requests)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return outcomes  # type: ignore[return-value]
+
+    def generate_outcomes(self, requests: list[GenerationRequest]) -> list[GenerationResult | Exception]:
+        """Each request's result, or the error that failed it alone (see the module docstring).
+        Requests are grouped by temperature/top_p into as few ``generate`` calls as possible."""
         with self._lock:
-            groups: dict[tuple[float, float], list[int]] = {}
+            outcomes: list[GenerationResult | Exception | None] = [None] * len(requests)
+            groups: dict[tuple[float, float], list[_Row]] = {}
+            in_use: set[str] = set()  # every adapter of this batch stays loaded until it has run
             for i, req in enumerate(requests):
-                groups.setdefault((req.sampling.temperature, req.sampling.top_p), []).append(i)
-            results: list[GenerationResult | None] = [None] * len(requests)
-            for idx in groups.values():
-                for i, res in zip(idx, self._generate_group([requests[i] for i in idx]), strict=True):
-                    results[i] = res
-            return results  # type: ignore[return-value]
+                try:
+                    row = self._prepare(i, req, in_use)
+                except Exception as exc:
+                    outcomes[i] = exc
+                    continue
+                groups.setdefault((req.sampling.temperature, req.sampling.top_p), []).append(row)
+            for rows in groups.values():
+                self._generate_isolated(rows, outcomes)
+            self._stats["failed_requests"] += sum(isinstance(o, BaseException) for o in outcomes)
+            return outcomes  # type: ignore[return-value]
+
+    def _prepare(self, index: int, req: GenerationRequest, in_use: set[str]) -> _Row:
+        if not isinstance(req, GenerationRequest):
+            raise TypeError(f"a request must be a GenerationRequest, got {type(req).__name__}")
+        if not isinstance(req.sampling, SamplingParams):
+            raise TypeError(f"a request's sampling must be a SamplingParams, got {type(req.sampling).__name__}")
+        if not isinstance(req.prompt, str):
+            raise TypeError(f"a request's prompt must be a str, got {type(req.prompt).__name__}")
+        ids, max_new_tokens = self._encode(req.prompt, req.sampling.max_new_tokens)
+        return _Row(index, req, ids, max_new_tokens, self._adapter_name(req.adapter_path, in_use))
 
     def _encode(self, prompt: str, max_new_tokens: int) -> tuple[list[int], int]:
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -159,21 +235,38 @@ class TransformersBackend:
             max_new_tokens = min(max_new_tokens, room)
         return ids, max_new_tokens
 
+    def _generate_isolated(self, rows: list[_Row], outcomes: list) -> None:
+        """Generate ``rows`` together; if that fails, retry them in parts (one part per adapter, then
+        halves) until the error is pinned on single requests, which fail with it."""
+        try:
+            results = self._generate_rows(rows)
+        except Exception as exc:
+            if torch.cuda.is_available() and isinstance(exc, torch.cuda.OutOfMemoryError):
+                torch.cuda.empty_cache()
+            if len(rows) == 1:
+                outcomes[rows[0].index] = exc
+                return
+            self._stats["batch_retries"] += 1
+            log.warning("generate failed for a batch of %d requests (%s: %s); retrying it in parts",
+                        len(rows), type(exc).__name__, exc)
+            for part in _split(rows):
+                self._generate_isolated(part, outcomes)
+            return
+        for row, result in zip(rows, results, strict=True):
+            outcomes[row.index] = result
+
     @torch.no_grad()
-    def _generate_group(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+    def _generate_rows(self, rows: list[_Row]) -> list[GenerationResult]:
         t0 = time.perf_counter()
-        encoded = [self._encode(r.prompt, r.sampling.max_new_tokens) for r in requests]
-        in_use: set[str] = set()
-        names = [self._adapter_name(r.adapter_path, in_use) for r in requests]
-        width = max(len(ids) for ids, _ in encoded)
-        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, (ids, _) in enumerate(encoded):  # left padding
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids) :] = 1
-        sampling = requests[0].sampling
+        width = max(len(row.prompt_ids) for row in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):  # left padding
+            input_ids[i, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids, dtype=torch.long)
+            attention[i, width - len(row.prompt_ids) :] = 1
+        sampling = rows[0].request.sampling
         kwargs: dict[str, Any] = {
-            "max_new_tokens": max(n for _, n in encoded),
+            "max_new_tokens": max(row.max_new_tokens for row in rows),
             "do_sample": not sampling.greedy,
             "pad_token_id": self.pad_id,
             "eos_token_id": sorted(self.eos_ids),
@@ -185,7 +278,7 @@ class TransformersBackend:
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if self._peft:
-            kwargs["adapter_names"] = names
+            kwargs["adapter_names"] = [row.adapter for row in rows]
         out = self.model.generate(
             input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
         )
@@ -196,24 +289,23 @@ class TransformersBackend:
         chosen = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
         elapsed = time.perf_counter() - t0
         results = []
-        for row, req in enumerate(requests):
-            limit = encoded[row][1]
-            ids = new_tokens[row, :limit].tolist()
+        for i, row in enumerate(rows):
+            ids = new_tokens[i, : row.max_new_tokens].tolist()
             stop = next((k for k, tok in enumerate(ids) if tok in self.eos_ids), None)
             finish = "stop" if stop is not None else "length"
             n = stop + 1 if stop is not None else len(ids)
             completion = tuple(ids[:n])
             sample = make_sample(
-                req,
-                prompt_ids=tuple(encoded[row][0]),
+                row.request,
+                prompt_ids=tuple(row.prompt_ids),
                 completion_ids=completion,
-                completion_logprobs=tuple(chosen[row, :n].tolist()),
+                completion_logprobs=tuple(chosen[i, :n].tolist()),
                 finish_reason=finish,
                 text=self.tokenizer.decode(completion, skip_special_tokens=True),
             )
-            results.append(GenerationResult(sample, adapter_path=req.adapter_path, gen_seconds=elapsed))
+            results.append(GenerationResult(sample, adapter_path=row.request.adapter_path, gen_seconds=elapsed))
             self._stats["completion_tokens"] += n
-        self._stats["requests"] += len(requests)
+        self._stats["requests"] += len(rows)
         self._stats["batches"] += 1
         self._stats["generate_seconds"] += elapsed
         return results
@@ -247,16 +339,16 @@ class TransformersBackend:
             requests = [req for req, _, _ in batch]
             started = time.perf_counter()
             try:
-                results = await loop.run_in_executor(self._executor, self.generate_batch, requests)
-            except Exception as exc:
-                for _, fut, _ in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for (_, fut, queued_at), res in zip(batch, results, strict=True):
-                if not fut.done():
-                    res = _with_queue_time(res, started - queued_at)
-                    fut.set_result(res)
+                outcomes = await loop.run_in_executor(self._executor, self.generate_outcomes, requests)
+            except Exception as exc:  # a bug of this backend, not of one request: nothing can be trusted
+                outcomes = [exc] * len(batch)
+            for (_, fut, queued_at), outcome in zip(batch, outcomes, strict=True):
+                if fut.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    fut.set_exception(outcome)
+                else:
+                    fut.set_result(_with_queue_time(outcome, started - queued_at))
 
     def stats(self) -> dict[str, Any]:
         s = dict(self._stats)
@@ -272,6 +364,22 @@ class TransformersBackend:
             task.cancel()
         self._loop_state.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _adapter_error(path: str, cause: BaseException) -> RuntimeError:
+    return RuntimeError(f"could not load the LoRA adapter {path!r} ({type(cause).__name__}: {cause}); its files are "
+                        "damaged or it was made for another model: replace it, or stop using it as a policy")
+
+
+def _split(rows: list[_Row]) -> list[list[_Row]]:
+    """A failed batch in parts: one per adapter if it has several, else two halves."""
+    by_adapter: dict[str, list[_Row]] = {}
+    for row in rows:
+        by_adapter.setdefault(row.adapter, []).append(row)
+    if len(by_adapter) > 1:
+        return list(by_adapter.values())
+    half = len(rows) // 2
+    return [rows[:half], rows[half:]]
 
 
 def _with_queue_time(res: GenerationResult, queued: float) -> GenerationResult:

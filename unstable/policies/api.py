@@ -1,10 +1,17 @@
 """A seat played by a model behind an OpenAI-compatible chat API (OpenRouter, vLLM server, ...).
 
-The key is read from the environment only (never passed around, logged or saved). Timeouts and
-HTTP errors are retried with exponential backoff; after ``max_retries`` an :class:`APIPolicyError`
-propagates and the game is recorded as failed with its seed. Its message, and the reply text, go
-through :func:`unstable.utils.secrets.redact`: a server may echo the key (``Incorrect API key
-provided: sk-...``), and the message ends up in logs and transcripts.
+The key is read from the environment only (never passed around, logged or saved). Each call may
+take ``timeout_s``; timeouts, connection errors and retryable HTTP errors (408, 409, 429, 5xx) are
+retried ``max_retries`` times with exponential backoff (``backoff_s``, doubling), then an
+:class:`APIPolicyError` propagates and the game is recorded as failed with its seed. A server that
+never answers therefore fails a turn after about ``timeout_s * (max_retries + 1)`` plus the
+backoff (a server that sends its answer byte by byte is cut off at ``timeout_s`` too).
+:class:`APIOpponentConfig` holds these settings for a run (``build(api_timeout_s=...,
+api_max_retries=...)``) and ``unstable eval`` (``--api-timeout-s``, ``--api-max-retries``).
+
+The error's message, and the reply text, go through :func:`unstable.utils.secrets.redact`: a server
+may echo the key (``Incorrect API key provided: sk-...``), and the message ends up in logs and
+transcripts.
 """
 
 from __future__ import annotations
@@ -12,15 +19,35 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 
 from unstable.games.extraction import get_action_extraction
 from unstable.policies.base import PolicyError, PolicyOutput, TurnContext
 from unstable.records import PolicyRef
+from unstable.utils.checks import check_int, check_positive
 from unstable.utils.secrets import redact
 
 DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
 #: Where an API opponent's key comes from unless ``api_key_env`` says otherwise.
 DEFAULT_API_KEY_ENV = "OPENROUTER_API_KEY"
+
+
+@dataclass(frozen=True)  # no slots: ``APIOpponentConfig.timeout_s`` is the default, for APIPolicy's signature
+class APIOpponentConfig:
+    """How API opponents call their server (build()'s ``api_timeout_s`` and ``api_max_retries``).
+
+    With the defaults a server that hangs costs a turn about 4 x 60 s (plus 7 s of backoff) before
+    its game fails; lower them when an API opponent's games should give up sooner.
+    """
+
+    timeout_s: float = 60.0
+    """Seconds an API opponent's call may take before it is abandoned (and retried)."""
+    max_retries: int = 3
+    """Retries of an API opponent's call that timed out, could not connect or got 408/409/429/5xx (0: none)."""
+
+    def __post_init__(self) -> None:
+        check_positive("timeout_s", self.timeout_s)
+        check_int("max_retries", self.max_retries, 0)
 
 
 class APIPolicyError(PolicyError):
@@ -39,9 +66,11 @@ class APIPolicy:
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = DEFAULT_API_KEY_ENV,
                  system_prompt: str = "You are playing a game. Reason briefly, then give your move in \\boxed{}.",
                  action_extraction: str = "default", temperature: float = 0.6, max_tokens: int = 1024,
-                 timeout_s: float = 60.0, max_retries: int = 3, backoff_s: float = 1.0, uid: str | None = None):
+                 timeout_s: float = APIOpponentConfig.timeout_s, max_retries: int = APIOpponentConfig.max_retries,
+                 backoff_s: float = 1.0, uid: str | None = None):
         from openai import AsyncOpenAI
 
+        APIOpponentConfig(timeout_s, max_retries)  # checks them
         api_key = os.environ.get(api_key_env)
         base_url = base_url or os.environ.get("UNSTABLE_API_BASE_URL") or DEFAULT_BASE_URL
         if not api_key:
@@ -51,7 +80,7 @@ class APIPolicy:
         self.system_prompt = system_prompt
         self.extract = get_action_extraction(action_extraction)
         self.temperature, self.max_tokens = temperature, max_tokens
-        self.max_retries, self.backoff_s = max_retries, backoff_s
+        self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
         self.client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
 
     async def act(self, ctx: TurnContext) -> PolicyOutput:
@@ -60,15 +89,20 @@ class APIPolicy:
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": ctx.observation}]
         t0 = time.perf_counter()
         for attempt in range(self.max_retries + 1):
-            try:
-                reply = await self.client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=self.temperature, max_tokens=self.max_tokens)
+            try:  # wait_for: httpx's timeout bounds each read, not a reply that trickles in
+                reply = await asyncio.wait_for(self.client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=self.temperature, max_tokens=self.max_tokens),
+                    self.timeout_s)
                 break
-            except (APITimeoutError, APIConnectionError, APIStatusError) as exc:
+            except (TimeoutError, APITimeoutError, APIConnectionError, APIStatusError) as exc:
                 status = getattr(exc, "status_code", None)
                 retryable = status is None or status in (408, 409, 429) or status >= 500
                 if attempt == self.max_retries or not retryable:
-                    detail = redact(f"{type(exc).__name__}: {exc}", (self.client.api_key,))
+                    if isinstance(exc, TimeoutError | APITimeoutError):
+                        detail = (f"the last call got no answer within {self.timeout_s:g} s (api_timeout_s; "
+                                  f"retries: api_max_retries={self.max_retries})")
+                    else:
+                        detail = redact(f"{type(exc).__name__}: {exc}", (self.client.api_key,))
                     # from None: the original exception's text (which may echo the key) is not chained
                     raise APIPolicyError(f"API opponent {self.model!r} failed after {attempt + 1} attempt(s): "
                                          f"{detail}", status) from None

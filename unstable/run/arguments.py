@@ -3,7 +3,7 @@
 The nested form is what :class:`~unstable.run.config.BuildConfig` stores and ``config.json`` holds::
 
     models: [{name, model_name, algorithm, lora, learner_device, learner: {...}, inference: {...}, buffer: {...}}]
-    train_envs, eval_envs, samplers: {...}, tracker: {...}, failure_budget: {...},
+    train_envs, eval_envs, samplers: {...}, tracker: {...}, failure_budget: {...}, api_opponents: {...},
     run_name, runs_dir, ray_address, seed, resume_from
 
 :data:`FLAT_ARGUMENTS` is the one table from a flat name to its place. ``learner`` and ``vllm_config``
@@ -40,9 +40,10 @@ FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
     "max_consecutive_failures": ("failure_budget", "max_consecutive_failures"),
     "max_failure_rate": ("failure_budget", "max_failure_rate"),
     "failure_rate_window": ("failure_budget", "failure_rate_window"),
+    "api_timeout_s": ("api_opponents", "timeout_s"), "api_max_retries": ("api_opponents", "max_retries"),
 }
 MODEL_SECTIONS = ("learner", "inference", "buffer")
-RUN_SECTIONS = ("samplers", "tracker", "failure_budget")
+RUN_SECTIONS = ("samplers", "tracker", "failure_budget", "api_opponents")
 RUN_FIELDS = ("train_envs", "eval_envs", "run_name", "runs_dir", "ray_address", "seed", "resume_from")
 NESTED_ARGUMENTS = ("models", *RUN_SECTIONS, *RUN_FIELDS)
 # the flat learner arguments by the learner field they set (learner={...} may not repeat them)
@@ -193,7 +194,8 @@ SECTION_CLASSES = {
     "inference": ("unstable.inference.config", "InferenceConfig"),
     "buffer": ("unstable.buffers.config", "BufferConfig"),
     "samplers": ("unstable.samplers.config", "SamplerConfig"), "tracker": ("unstable.tracking.config", "TrackerConfig"),
-    "failure_budget": ("unstable.collection.failures", "FailureBudget"), "run": ("unstable.run.config", "BuildConfig"),
+    "failure_budget": ("unstable.collection.failures", "FailureBudget"),
+    "api_opponents": ("unstable.policies.api", "APIOpponentConfig"), "run": ("unstable.run.config", "BuildConfig"),
 }
 
 

@@ -3,11 +3,11 @@
 The settings nest: a run declares its models (``models``: one :class:`ModelConfig` today, each
 with its learner, inference and buffer settings) and holds the run-wide sections (env specs,
 :class:`~unstable.samplers.config.SamplerConfig`, :class:`~unstable.tracking.config.TrackerConfig`,
-:class:`~unstable.collection.failures.FailureBudget`, where the run goes). The seed's flat keyword
-arguments map onto them through one table (:data:`unstable.run.arguments.FLAT_ARGUMENTS`) and stay
-readable as properties (``cfg.batch_size``). A wrong value raises ``ValueError`` naming the argument
-as it was given (``gradient_clipping`` when flat) and what is allowed; each component's config is
-the one source of its checks.
+:class:`~unstable.collection.failures.FailureBudget`, :class:`~unstable.policies.api.APIOpponentConfig`,
+where the run goes). The seed's flat keyword arguments map onto them through one table
+(:data:`unstable.run.arguments.FLAT_ARGUMENTS`) and stay readable as properties (``cfg.batch_size``).
+A wrong value raises ``ValueError`` naming the argument as it was given (``gradient_clipping`` when
+flat) and what is allowed; each component's config is the one source of its checks.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from unstable.inference.config import VLLM_CONFIG_KEYS, choose_backend
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES, LearnerConfig
 from unstable.models.resolve import check_adapter_dir, looks_like_path, resolve_model_name
-from unstable.policies.api import DEFAULT_API_KEY_ENV
+from unstable.policies.api import DEFAULT_API_KEY_ENV, APIOpponentConfig
 from unstable.policies.scripted import SCRIPTED_POLICIES, make_scripted_policy
 from unstable.run.arguments import (
     FLAT_ARGUMENTS,
     FLAT_LEARNER_NAMES,
     MODEL,
     MODEL_SECTIONS,
+    RUN_SECTIONS,
     argument_names,
     nest_arguments,
 )
@@ -423,6 +424,15 @@ def _relabel(message: str, labels: dict[str, str], nested: bool, index: int = 0)
     return f"models[{index}]: {message}" if nested else message
 
 
+def _section_label(section: str, message: str, flat: dict[str, Any]) -> str:
+    """A run section's check message, naming a field whose flat name differs (``api_opponents``'
+    ``timeout_s``) as the user gave it: ``api_timeout_s`` when flat, ``api_opponents.timeout_s`` when nested."""
+    for name, (where, key) in FLAT_ARGUMENTS.items():
+        if where == section and key is not None and key != name and message.startswith(f"{key} "):
+            return (name if name in flat else f"{section}.{key}") + message[len(key):]
+    return message
+
+
 def _apply_warm_start(model: ModelConfig) -> None:
     """Replace ``model.model_name`` with its warm start (built now unless cached), saying so."""
     from unstable.models.warmstart import WarmStartConfig, warm_start_path
@@ -495,6 +505,8 @@ class BuildConfig:
     """Where metrics go besides the run directory (W&B)."""
     failure_budget: FailureBudget = field(default_factory=FailureBudget)
     """How many failed games the collector tolerates before it stops the run."""
+    api_opponents: APIOpponentConfig = field(default_factory=APIOpponentConfig)
+    """How API opponents call their server: timeout per call and retries."""
     run_name: str | None = None
     """The run's directory name under ``runs_dir`` (``None``: ``<model>-<YYYYmmdd-HHMMSS>-<4 hex digits>``, a
     new directory)."""
@@ -532,11 +544,14 @@ class BuildConfig:
         self.models = tuple(models)
         self.train_envs, self.eval_envs, self.environments = _env_lists(nested.get("train_envs"),
                                                                         nested.get("eval_envs"))
-        for name, cls in (("samplers", SamplerConfig), ("tracker", TrackerConfig), ("failure_budget", FailureBudget)):
+        for name, cls in (("samplers", SamplerConfig), ("tracker", TrackerConfig), ("failure_budget", FailureBudget),
+                          ("api_opponents", APIOpponentConfig)):
             try:
                 setattr(self, name, cls(**nested.get(name, {})))
             except TypeError as exc:
                 raise ValueError(f"{name}: {exc}") from None
+            except ValueError as exc:
+                raise ValueError(_section_label(name, str(exc), flat)) from None
         for name in ("run_name", "runs_dir", "ray_address", "seed", "resume_from"):
             setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
         check_int("seed", self.seed, 0)
@@ -575,8 +590,8 @@ class BuildConfig:
     def __setattr__(self, name: str, value: Any) -> None:
         if name in FLAT_ARGUMENTS:  # one copy of each value: in its section
             section, key = FLAT_ARGUMENTS[name]
-            where = f"models[0].{key}" if section == MODEL else f"{section}.{key}" if section in (
-                "samplers", "tracker", "failure_budget") else f"models[0].{section}"
+            where = f"models[0].{key}" if section == MODEL else f"{section}.{key}" if section in RUN_SECTIONS \
+                else f"models[0].{section}"
             raise AttributeError(f"BuildConfig.{name} is read-only; the value lives in {where}")
         super().__setattr__(name, value)
 
@@ -600,7 +615,7 @@ class BuildConfig:
         out: dict[str, Any] = {"models": [m.to_dict() for m in self.models],
                                "train_envs": [_env_dict(s) for s in self.train_envs],
                                "eval_envs": [_env_dict(s) for s in self.eval_envs if not is_environment(s)]}
-        out |= {name: asdict(getattr(self, name)) for name in ("samplers", "tracker", "failure_budget")}
+        out |= {name: asdict(getattr(self, name)) for name in RUN_SECTIONS}
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
         out |= {name: getattr(self, name) for name in ("run_name", "runs_dir", "ray_address", "seed", "resume_from")}
         return out

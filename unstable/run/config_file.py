@@ -1,7 +1,8 @@
 """YAML run configs for ``unstable train``: build()'s parameters plus start()'s.
 
 A config is a mapping of build()'s keywords, flat (the seed's names) or nested (``models``,
-``samplers``, ``tracker``, ``failure_budget``: see :mod:`unstable.run.arguments`), plus start()'s.
+``samplers``, ``tracker``, ``failure_budget``, ``api_opponents``: see :mod:`unstable.run.arguments`),
+plus start()'s.
 ``train_envs`` / ``eval_envs`` are lists of spec mappings::
 
     model_name: tiny
@@ -33,7 +34,7 @@ from unstable.utils.secrets import SecretInConfigError, redact, reject_secret_se
 START_KEYS = {"learning_steps": 200, "num_collection_workers": 256, "num_eval_workers": 16}
 START_MINIMUM = {"learning_steps": 1, "num_collection_workers": 1, "num_eval_workers": 0}
 REQUIRED_KEYS = ("model_name", "train_envs")
-FLOAT_KEYS = ("learning_rate", "gradient_clipping", "temperature")
+FLOAT_KEYS = ("learning_rate", "gradient_clipping", "temperature", "api_timeout_s")
 _EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 

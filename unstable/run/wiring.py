@@ -235,6 +235,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
         tracker=tracker, game_scheduler=scheduler, backends=backends,
         sampling=samplings[lineage[models[0].name]], failure_budget=cfg.failure_budget,
+        api_opponents=cfg.api_opponents,
         prompt_templates=custom_templates(), action_extractions=custom_action_extractions(),
         environments={env.name: env for env in cfg.environments},
         **collector_buffers, **({"backend_groups": groups, "samplings": samplings} if several else {}))
