@@ -1,6 +1,7 @@
 """YAML configs for 'unstable train', and the command itself on local Ray."""
 
 import logging
+import re
 
 import pytest
 
@@ -34,6 +35,33 @@ def test_example_config_loads_and_splits_build_and_start_settings():
 def test_config_errors_name_the_problem(tmp_path, text, overrides, match):
     with pytest.raises(ConfigError, match=match):
         load_config(write(tmp_path, text), overrides)
+
+
+BILLION_LAUGHS = "model_name: tiny\ntrain_envs: []\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9) if prev else ', '.join(['lol'] * 9)}]\n"
+    for prev, name in zip([None, *"abcdefgh"], "abcdefghi", strict=True)
+)
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_naming_the_file(tmp_path):
+    """A few hundred bytes of nested aliases stand for 9**9 values; walking them took minutes."""
+    assert len(BILLION_LAUGHS) < 500
+    path = write(tmp_path, BILLION_LAUGHS)
+    with pytest.raises(ConfigError, match=rf"config file '{re.escape(path)}' stands for more than 100,000 values"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"override 'x=.*' stands for more than 100,000 values"):
+        load_config(write(tmp_path, "model_name: tiny\n"), ["x=" + BILLION_LAUGHS.replace("\n", ", ").join("{}")])
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"alias inside its own anchor at line 2"):
+        load_config(write(tmp_path, "model_name: tiny\ntrain_envs: &loop [*loop]\n"))
+
+
+def test_a_few_aliases_still_work():
+    build, _ = load_config("configs/two-models-tictactoe.yaml")
+    alice, bob = build["models"]
+    assert alice["learner"] == bob["learner"] and alice["learner"]["batch_size"] == 384
 
 
 def test_missing_config_file_is_a_clear_cli_error(capsys):

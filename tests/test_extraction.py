@@ -1,8 +1,13 @@
+import random
+import re
+
 import pytest
 
 from unstable.games.extraction import (
     INVALID_ACTION,
+    MAX_ACTION_CHARS,
     Extraction,
+    clean_boxed,
     extract_boxed_action,
     extract_boxed_or_raw,
     get_action_extraction,
@@ -52,6 +57,47 @@ def test_boxed_or_raw_sends_free_text_but_flags_format():
 def test_very_long_garbage_is_fast_and_safe():
     text = "\\boxed{" * 2000 + "x"
     assert extract_boxed_action(text) == Extraction(INVALID_ACTION, False)
+
+
+def test_a_million_characters_of_nested_text_commands_unwrap_in_one_pass():
+    """Unwrapping was one regex pass per nesting level: 28k characters took 1.2 s, a million hours."""
+    depth = 1_000_000 // len("\\text{}")
+    nested = "\\text{" * depth + "4" + "}" * depth
+    assert clean_boxed(nested) == "4"
+    assert clean_boxed("\\textbf {" * depth) == "\\textbf {" * depth  # never closed: kept as written
+    assert extract_boxed_action("\\boxed{" + nested + "}") == Extraction(INVALID_ACTION, False)  # too long
+    assert extract_boxed_action("\\boxed{3}" + "\\text{" * depth) == Extraction("[3]", True)
+    shallow = 100
+    assert extract_boxed_action("\\boxed{" + "\\text{" * shallow + "4" + "}" * shallow + "}") == Extraction("[4]", True)
+
+
+_TEXT_COMMAND = re.compile(r"\\(?:text|textbf|textit|texttt|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}")
+
+
+def _clean_by_repeated_regex(content):
+    """The definition clean_boxed keeps: unwrap brace-free commands until nothing changes."""
+    previous = None
+    while previous != content:
+        previous = content
+        content = _TEXT_COMMAND.sub(r"\1", content)
+    return " ".join(content.split())
+
+
+def test_one_pass_unwrap_matches_the_repeated_regex():
+    pieces = ["\\text{", "\\textbf {", "\\mathrm{", "{", "}", "a", "b", " ", "\n", "[", "]", "\\", "x{"]
+    rng = random.Random(0)
+    for _ in range(5000):
+        content = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        assert clean_boxed(content) == _clean_by_repeated_regex(content), content
+
+
+def test_a_box_longer_than_the_cap_is_an_invalid_move():
+    """TextArena raises on int() of more than 4,300 digits, which failed the game."""
+    assert extract_boxed_action("\\boxed{" + "9" * 10_000 + "}") == Extraction(INVALID_ACTION, False)
+    assert extract_boxed_action("\\boxed{" + "9" * (MAX_ACTION_CHARS + 1) + "}") == Extraction(INVALID_ACTION, False)
+    assert extract_boxed_action("\\boxed{" + "9" * MAX_ACTION_CHARS + "}").format_ok
+    assert extract_boxed_or_raw("[" + "9" * 10_000 + "]") == Extraction(INVALID_ACTION, False)
+    assert extract_boxed_or_raw("x" * MAX_ACTION_CHARS) == Extraction("x" * MAX_ACTION_CHARS, False)
 
 
 def test_registry_errors_and_custom_extraction():

@@ -142,3 +142,14 @@ def test_garbage_model_output_is_an_invalid_move_not_a_crash(garbage):
     assert record.invalid_player == 0 and record.final_rewards == {0: -1.0, 1: 1.0}
     if "\\boxed{99}" not in garbage:
         assert record.turns[0].action == INVALID_ACTION and not record.turns[0].format_ok
+
+
+def test_a_ten_thousand_digit_box_is_an_invalid_move_not_a_failed_game():
+    """TextArena raised ``ValueError: Exceeds the limit (4300 digits)`` on it, failing the game."""
+    llm = LLMPolicy(CannedBackend(["\\boxed{" + "4" * 10_000 + "}"]), PolicyRef("ckpt-0"))
+    agents = (AgentSpec(0, llm.ref, collect_data=True), AgentSpec(1, PolicyRef("random", "scripted")))
+    record = play_game_sync(GameSpec(0, "TicTacToe-v0-train", 5, agents), {0: llm, 1: RandomLegalPolicy()})
+    assert isinstance(record, GameRecord) and record.num_turns == 1
+    turn = record.turns[0]
+    assert turn.invalid and turn.action == INVALID_ACTION and not turn.format_ok
+    assert record.invalid_player == 0 and record.final_rewards == {0: -1.0, 1: 1.0}

@@ -10,6 +10,7 @@ logged or printed is searched for the key.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -32,13 +33,25 @@ ROUTER_KEY = "planted-router-SECRET-5678"  # not key-shaped: only the environmen
 TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
 
 
+def encoded_forms(key: str) -> list[str]:
+    """How an error body may echo a key other than as itself: base64 (a Basic auth header, a JSON
+    blob, at each byte alignment), URL-safe base64, and without its ``sk-`` prefix."""
+    forms = [key.removeprefix("sk-")]
+    for text in (key, f"user:{key}", f"{{'k': '{key}'}}", f"Bearer {key}?"):
+        forms += [base64.b64encode(text.encode()).decode(), base64.urlsafe_b64encode(text.encode()).decode()]
+    return forms
+
+
 class _FakeOpenAI(BaseHTTPRequestHandler):
     """``/v1/chat/completions``: a model named ``*bad*`` gets a 401 echoing the key; others a reply quoting it."""
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
-        if "bad" in body["model"]:
+        if "encoded" in body["model"]:  # the key only in forms that are not the key itself
+            status, reply = 401, {"error": {"message": "Bad credentials: " + " / ".join(encoded_forms(key)),
+                                            "type": "invalid_request_error", "code": "invalid_api_key"}}
+        elif "bad" in body["model"]:
             status, reply = 401, {"error": {"message": f"Incorrect API key provided: {key}. Check your key.",
                                             "type": "invalid_request_error", "code": "invalid_api_key"}}
         else:
@@ -95,6 +108,23 @@ def test_redact_replaces_secret_env_values_and_key_shapes(planted, monkeypatch, 
     assert out.count(REDACTED) == 3 and out.endswith("d EMPTY")
     assert redact("task-abcdefghijklmnopqrstu and max_tokens") == "task-abcdefghijklmnopqrstu and max_tokens"
     assert redact(f"{OPENAI_KEY}", ()) == REDACTED
+
+
+def test_redact_finds_a_key_without_its_prefix_and_in_base64_at_any_alignment(planted):
+    key = "sk-proj-T3BlbkFJ0123456789abcdefghij"
+    forms = encoded_forms(key) + encoded_forms(key.removeprefix("sk-proj-"))
+    assert key.removeprefix("sk-proj-") in forms and len(forms) == 18
+    for lead in ("", "a", "ab"):
+        for form in forms:
+            out = redact(f"{lead}{form}!", (key,))
+            assert REDACTED in out and form not in out, form
+        for bare in (base64.b64encode(key.encode()).decode(), base64.urlsafe_b64encode(key.encode()).decode()):
+            out = redact(f"{lead}{bare}!", (key,))  # no more than the edge characters and padding stay
+            assert out.startswith(lead + REDACTED) and len(out) <= len(lead + REDACTED) + 4, out
+    for form in encoded_forms(OPENAI_KEY):  # from the environment: OPENAI_API_KEY
+        assert redact(f"x {form} y").startswith("x ") and form not in redact(form), form
+    ordinary = "sk-1 ok, proj-name, c2stcHJv, max_tokens=16, the base64 of 'hello world': aGVsbG8gd29ybGQ="
+    assert redact(ordinary, (key,)) == ordinary
 
 
 @pytest.mark.parametrize("name", ["api_key", "OPENAI_API_KEY", "openrouter_apikey", "hf_token", "secret", "password"])
@@ -190,6 +220,28 @@ def test_games_transcripts_metrics_and_logs_of_api_games_hold_no_key(planted, fa
     out = capsys.readouterr()
     for text in (caplog.text, out.out, out.err):
         assert ROUTER_KEY not in text and OPENAI_KEY not in text
+
+
+def test_a_failed_games_log_holds_no_encoded_or_prefixless_key(planted, fake_api, tmp_path):
+    """An API error body that echoes the key base64-encoded or without ``sk-`` fails the game; the
+    failure's message and traceback reach logs/failed_games.jsonl and the transcripts redacted."""
+    import unstable
+    from unstable.policies.api import APIPolicy
+    from unstable.records import AgentSpec, GameFailedError, GameSpec, PolicyRef
+    from unstable.tracking import Tracker
+
+    tracker = Tracker(run_name="s", run_dir=str(tmp_path / "run"), use_wandb=False, config={"model_name": "m"})
+    api = APIPolicy("fake/encoded-model", base_url=fake_api, api_key_env="OPENAI_API_KEY", max_retries=0)
+    spec = GameSpec(game_id=0, env_id="TicTacToe-v0-train", seed=0, agents=(
+        AgentSpec(0, api.ref, collect_data=False), AgentSpec(1, PolicyRef("random", "scripted"))))
+    with pytest.raises(GameFailedError) as err:
+        asyncio.run(unstable.play_game(spec, {0: api, 1: unstable.RandomLegalPolicy()}))
+    assert err.value.failure.message.count(REDACTED) == len(encoded_forms(OPENAI_KEY))
+    tracker.log_game(err.value.failure)
+    tracker.close()
+    failed = (tmp_path / "run" / "logs" / "failed_games.jsonl").read_text()
+    assert "Bad credentials" in failed and REDACTED in failed
+    assert not files_holding(tmp_path / "run", OPENAI_KEY, *encoded_forms(OPENAI_KEY))
 
 
 # ----------------------------------------------------------------------------- a real run

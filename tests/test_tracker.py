@@ -165,6 +165,43 @@ def test_failed_game_is_counted_and_logged_with_its_seed(tmp_path):
     assert tracker.get_interface_info()["failed_games"] == {"collect": 1, "eval": 0}
 
 
+def failure(game_id, message="boom", traceback="tb", is_eval=False):
+    spec = GameSpec(game_id=game_id, env_id=ENV, seed=1000 + game_id, agents=game({}, []).spec.agents,
+                    is_eval=is_eval, eval_player_id=0 if is_eval else None)
+    return FailedGame(spec=spec, stage="env", error_type="KeyError", message=message, traceback=traceback)
+
+
+def test_failed_games_log_keeps_the_first_failures_up_to_its_cap(tmp_path, caplog):
+    """Every game failing once wrote 443 MB of logs/failed_games.jsonl in 10 minutes."""
+    path = tmp_path / "run" / "logs" / "failed_games.jsonl"
+    huge = "first line of the cause\n" + "x" * 1_000_000 + "\nlast line of the cause"
+    tracker = make_tracker(tmp_path, failed_games_max_bytes=60_000)
+    tracker.log_game(failure(0, message=huge, traceback=huge))  # a 1 MB completion echoed in the error
+    (first,) = [json.loads(line) for line in path.read_text().splitlines()]
+    for text in (first["message"], first["traceback"]):
+        assert text.startswith("first line of the cause") and text.endswith("last line of the cause")
+        assert "characters cut" in text and len(text) < 21_000
+    for game_id in range(1, 100):
+        tracker.log_game(failure(game_id, is_eval=game_id % 2 == 0))
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert path.stat().st_size <= 60_000
+    assert [f["game_id"] for f in written] == list(range(len(written)))  # the first ones, none skipped
+    counts = tracker.counts()
+    assert counts["collect/failed_games"] + counts["eval/failed_games"] == 100
+    assert counts["system/failed_games_unlogged"] == 100 - len(written) > 0
+    assert read_metrics(tracker.get_run_dir())[-1]["system/failed_games_unlogged"] == 100 - len(written)
+    assert caplog.text.count("reached its cap of 60000 bytes") == 1
+    tracker.close()
+
+    resumed = make_tracker(tmp_path, failed_games_max_bytes=60_000)  # the cap holds over a resume
+    resumed.load_state_dict(json.loads(json.dumps(tracker.state_dict())))
+    resumed.log_game(failure(100))
+    assert len(path.read_text().splitlines()) == len(written)
+    assert resumed.counts()["system/failed_games_unlogged"] == 100 - len(written) + 1
+    with pytest.raises(ValueError, match="failed_games_max_bytes"):
+        make_tracker(tmp_path, failed_games_max_bytes=0)
+
+
 def test_interface_info_is_json(tmp_path):
     tracker = make_tracker(tmp_path)
     tracker.log({"train/loss": 1.0, "train/bad": math.nan}, step=2)

@@ -21,7 +21,8 @@
   sends train averages to ``env_sampler.update`` and every finished game to
   ``model_registry.record_game``: the registry is the one writer of ratings and match counts, the
   samplers only read it. Failed games are counted (and appended to
-  ``<logging_dir>/failed_games.jsonl`` when a ``logging_dir`` is given), never rated or retried;
+  ``<logging_dir>/failed_games.jsonl`` when a ``logging_dir`` is given, up to its size cap: see
+  :class:`~unstable.tracking.run_dir.CappedJsonlWriter`), never rated or retried;
   games dropped because their inference actor died (``stage="inference"``) are counted apart.
   Errors propagate: nothing here sleeps or swallows exceptions.
 """
@@ -39,6 +40,7 @@ from unstable.games.specs import OPPONENT_SEAT
 from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
 from unstable.registry.model_registry import fixed_policy_ref
 from unstable.samplers.model_samplers import sample_opponent_for
+from unstable.tracking.run_dir import FAILED_GAMES_FILE, FAILED_GAMES_MAX_BYTES, CappedJsonlWriter
 from unstable.utils.calls import call
 
 EVAL_SEED_OFFSET = 2**31
@@ -72,6 +74,7 @@ class GameScheduler:
         self._finished = 0
         self._failed: dict[str, int] = {}
         self._dropped = 0
+        self._failure_log: CappedJsonlWriter | None = None
 
     # ----------------------------------------------------------------- jobs
     def has_eval(self) -> bool:
@@ -224,12 +227,14 @@ class GameScheduler:
     def _log_failure(self, failed: FailedGame) -> None:
         if not self.logging_dir:
             return
-        os.makedirs(self.logging_dir, exist_ok=True)
-        line = {"game_id": failed.spec.game_id, "env_id": failed.spec.env_id, "seed": failed.spec.seed,
-                "is_eval": failed.spec.is_eval, "stage": failed.stage, "error_type": failed.error_type,
-                "message": failed.message, "turns": len(failed.turns)}
-        with open(os.path.join(self.logging_dir, "failed_games.jsonl"), "a") as f:
-            f.write(json.dumps(line) + "\n")
+        if self._failure_log is None:
+            os.makedirs(self.logging_dir, exist_ok=True)
+            self._failure_log = CappedJsonlWriter(os.path.join(self.logging_dir, FAILED_GAMES_FILE),
+                                                  FAILED_GAMES_MAX_BYTES)
+        self._failure_log.write({"game_id": failed.spec.game_id, "env_id": failed.spec.env_id,
+                                 "seed": failed.spec.seed, "is_eval": failed.spec.is_eval, "stage": failed.stage,
+                                 "error_type": failed.error_type, "message": failed.message,
+                                 "turns": len(failed.turns)})
 
     # ----------------------------------------------------------------- introspection
     def running(self) -> int:

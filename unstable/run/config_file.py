@@ -13,9 +13,12 @@ plus start()'s.
 Overrides from the command line (``--set batch_size=16``) are parsed as YAML values.
 
 Checked here, before anything starts: the file reads and parses, holds one mapping with no key
-twice, every key is known (with a "did you mean" for typos), none is an API key (keys come from
-the environment only), ``model_name`` and ``train_envs`` are present (unless ``resume_from``
-brings them from the earlier run's config.json), and start()'s settings are integers in range.
+twice, stands for at most :data:`MAX_CONFIG_VALUES` values once its aliases are expanded (a
+"billion laughs" of nested ``*alias`` lists is a few hundred bytes that every later walk over the
+settings would expand to a billion) and has no alias inside its own anchor, every key is known
+(with a "did you mean" for typos), none is an API key (keys come from the environment only),
+``model_name`` and ``train_envs`` are present (unless ``resume_from`` brings them from the earlier
+run's config.json), and start()'s settings are integers in range.
 ``BuildConfig`` checks the values of build()'s settings. PyYAML reads ``1e-3`` (no dot) as a
 string; for the float settings such a string is read as the number.
 """
@@ -36,6 +39,8 @@ START_MINIMUM = {"learning_steps": 1, "num_collection_workers": 1, "num_eval_wor
 REQUIRED_KEYS = ("model_name", "train_envs")
 FLOAT_KEYS = ("learning_rate", "gradient_clipping", "temperature", "api_timeout_s")
 _EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+MAX_CONFIG_VALUES = 100_000
+"""The most values (scalars, lists, mappings) a config may stand for with its aliases expanded."""
 
 
 class ConfigError(ValueError):
@@ -47,7 +52,8 @@ class ConfigError(ValueError):
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """``yaml.safe_load`` keeps the last of two equal keys silently; a config that says
-    ``batch_size`` twice is a mistake, so this loader raises instead."""
+    ``batch_size`` twice is a mistake, so this loader raises instead. It also refuses a document
+    whose aliases expand too far or never end (:func:`_check_expansion`), before constructing it."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
@@ -58,6 +64,51 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                                                         f"found duplicate key {key!r}", key_node.start_mark)
             seen.add(key if isinstance(key, str) else repr(key))
         return super().construct_mapping(node, deep=deep)
+
+    def get_single_node(self) -> yaml.Node | None:
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
+
+
+class _ExpansionError(yaml.YAMLError):
+    """YAML whose aliases expand too far or never end; the message goes after the file's name."""
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return []
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Raise :class:`_ExpansionError` if ``root`` expands to more than :data:`MAX_CONFIG_VALUES`
+    values or holds an alias to an anchor it is inside. Each node is counted once (an alias points
+    at the anchor's node), so this takes time linear in the file, not in the expansion."""
+    sizes: dict[int, int] = {}
+    in_progress: set[int] = set()
+    pending: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while pending:
+        node, children_counted = pending.pop()
+        if children_counted:
+            in_progress.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in _children(node))
+            if sizes[id(node)] > MAX_CONFIG_VALUES:
+                raise _ExpansionError(
+                    f"stands for more than {MAX_CONFIG_VALUES:,} values once its aliases (*name) are expanded "
+                    f"(the part at line {node.start_mark.line + 1} does); write the repeated settings out or use "
+                    "fewer aliases")
+        elif id(node) in in_progress:
+            raise _ExpansionError(
+                f"uses an alias inside its own anchor at line {node.start_mark.line + 1}, which would repeat "
+                "forever; remove that alias")
+        elif id(node) not in sizes:
+            in_progress.add(id(node))
+            pending.append((node, True))
+            pending.extend((child, False) for child in _children(node))
 
 
 def build_keys() -> set[str]:
@@ -98,6 +149,8 @@ def _read(path: str) -> Any:
         raise ConfigError(f"config file {path!r} cannot be read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"config file {path!r} is not UTF-8 text (is it a YAML file?)") from None
+    except _ExpansionError as exc:
+        raise ConfigError(f"config file {path!r} {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path!r} is not valid YAML: {exc}") from None
 
@@ -110,7 +163,9 @@ def _apply_override(data: dict, item: Any) -> None:
     if not sep or not key.strip():
         raise ConfigError(f"override {item!r} must look like key=value")
     try:
-        data[key.strip()] = yaml.safe_load(raw)
+        data[key.strip()] = yaml.load(raw, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except _ExpansionError as exc:
+        raise ConfigError(f"override {item!r} {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from None
 

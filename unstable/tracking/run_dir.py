@@ -14,6 +14,11 @@ Every run owns one folder (default ``./runs/<run_name>/``)::
 JSONL lines are flushed as they are written, so a crash loses at most the line being written;
 :func:`read_jsonl` tolerates that half-written last line, and :class:`JsonlWriter` cuts it off
 before appending again, so a resumed run never glues a new line onto a broken one.
+
+``logs/failed_games.jsonl`` is a :class:`CappedJsonlWriter`: a run in which every game fails once
+wrote 443 MB of it in 10 minutes. It keeps the *first* failures (they hold the cause) up to
+:data:`FAILED_GAMES_MAX_BYTES`, each long text shortened to :data:`MAX_LOGGED_CHARS`, and counts
+the ones it did not write.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ RUN_SUBDIRS = ("checkpoints", "logs", "games", "registry")
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.json"
 FAILED_GAMES_FILE = "failed_games.jsonl"
+FAILED_GAMES_MAX_BYTES = 20 * 1024 * 1024
+"""Size at which ``logs/failed_games.jsonl`` stops growing (a resumed run counts what is there)."""
+MAX_LOGGED_CHARS = 20_000
+"""Longest text (a message, a traceback) a capped JSONL line holds; the middle of a longer one is cut."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +119,43 @@ class JsonlWriter:
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+
+def shorten(text: str, max_chars: int = MAX_LOGGED_CHARS) -> str:
+    """``text``, or its beginning and end with a note of how many characters were cut between them."""
+    if len(text) <= max_chars:
+        return text
+    half = max_chars // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half:,} characters cut ...]\n{text[len(text) - half:]}"
+
+
+class CappedJsonlWriter(JsonlWriter):
+    """A :class:`JsonlWriter` that keeps the first lines only: once the next line would take the
+    file past ``max_bytes`` it writes no more, and counts each line it leaves out in
+    :attr:`unwritten`. Top-level string values longer than ``max_chars`` are cut by :func:`shorten`."""
+
+    def __init__(self, path: str | os.PathLike, max_bytes: int, max_chars: int = MAX_LOGGED_CHARS):
+        super().__init__(path)
+        self.max_bytes, self.max_chars = max_bytes, max_chars
+        self.size = self.path.stat().st_size
+        self.unwritten = 0
+
+    @property
+    def full(self) -> bool:
+        return self.unwritten > 0
+
+    def write(self, obj: dict[str, Any]) -> bool:  # type: ignore[override]
+        """Write one line unless the file is full; return whether it was written."""
+        obj = {key: shorten(value, self.max_chars) if isinstance(value, str) else value for key, value in obj.items()}
+        line = json.dumps(obj, allow_nan=False) + "\n"
+        size = len(line.encode("utf-8"))
+        if self.full or self.size + size > self.max_bytes:
+            self.unwritten += 1
+            return False
+        self._file.write(line)
+        self._file.flush()
+        self.size += size
+        return True
 
 
 def _cut_partial_last_line(path: Path) -> None:

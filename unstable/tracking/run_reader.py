@@ -39,7 +39,7 @@ _LINE_FIELDS = ("time", "wall_s", "learner_step")
 
 def is_counter(key: str) -> bool:
     """Tracker counters are written as running totals, not samples."""
-    return key.endswith(("/games", "/failed_games", "/games_dropped"))
+    return key.endswith(("/games", "/failed_games", "/games_dropped", "/failed_games_unlogged"))
 
 
 class JsonlTail:

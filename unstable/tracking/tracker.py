@@ -13,7 +13,8 @@ Each game also adds timing samples (:mod:`unstable.tracking.timings`) and action
 (:mod:`unstable.tracking.transcripts`).
 
 Counters (``counts()``): ``collect/games``, ``collect/<env>/games``, ``collect/failed_games`` (the
-game raised), ``collect/games_dropped`` (its inference actor died) and the same under ``eval/``;
+game raised), ``collect/games_dropped`` (its inference actor died) and the same under ``eval/``,
+``system/failed_games_unlogged`` (failed games not written because ``logs/failed_games.jsonl`` is full);
 they go to W&B as they are, not averaged. ``state_dict()`` / ``load_state_dict()`` carry them and
 the learner step over a resume.
 
@@ -33,15 +34,24 @@ from typing import Any
 from unstable.records import FailedGame, GameRecord
 from unstable.tracking.diversity import ActionDiversity
 from unstable.tracking.game_metrics import failure_line, game_samples
-from unstable.tracking.run_dir import JsonlWriter, RunDir, atomic_write_json
+from unstable.tracking.run_dir import (
+    FAILED_GAMES_MAX_BYTES,
+    CappedJsonlWriter,
+    JsonlWriter,
+    RunDir,
+    atomic_write_json,
+    shorten,
+)
 from unstable.tracking.timings import timing_samples
 from unstable.tracking.transcripts import TranscriptConfig, TranscriptWriter
 from unstable.tracking.wandb_writer import WandbWriter, import_wandb, wandb_plan
+from unstable.utils.checks import check_int
 
 logger = logging.getLogger(__name__)
 
 NAMESPACES = ("collect/", "train/", "eval/", "registry/", "inference/", "buffer/", "learner/", "system/")
 STEP_KEYS = ("train/step", "train/version")  # a log() carrying one of these moves the learner step
+UNLOGGED_FAILURES = "system/failed_games_unlogged"  # failed games counted but not written: the log was full
 
 
 _MODEL_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/")
@@ -94,6 +104,8 @@ class Tracker:
         run's itself, and only once it has something to train).
     :param transcripts: how game transcripts are kept (default: all games, 50 MB x 5 rotated files).
     :param diversity_window: train games per env in the action-diversity window.
+    :param failed_games_max_bytes: size at which ``logs/failed_games.jsonl`` stops growing; the
+        first failures are kept and later ones only counted (``system/failed_games_unlogged``).
     """
 
     def __init__(
@@ -109,11 +121,14 @@ class Tracker:
         diversity_window: int = 512,
         wandb_mode: str | None = None,
         config_file: bool = True,
+        failed_games_max_bytes: int = FAILED_GAMES_MAX_BYTES,
     ):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         if flush_every_s < 0:
             raise ValueError(f"flush_every_s must be >= 0, got {flush_every_s}")
+        check_int("failed_games_max_bytes", failed_games_max_bytes, 1)
+        self._failed_max_bytes = failed_games_max_bytes
         self.run_name = run_name
         self.window = window
         self.flush_every_s = flush_every_s
@@ -132,7 +147,7 @@ class Tracker:
         if config is not None and config_file:
             atomic_write_json(self._dir.config_path, config)
         self._metrics = JsonlWriter(self._dir.metrics_path)
-        self._failed: JsonlWriter | None = None
+        self._failed: CappedJsonlWriter | None = None
         self._transcripts = TranscriptWriter(self._dir.games, transcripts)
         self._diversity = ActionDiversity(window=diversity_window, min_games=min(10, diversity_window))
         self._wandb = self._start_wandb(wandb_project, use_wandb, config, wandb_mode)
@@ -227,13 +242,20 @@ class Tracker:
         self._write(line)
 
     def _log_failed(self, failure: FailedGame, stage: str) -> None:
-        logger.warning("%s", failure.describe())
         if self._failed is None:
-            self._failed = JsonlWriter(self._dir.failed_games_path)
-        self._failed.write(failure_line(failure, stage, self._learner_step))
+            self._failed = CappedJsonlWriter(self._dir.failed_games_path, self._failed_max_bytes)
         # an inference actor that died took the game with it: dropped, not a failure of the game
         key = f"{stage}/games_dropped" if failure.stage == "inference" else f"{stage}/failed_games"
-        self._write({key: self._count(key)})
+        line = {key: self._count(key)}
+        if self._failed.write(failure_line(failure, stage, self._learner_step)):
+            logger.warning("%s", shorten(failure.describe()))
+        else:  # the log is full: count, and keep the console (and Ray's log files) quiet too
+            if self._failed.unwritten == 1:
+                logger.warning("%s reached its cap of %d bytes: it keeps the first failures; later ones are only "
+                               "counted (%s)", self._failed.path, self._failed_max_bytes, UNLOGGED_FAILURES)
+            logger.debug("%s", shorten(failure.describe()))
+            line[UNLOGGED_FAILURES] = self._count(UNLOGGED_FAILURES)
+        self._write(line)
 
     def log_inference(self, actor_name: str, stats: dict[str, float]) -> None:
         """Inference-actor stats (queue sizes, tokens/s) as ``inference/<actor>/<key>``."""

@@ -6,11 +6,15 @@ that names the environment variable to use. Text that leaves the process and may
 API error that echoes the request's key, a failed game's message and traceback, an API reply) goes
 through :func:`redact` first: it replaces the values of secret-looking environment variables
 (``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``) and key-shaped strings (``sk-...``,
-``Bearer ...``) with ``[REDACTED]``.
+``Bearer ...``) with ``[REDACTED]``. A value is also found without its provider prefix (``sk-``,
+``sk-proj-``...) and base64-encoded (standard or URL-safe, at any alignment in a longer encoded
+text, as in a ``Basic`` auth header an error body echoes): see :func:`secret_forms`.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -21,6 +25,13 @@ REDACTED = "[REDACTED]"
 API_KEY_ENV_VARS = ("OPENROUTER_API_KEY", "OPENAI_API_KEY")
 #: Shorter values are not redacted (a placeholder key such as ``EMPTY`` would mangle ordinary text).
 MIN_SECRET_LEN = 8
+
+#: Prefixes providers put before a key's random part; the part after one is a secret too.
+KEY_PREFIXES = ("sk-", "sk-proj-", "sk-svcacct-", "sk-admin-", "sk-or-", "sk-or-v1-", "sk-ant-", "sk-ant-api03-",
+                "pk-", "rk-", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "xoxb-", "xoxp-", "glpat-")
+#: A key without its prefix, or a piece of its base64, is redacted only from this length on (shorter
+#: ones could be ordinary words or ordinary base64).
+MIN_DERIVED_LEN = 16
 
 _SECRET_ENV_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _SECRET_SETTING = re.compile(
@@ -49,12 +60,38 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(values, key=len, reverse=True)
 
 
+@functools.lru_cache(maxsize=64)
+def secret_forms(value: str) -> tuple[str, ...]:
+    """The strings that give ``value`` away, longest first: the value itself, the value after each
+    known prefix it starts with (:data:`KEY_PREFIXES`), and the base64 of each of those.
+
+    Base64 of a longer text that holds the value encodes it differently at each of the three byte
+    alignments, and the characters at its edges mix in the neighbouring bytes; so each alignment's
+    encoding is taken without those edge characters (what every text holding the value encodes to,
+    whatever surrounds it), in the standard and the URL-safe alphabet.
+    """
+    plain = {value} | {value[len(p) :] for p in KEY_PREFIXES if value.startswith(p)}
+    plain = {s for s in plain if s == value or len(s) >= MIN_DERIVED_LEN}
+    forms = set(plain)
+    for secret in plain:
+        for pad in range(3):
+            encoded = base64.b64encode(b"\0" * pad + secret.encode()).decode().rstrip("=")
+            # Characters 0..2 hold the padding bytes (none, 2 or 3 of them); the last one holds the
+            # byte after the value unless the value ends a 3-byte group.
+            core = encoded[(0, 2, 3)[pad] : len(encoded) - ((pad + len(secret.encode())) % 3 != 0)]
+            if len(core) >= MIN_DERIVED_LEN:
+                forms |= {core, core.replace("+", "-").replace("/", "_")}
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
 def redact(text: str, extra: tuple[str, ...] = ()) -> str:
-    """``text`` with every known secret value and key-shaped string replaced by ``[REDACTED]``."""
+    """``text`` with every known secret (in each of its :func:`secret_forms`) and key-shaped
+    string replaced by ``[REDACTED]``."""
     if not isinstance(text, str) or not text:
         return text
-    for value in (*secret_values(), *(e for e in extra if e and len(e) >= MIN_SECRET_LEN)):
-        text = text.replace(value, REDACTED)
+    values = (*secret_values(), *(e for e in extra if e and len(e) >= MIN_SECRET_LEN))
+    for form in sorted({f for value in values for f in secret_forms(value)}, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
     for pattern in _KEY_SHAPES:
         text = pattern.sub(REDACTED, text)
     return text
