@@ -151,8 +151,9 @@ def test_eval_settings_reach_the_api_opponent(api_env, tiny_model_dir, monkeypat
 
     jobs = []
     monkeypatch.setattr(evaluation, "play_eval_games", lambda job, *a, **k: jobs.append(job) or [])
+    # the stand-in plays no game, so eval exits 1 (nothing finished); the settings reached the job first
     assert main(["eval", "--model", tiny_model_dir, "--opponent", "fake/ok-model", "--games", "1",
-                 "--api-timeout-s", "2.5", "--api-max-retries", "0"]) == 0
+                 "--api-timeout-s", "2.5", "--api-max-retries", "0"]) == 1
     (job,) = jobs
     assert job.api == APIOpponentConfig(2.5, 0)
     spec = job.game_spec(0)
