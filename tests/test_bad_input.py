@@ -142,6 +142,9 @@ BUILD_CASES = [
     ("target_modules empty", {"lora_config": {"target_modules": []}}, r"target_modules'\] must be a non-empty list"),
     ("target_modules a string", {"lora_config": {"target_modules": "q_proj"}},
      r"target_modules'\] must be a non-empty list"),
+    ("target_modules the model lacks", {"lora_config": {"target_modules": ["q_proj", "nope_proj"]}},
+     r"lora_config\['target_modules'\] names \['nope_proj'\], which the model .* does not have; its linear "
+     r"modules: \[.*'q_proj'"),
     # vllm_config
     ("vllm_config a string", {"vllm_config": "fast"}, "vllm_config must be a dict or None"),
     ("vllm temperature negative", {"vllm_config": {"temperature": -1}}, r"vllm_config\['temperature'\]"),
@@ -166,6 +169,8 @@ BUILD_CASES = [
     ("run_name a number", {"run_name": 7}, "run_name must be a plain directory name"),
     ("learner_device 'gpu'", {"learner_device": "gpu"}, "learner_device must be None"),
     ("learner_device an int", {"learner_device": 0}, "learner_device must be None"),
+    ("learner_device cuda:1 (the learner sees one GPU)", {"learner_device": "cuda:1"},
+     "learner_device='cuda:1', but the learner actor sees only the GPU Ray gives it, as cuda:0"),
     # learner: the learner's other settings
     ("learner a list", {"learner": [0.9]}, "learner must be a dict"),
     ("learner setting REINFORCE does not have", {"learner": {"gamma": 0.9}},
@@ -369,17 +374,17 @@ def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_di
             Run.start(object.__new__(Run), **value)  # no actors: a check that passed would fail on self.actors
 
 
-def test_valid_inputs_still_pass(tiny_model_dir, bad_paths, tmp_path, no_ray, monkeypatch):
+def test_valid_inputs_still_pass(tiny_model_dir, adapters, bad_paths, tmp_path, no_ray, monkeypatch):
     """The checks are not stricter than the settings users write: paths, names and YAML's 1e-3."""
     from unstable.run.config import BuildConfig
 
     subs = {"$MODEL": tiny_model_dir, "$TMP": bad_paths}
     ok = BuildConfig(**_fill({**VALID, "fixed_opponents": "random", "opponent_sampling_strategy": "fixed",
-                              "eval_envs": [{**EVAL, "fixed_opponent": "$TMP/adapter"}],
+                              "eval_envs": [{**EVAL, "fixed_opponent": adapters[0]}],
                               "lora_config": {"target_modules": ("q_proj",), "lora_dropout": 0.05},
                               "vllm_config": {"temperature": 0, "top_p": 1.0, "max_tokens": 16},
-                              "learner_device": "cuda:1", "temperature": 0}, subs))
-    assert ok.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent.endswith("adapter")
+                              "learner_device": "cpu", "temperature": 0}, subs))
+    assert ok.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent == adapters[0]
     strong_evals = [{**EVAL, "fixed_opponent": "optimal"},
                     {**EVAL, "env_id": "KuhnPoker-v0-train", "fixed_opponent": "nash"},
                     {**EVAL, "env_id": "ConnectFour-v0-train", "fixed_opponent": "heuristic"}]

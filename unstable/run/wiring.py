@@ -30,6 +30,7 @@ from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
 from unstable.learners.loop import TurnLock
+from unstable.models.checks import check_adapter, check_model
 from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
@@ -142,6 +143,10 @@ def start_actors(cfg, run_name: str) -> Actors:
     # where each model resumes (one point per model; they share the run's state snapshot)
     points = {m.name: find_resume_point(cfg.resume_from, lineage[m.name]) for m in models} if cfg.resume_from else {}
     resume = points[models[0].name] if points else None
+    for m in models:  # the checkpoint each learner starts from must fit its base model (model_name may be new)
+        point = points.get(m.name)
+        if point is not None and point.checkpoint is not None:
+            check_adapter(str(point.checkpoint), "the checkpoint to resume from", check_model(m.model_name))
     try:  # W&B is optional: without an API key it logs offline, and we say so once, here
         wandb = wandb_plan(cfg.tracker.wandb_project, cfg.tracker.use_wandb)
     except ImportError as exc:
