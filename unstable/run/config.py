@@ -46,6 +46,8 @@ from unstable.utils.secrets import reject_secret_settings
 INFERENCE_BACKENDS = ("auto", "transformers", "vllm")
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
+DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool")
 
 # learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
 RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
@@ -486,6 +488,25 @@ def _check_seats(cfg: BuildConfig) -> None:
     for i, spec in enumerate(cfg.eval_envs):
         if getattr(spec, "model", None) is not None and spec.model not in names:
             raise ValueError(f"eval_envs[{i}].model is {spec.model!r}, not a declared model; models: {names}")
+    _check_opponent_seats(cfg)
+
+
+def _check_opponent_seats(cfg: BuildConfig) -> None:
+    """Opponents need a seat: a strategy that draws them, or fixed opponents, with every seat of every
+    train game played by a trained model would never seat one (the run trains in self-play instead)."""
+    if any(spec.num_actors < spec.num_players for spec in cfg.train_envs if not is_environment(spec)):
+        return
+    strategy = cfg.samplers.opponent_sampling_strategy
+    why = ("every seat of every train game is played by a trained model (num_actors == num_players, and no "
+           "'opponent' in seats)")
+    fix = "leave the opponent a seat (num_actors=1 in a 2-player game, or 'opponent' in seats)"
+    if strategy in DRAWS_OPPONENTS:
+        raise ValueError(f"opponent_sampling_strategy={strategy!r} draws opponents, but {why}, so none would ever "
+                         f"play: {fix}, or use opponent_sampling_strategy='mirror' for self-play")
+    if cfg.samplers.fixed_opponents != SamplerConfig().fixed_opponents:
+        raise ValueError(f"fixed_opponents {list(cfg.samplers.fixed_opponents)} would never play: {why}, and "
+                         f"opponent_sampling_strategy={strategy!r} draws no opponent: {fix} and set "
+                         "opponent_sampling_strategy='fixed', or leave fixed_opponents out")
 
 
 @dataclass(init=False)
