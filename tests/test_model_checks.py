@@ -3,7 +3,7 @@
 Each broken directory here is what a user meets: a model copied without its tokenizer or weights,
 a damaged weight file, an adapter of another base model, a Hub id with no network. Without these
 checks each one passed ``BuildConfig`` and then failed inside an actor, or (no tokenizer) failed
-every game.
+every game. ``check_resources`` needs Ray (the session's 2-CPU one) and starts no actor.
 """
 
 from __future__ import annotations
@@ -218,3 +218,42 @@ def test_a_device_this_machine_lacks_is_refused_before_ray(tiny_model_dir, tmp_p
             unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, learner_device="mps"))
     # on a cluster the driver's own devices say nothing: the cluster's GPUs are checked once Ray is up
     BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, learner_device="cuda", ray_address="auto"))
+
+
+def test_resources_the_cluster_cannot_hold_are_named():
+    from types import SimpleNamespace
+
+    from unstable.run.wiring import check_resources
+
+    model = SimpleNamespace(name="model", model_name="m", learner_device=None, inference={})
+    check_resources([model], {"CPU": 2.0})  # the default job: the learner's CPU and one inference actor's
+    model.inference = {"num_actors": 2}
+    with pytest.raises(ValueError, match=r"^the run asks Ray for 3 CPU and 0 GPU \(the learner 1 CPU and 0 GPU; 2 "
+                                         r"inference actors 1 CPU and 0 GPU each\), but the cluster has 2 CPU and 0 "
+                                         r"GPU, so its actors would wait forever for CPU: lower num_inference_actors"):
+        check_resources([model], {"CPU": 2.0})
+    check_resources([model], {"CPU": 16.0, "GPU": 3.0})  # one GPU for the learner, one per inference actor
+    with pytest.raises(ValueError, match=r"asks Ray for 1 CPU and 1.5 GPU .* wait forever for GPU"):
+        check_resources([model], {"CPU": 16.0, "GPU": 1.0})  # the learner's half and two inference halves
+    alice = SimpleNamespace(name="alice", model_name="a", learner_device=None, inference={})
+    bob = SimpleNamespace(name="bob", model_name="b", learner_device=None, inference={})
+    check_resources([alice, bob], {"CPU": 2.0})  # two bases: the learners share a CPU, the engines another
+    model.inference, model.learner_device = {}, "cuda"
+    with pytest.raises(ValueError, match="learner_device='cuda', but the Ray cluster has no GPU"):
+        check_resources([model], {"CPU": 16.0})
+
+
+def test_a_run_the_cluster_cannot_hold_is_refused_before_any_actor(ray_session, tiny_model_dir, tmp_path,
+                                                                   monkeypatch):
+    import unstable.run.wiring
+    from unstable.run.wiring import check_resources
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("an actor was created for a run the cluster cannot hold")
+
+    monkeypatch.setattr(unstable.run.wiring, "actor_class", must_not_run)
+    with pytest.raises(ValueError, match=r"the run asks Ray for .* but the cluster has .* lower num_inference_actors"):
+        unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, num_inference_actors=64))
+    assert not (tmp_path / "t" / "RUN_CLAIM").exists()  # the claim was given back
+    # what the tests and the default job ask for fits the session's 2 CPUs
+    check_resources(BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path)).models, ray_session.cluster_resources())
