@@ -35,6 +35,7 @@ VALID = dict(
     batch_size=16, mini_batch_size=8, learning_rate=1e-3, max_generation_len=16, wandb_project=None,
     runs_dir="$TMP/runs", run_name="t", inference_backend="transformers",
 )
+VS_FIXED = {"opponent_sampling_strategy": "fixed", "train_envs": [{**TRAIN, "num_actors": 1}]}  # a seat for them
 BASE_YAML = (
     "model_name: $MODEL\n"
     "train_envs:\n  - {env_id: TicTacToe-v0-train, num_players: 2, num_actors: 2, prompt_template: qwen3-zs}\n"
@@ -75,17 +76,17 @@ BUILD_CASES = [
     ("fixed_opponents blank name", {"fixed_opponents": ["random", " "]}, "fixed_opponents must be a list"),
     ("fixed strategy without opponents", {"opponent_sampling_strategy": "fixed", "fixed_opponents": []},
      "needs at least one name in fixed_opponents"),
-    ("fixed opponent dir without adapter_config.json", {"fixed_opponents": ["$TMP/no-adapter-config"]},
+    ("fixed opponent dir without adapter_config.json", {**VS_FIXED, "fixed_opponents": ["$TMP/no-adapter-config"]},
      r"fixed_opponents\[0\] .* \(no adapter_config.json\)"),
-    ("fixed opponent corrupt adapter_config.json", {"fixed_opponents": ["$TMP/corrupt-adapter"]},
+    ("fixed opponent corrupt adapter_config.json", {**VS_FIXED, "fixed_opponents": ["$TMP/corrupt-adapter"]},
      "adapter_config.json cannot be read as JSON"),
-    ("fixed opponent adapter without weights", {"fixed_opponents": ["$TMP/adapter-no-weights"]},
+    ("fixed opponent adapter without weights", {**VS_FIXED, "fixed_opponents": ["$TMP/adapter-no-weights"]},
      "has no adapter weights"),
-    ("fixed opponent adapter_config.json a list", {"fixed_opponents": ["$TMP/list-adapter"]},
+    ("fixed opponent adapter_config.json a list", {**VS_FIXED, "fixed_opponents": ["$TMP/list-adapter"]},
      "must hold a JSON object"),
-    ("fixed opponent path missing", {"fixed_opponents": ["./no/such/ckpt-3"]},
+    ("fixed opponent path missing", {**VS_FIXED, "fixed_opponents": ["./no/such/ckpt-3"]},
      r"fixed_opponents\[0\] .* does not exist"),
-    ("fixed API opponent without key", {"opponent_sampling_strategy": "fixed", "fixed_opponents": ["openai/gpt-4o"]},
+    ("fixed API opponent without key", {**VS_FIXED, "fixed_opponents": ["openai/gpt-4o"]},
      "needs a key in the environment variable OPENROUTER_API_KEY"),
     ("fixed scripted opponent on an unsupported game",
      {"opponent_sampling_strategy": "fixed", "fixed_opponents": ["random"],
@@ -96,6 +97,15 @@ BUILD_CASES = [
       "train_envs": [TRAIN, {**TRAIN, "env_id": "KuhnPoker-v0-train", "num_actors": 1}]},
      r"fixed_opponents\[1\] = 'optimal' is drawn for every train env .* 'KuhnPoker' has the scripted baselines "
      "random, nash"),
+    # opponents that no seat is left for (VALID's one train env seats the learner twice)
+    ("fixed strategy with every seat the learner's", {"opponent_sampling_strategy": "fixed"},
+     r"opponent_sampling_strategy='fixed' draws opponents, but every seat of every train game is played by a "
+     r"trained model .* leave the opponent a seat \(num_actors=1"),
+    ("lagged strategy with every seat the learner's", {"opponent_sampling_strategy": "lagged"},
+     "opponent_sampling_strategy='lagged' draws opponents, but every seat"),
+    ("fixed_opponents with every seat the learner's", {"fixed_opponents": ["heuristic"]},
+     r"fixed_opponents \['heuristic'\] would never play: every seat .* and opponent_sampling_strategy='mirror' "
+     "draws no opponent"),
     # integers
     ("max_train_len 1", {"max_train_len": 1}, "max_train_len must be an integer >= 2"),
     ("max_generation_len 0", {"max_generation_len": 0}, "max_generation_len must be an integer >= 1"),
@@ -143,6 +153,9 @@ BUILD_CASES = [
     ("target_modules empty", {"lora_config": {"target_modules": []}}, r"target_modules'\] must be a non-empty list"),
     ("target_modules a string", {"lora_config": {"target_modules": "q_proj"}},
      r"target_modules'\] must be a non-empty list"),
+    ("target_modules the model lacks", {"lora_config": {"target_modules": ["q_proj", "nope_proj"]}},
+     r"lora_config\['target_modules'\] names \['nope_proj'\], which the model .* does not have; its linear "
+     r"modules: \[.*'q_proj'"),
     # vllm_config
     ("vllm_config a string", {"vllm_config": "fast"}, "vllm_config must be a dict or None"),
     ("vllm temperature negative", {"vllm_config": {"temperature": -1}}, r"vllm_config\['temperature'\]"),
@@ -179,6 +192,8 @@ BUILD_CASES = [
                  "runs_dir .* is not writable by this user", marks=NOT_ROOT),
     ("learner_device 'gpu'", {"learner_device": "gpu"}, "learner_device must be None"),
     ("learner_device an int", {"learner_device": 0}, "learner_device must be None"),
+    ("learner_device cuda:1 (the learner sees one GPU)", {"learner_device": "cuda:1"},
+     "learner_device='cuda:1', but the learner actor sees only the GPU Ray gives it, as cuda:0"),
     # learner: the learner's other settings
     ("learner a list", {"learner": [0.9]}, "learner must be a dict"),
     ("learner setting REINFORCE does not have", {"learner": {"gamma": 0.9}},
@@ -386,22 +401,22 @@ def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_di
             Run.start(object.__new__(Run), **value)  # no actors: a check that passed would fail on self.actors
 
 
-def test_valid_inputs_still_pass(tiny_model_dir, bad_paths, tmp_path, no_ray, monkeypatch):
+def test_valid_inputs_still_pass(tiny_model_dir, adapters, bad_paths, tmp_path, no_ray, monkeypatch):
     """The checks are not stricter than the settings users write: paths, names and YAML's 1e-3."""
     from unstable.run.config import BuildConfig
 
     subs = {"$MODEL": tiny_model_dir, "$TMP": bad_paths}
-    ok = BuildConfig(**_fill({**VALID, "fixed_opponents": "random", "opponent_sampling_strategy": "fixed",
-                              "eval_envs": [{**EVAL, "fixed_opponent": "$TMP/adapter"}],
+    ok = BuildConfig(**_fill({**VALID, **VS_FIXED, "fixed_opponents": "random",
+                              "eval_envs": [{**EVAL, "fixed_opponent": adapters[0]}],
                               "lora_config": {"target_modules": ("q_proj",), "lora_dropout": 0.05},
                               "vllm_config": {"temperature": 0, "top_p": 1.0, "max_tokens": 16},
-                              "learner_device": "cuda:1", "temperature": 0}, subs))
-    assert ok.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent.endswith("adapter")
+                              "learner_device": "cpu", "temperature": 0}, subs))
+    assert ok.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent == adapters[0]
     strong_evals = [{**EVAL, "fixed_opponent": "optimal"},
                     {**EVAL, "env_id": "KuhnPoker-v0-train", "fixed_opponent": "nash"},
                     {**EVAL, "env_id": "ConnectFour-v0-train", "fixed_opponent": "heuristic"}]
-    strong = BuildConfig(**_fill({**VALID, "fixed_opponents": ["heuristic", "optimal"],
-                                  "opponent_sampling_strategy": "fixed", "eval_envs": strong_evals}, subs))
+    strong = BuildConfig(**_fill({**VALID, **VS_FIXED, "fixed_opponents": ["heuristic", "optimal"],
+                                  "eval_envs": strong_evals}, subs))
     assert strong.fixed_opponents == ("heuristic", "optimal")
     assert [s.fixed_opponent for s in strong.eval_envs] == ["optimal", "nash", "heuristic"]
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-not-a-real-key-000000")
@@ -414,6 +429,30 @@ def test_valid_inputs_still_pass(tiny_model_dir, bad_paths, tmp_path, no_ray, mo
     build_kwargs, _ = load_config(str(path), ["temperature=5e-1"])
     assert build_kwargs["learning_rate"] == 1e-3 and build_kwargs["temperature"] == 0.5
     assert BuildConfig(**build_kwargs).learning_rate == 1e-3
+
+
+@pytest.mark.parametrize("recipe", ["tictactoe-vs-heuristic.yaml", None])
+def test_the_quickstart_seats_the_opponent_its_strategy_draws(recipe, tiny_model_dir, tmp_path, monkeypatch, no_ray):
+    """The vs-heuristic recipe (strategy 'fixed') leaves the heuristic a seat; mirror self-play takes both."""
+    from pathlib import Path
+
+    import unstable.cli.quickstart as qs
+    from unstable.run.config import BuildConfig
+
+    built = []
+
+    def build(**kwargs):
+        built.append(BuildConfig(**kwargs))
+        raise RuntimeError("stop here: no run in this test")
+
+    monkeypatch.setattr(unstable, "build", build)
+    cfg = qs.QuickstartConfig(out=str(tmp_path / "q"))
+    if recipe:
+        cfg = qs.load_quickstart_config(str(Path(__file__).parents[1] / "configs" / recipe), out=str(tmp_path / "q"))
+    with pytest.raises(RuntimeError, match="stop here"):
+        qs._train(tiny_model_dir, cfg, tmp_path / "q" / "run", say=lambda _: None)
+    (spec,) = built[0].train_envs
+    assert spec.num_actors == (1 if recipe else 2) and built[0].fixed_opponents == tuple(cfg.fixed_opponents)
 
 
 def test_a_failed_build_leaves_ray_off_in_a_fresh_process(tiny_model_dir):

@@ -20,7 +20,7 @@ TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwe
 
 
 def flat_kwargs(model_dir, tmp_path):
-    return dict(model_name=model_dir, train_envs=[dict(TTT, num_actors=2)], opponent_sampling_strategy="lagged",
+    return dict(model_name=model_dir, train_envs=[dict(TTT, num_actors=1)], opponent_sampling_strategy="lagged",
                 opponent_lag=2, batch_size=16, mini_batch_size=8, gradient_clipping=0.5, algorithm="a2c",
                 learner={"gamma": 0.9}, lora_config={"lora_rank": 4}, vllm_config={"top_p": 0.9, "max_tokens": 16},
                 temperature=0.7, inference_backend="transformers", buffer_size=64, max_staleness=2,
@@ -33,7 +33,7 @@ def nested_kwargs(model_dir, tmp_path):
                  "learner": {"batch_size": 16, "mini_batch_size": 8, "grad_clip": 0.5, "gamma": 0.9},
                  "inference": {"backend": "transformers", "temperature": 0.7, "top_p": 0.9, "max_tokens": 16},
                  "buffer": {"size": 64, "max_staleness": 2}}],
-        train_envs=[dict(TTT, num_actors=2)],
+        train_envs=[dict(TTT, num_actors=1)],
         samplers={"opponent_sampling_strategy": "lagged", "opponent_lag": 2},
         tracker={"wandb_project": None}, failure_budget={"max_consecutive_failures": None},
         runs_dir=str(tmp_path), seed=3)
@@ -77,7 +77,7 @@ def test_the_nested_form_through_build_kwargs_and_yaml_is_the_same_run(tiny_mode
         "    learner: {batch_size: 16, mini_batch_size: 8, grad_clip: 0.5, gamma: 0.9}\n"
         "    inference: {backend: transformers, temperature: 0.7, top_p: 0.9, max_tokens: 16}\n"
         "    buffer: {size: 64, max_staleness: 2}\n"
-        "train_envs:\n  - {env_id: TicTacToe-v0-train, num_players: 2, num_actors: 2, prompt_template: qwen3-zs}\n"
+        "train_envs:\n  - {env_id: TicTacToe-v0-train, num_players: 2, num_actors: 1, prompt_template: qwen3-zs}\n"
         "samplers: {opponent_sampling_strategy: lagged, opponent_lag: 2}\n"
         f"tracker: {{wandb_project: null}}\nfailure_budget: {{max_consecutive_failures: null}}\n"
         f"runs_dir: {tmp_path}\nseed: 3\nlearning_steps: 4\n")

@@ -50,8 +50,8 @@ def test_bad_build_arguments_raise_before_any_actor_starts(override, match, tiny
         unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, **override))
 
 
-def test_seed_defaults_are_kept():
-    cfg = BuildConfig(model_name="Qwen/Qwen3-1.7B-Base",
+def test_seed_defaults_are_kept(tiny_model_dir):  # the seed's Qwen/Qwen3-1.7B-Base would need the Hub
+    cfg = BuildConfig(model_name=tiny_model_dir,
                       train_envs=[unstable.TrainEnvSpec("SimpleTak-v0-train", 2, 2, "qwen3-zs")])
     assert (cfg.batch_size, cfg.mini_batch_size, cfg.learning_rate, cfg.gradient_clipping) == (384, 1, 1e-5, 0.2)
     assert cfg.buffer_size == 768 and cfg.max_generation_len == 4096 and cfg.algorithm == "reinforce"

@@ -202,7 +202,8 @@ _LEGACY_COLLECTOR = ("num_actors", "step_buffer", "model_pool", "training_envs",
 
 def _check_opponent(name: Any) -> str:
     """``build()``'s rule: scripted, a readable adapter directory, or an API model with a key set."""
-    from unstable.models.resolve import check_adapter_dir, looks_like_path
+    from unstable.models.checks import check_adapter
+    from unstable.models.resolve import looks_like_path
     from unstable.policies.api import DEFAULT_API_KEY_ENV
     from unstable.policies.scripted import SCRIPTED_POLICIES
 
@@ -211,7 +212,7 @@ def _check_opponent(name: Any) -> str:
     if name in SCRIPTED_POLICIES:
         return name
     if looks_like_path(name):
-        check_adapter_dir(os.path.expanduser(name), "evaluation_opponent")
+        check_adapter(os.path.expanduser(name), "evaluation_opponent")
         return os.path.expanduser(name)
     if not os.environ.get(DEFAULT_API_KEY_ENV):
         raise ValueError(f"evaluation_opponent={name!r} is played over the API and needs a key in the environment "

@@ -169,7 +169,9 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
 
     run = unstable.build(
         model_name=model,
-        train_envs=[unstable.TrainEnvSpec(cfg.env_id, 2, num_actors=2, prompt_template=cfg.prompt_template,
+        # mirror self-play trains on both seats; the other strategies need the second seat for their opponent
+        train_envs=[unstable.TrainEnvSpec(cfg.env_id, 2, num_actors=2 if cfg.opponent_sampling_strategy == "mirror"
+                                          else 1, prompt_template=cfg.prompt_template,
                                           error_allowance=cfg.train_error_allowance)],
         eval_envs=[unstable.EvalEnvSpec(cfg.env_id, 2, cfg.prompt_template, fixed_opponent=cfg.eval_opponent)]
         if cfg.num_eval_workers else None,

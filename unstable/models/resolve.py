@@ -42,7 +42,7 @@ def resolve_model_name(name: str, *, seed: int = 0) -> str:
     return name
 
 
-def _read_json(path: str, what: str) -> dict:
+def read_json(path: str, what: str) -> dict:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -60,7 +60,7 @@ def check_model_dir(path: str, name: str | None = None) -> None:
         hint = (" (it is a LoRA adapter: pass its base model as the model and the adapter separately)"
                 if os.path.isfile(os.path.join(path, "adapter_config.json")) else "")
         raise ValueError(f"{what} has no config.json, so it is not a Hugging Face model directory{hint}")
-    _read_json(os.path.join(path, "config.json"), what)
+    read_json(os.path.join(path, "config.json"), what)
 
 
 def check_adapter_dir(path: str, what: str = "adapter") -> None:
@@ -70,7 +70,7 @@ def check_adapter_dir(path: str, what: str = "adapter") -> None:
     config = os.path.join(path, "adapter_config.json")
     if not os.path.isfile(config):
         raise ValueError(f"{what} {path!r} is not a PEFT LoRA adapter directory (no adapter_config.json)")
-    _read_json(config, f"{what} {path!r}")
+    read_json(config, f"{what} {path!r}")
     if not any(os.path.isfile(os.path.join(path, f)) for f in ("adapter_model.safetensors", "adapter_model.bin")):
         raise ValueError(f"{what} {path!r} has no adapter weights (adapter_model.safetensors or adapter_model.bin)")
 

@@ -26,7 +26,8 @@ from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.config import VLLM_CONFIG_KEYS, choose_backend
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES, LearnerConfig
-from unstable.models.resolve import check_adapter_dir, looks_like_path, resolve_model_name
+from unstable.models.checks import ModelInfo, check_adapter, check_device, check_model, check_target_modules
+from unstable.models.resolve import looks_like_path, resolve_model_name
 from unstable.policies.api import DEFAULT_API_KEY_ENV, APIOpponentConfig
 from unstable.policies.scripted import SCRIPTED_POLICIES, make_scripted_policy
 from unstable.run.arguments import (
@@ -47,6 +48,8 @@ from unstable.utils.secrets import reject_secret_settings
 INFERENCE_BACKENDS = ("auto", "transformers", "vllm")
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
+DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool")
 
 # learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
 RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
@@ -353,9 +356,10 @@ def _opponent(spec: Any) -> str:
     return getattr(spec, "fixed_opponent", None) or "random"
 
 
-def _check_opponents(cfg: BuildConfig) -> tuple[str, ...]:
+def _check_opponents(cfg: BuildConfig, base: ModelInfo) -> tuple[str, ...]:
     """Fixed opponents must be playable now: scripted ones on every train env, checkpoints readable
-    adapters, API names with a key in the environment. Returns the names with paths expanded."""
+    adapters that fit the first model's base (``base``, whose engines serve them), API names with a
+    key in the environment. Returns the names with paths expanded."""
     plays_fixed = cfg.samplers.opponent_sampling_strategy in ("fixed", "pool")
     names = []
     games = [spec for spec in cfg.train_envs if isinstance(spec, TrainEnvSpec)]
@@ -369,17 +373,17 @@ def _check_opponents(cfg: BuildConfig) -> tuple[str, ...]:
                                      f"(opponent_sampling_strategy='fixed'), so it must play each: {exc}") from None
         elif looks_like_path(name):
             name = os.path.expanduser(name)
-            check_adapter_dir(name, f"fixed_opponents[{i}]")
+            check_adapter(name, f"fixed_opponents[{i}]", base)
         names.append(name)
     for i, spec in enumerate(cfg.eval_envs):
         if _opponent(spec) not in SCRIPTED_POLICIES and looks_like_path(_opponent(spec)):
-            check_adapter_dir(os.path.expanduser(spec.fixed_opponent), f"eval_envs[{i}].fixed_opponent")
+            check_adapter(os.path.expanduser(spec.fixed_opponent), f"eval_envs[{i}].fixed_opponent", base)
     cfg.eval_envs = tuple(s if _opponent(s) == os.path.expanduser(_opponent(s))
                           else replace(s, fixed_opponent=os.path.expanduser(s.fixed_opponent)) for s in cfg.eval_envs)
     fixed = [p.policy for env in cfg.environments for p in env.participants if p.policy is not None]
     for name in fixed:
         if looks_like_path(name):
-            check_adapter_dir(os.path.expanduser(name), f"the participant policy {name!r}")
+            check_adapter(os.path.expanduser(name), f"the participant policy {name!r}", base)
     api = [n for n in names if plays_fixed and n not in SCRIPTED_POLICIES and not os.path.isdir(n)]
     api += [_opponent(s) for s in cfg.eval_envs if _opponent(s) not in SCRIPTED_POLICIES
             and not os.path.isdir(_opponent(s))]
@@ -451,6 +455,34 @@ def _apply_warm_start(model: ModelConfig) -> None:
     model.model_name, model.warm_start = str(path), None
 
 
+def _check_learner_device(device: str | None, label: str, local: bool) -> None:
+    """The learner's device must exist: on this machine (asked of torch) when Ray is local (on a
+    cluster, :func:`unstable.run.wiring.check_resources` asks the cluster); and a CUDA learner sees
+    only the one GPU Ray gives it, as ``cuda:0``."""
+    if device is None:
+        return
+    kind, _, index = device.partition(":")
+    if kind == "cuda" and index and int(index) > 0:
+        raise ValueError(f"{label}={device!r}, but the learner actor sees only the GPU Ray gives it, as cuda:0 "
+                         "(Ray sets CUDA_VISIBLE_DEVICES): use 'cuda'")
+    if local:
+        check_device(device, label)
+
+
+def _check_model(model: ModelConfig, index: int, nested: bool) -> ModelInfo:
+    """The base model loads (and its warm start, built now unless cached), and has the LoRA target modules."""
+    label = f"models[{index}].model_name" if nested else "model_name"
+    info = check_model(model.model_name, label)
+    if model.warm_start is not None:
+        _apply_warm_start(model)
+        info = check_model(model.model_name, f"the warm start of {label}")
+    modules = model.lora_cfg["target_modules"]
+    label = f"models[{index}].lora['target_modules']" if nested else "lora_config['target_modules']"
+    # the defaults (q, k, v, o, gate, up, down) need only fit in part, as PEFT asks; a list given, in full
+    check_target_modules(info, modules, label, all_needed="target_modules" in (model.lora or {}))
+    return info
+
+
 def _check_seats(cfg: BuildConfig) -> None:
     """Who plays whom: with several models every train env names its seats, every seat and eval
     ``model`` names a declared model, and every model plays somewhere."""
@@ -483,6 +515,25 @@ def _check_seats(cfg: BuildConfig) -> None:
     for i, spec in enumerate(cfg.eval_envs):
         if getattr(spec, "model", None) is not None and spec.model not in names:
             raise ValueError(f"eval_envs[{i}].model is {spec.model!r}, not a declared model; models: {names}")
+    _check_opponent_seats(cfg)
+
+
+def _check_opponent_seats(cfg: BuildConfig) -> None:
+    """Opponents need a seat: a strategy that draws them, or fixed opponents, with every seat of every
+    train game played by a trained model would never seat one (the run trains in self-play instead)."""
+    if any(spec.num_actors < spec.num_players for spec in cfg.train_envs if not is_environment(spec)):
+        return
+    strategy = cfg.samplers.opponent_sampling_strategy
+    why = ("every seat of every train game is played by a trained model (num_actors == num_players, and no "
+           "'opponent' in seats)")
+    fix = "leave the opponent a seat (num_actors=1 in a 2-player game, or 'opponent' in seats)"
+    if strategy in DRAWS_OPPONENTS:
+        raise ValueError(f"opponent_sampling_strategy={strategy!r} draws opponents, but {why}, so none would ever "
+                         f"play: {fix}, or use opponent_sampling_strategy='mirror' for self-play")
+    if cfg.samplers.fixed_opponents != SamplerConfig().fixed_opponents:
+        raise ValueError(f"fixed_opponents {list(cfg.samplers.fixed_opponents)} would never play: {why}, and "
+                         f"opponent_sampling_strategy={strategy!r} draws no opponent: {fix} and set "
+                         "opponent_sampling_strategy='fixed', or leave fixed_opponents out")
 
 
 @dataclass(init=False)
@@ -564,11 +615,13 @@ class BuildConfig:
             except (FileNotFoundError, ValueError) as exc:
                 raise ValueError(f"{'model_name' if len(self.models) == 1 else f'models[{i}].model_name'}: "
                                  f"{exc}") from None
-        for model in self.models:
-            if model.warm_start is not None:
-                _apply_warm_start(model)
+        nested_models = "models" in arguments
+        for i, model in enumerate(self.models):
+            _check_learner_device(model.learner_device, f"models[{i}].learner_device" if nested_models
+                                  else "learner_device", local=self.ray_address is None)
         _check_seats(self)
-        self.samplers.fixed_opponents = _check_opponents(self)
+        infos = [_check_model(model, i, nested_models) for i, model in enumerate(self.models)]
+        self.samplers.fixed_opponents = _check_opponents(self, infos[0])
 
     def __getattr__(self, name: str) -> Any:
         """The seed's flat names, read-only: ``cfg.batch_size`` is ``cfg.models[0].learner``'s (or its default)."""

@@ -2,7 +2,9 @@
 
 Resource layout: the Tracker, registry, scheduler, buffer and collector are light (``num_cpus=0``).
 The learner takes one CPU (and one GPU when there is one); each inference actor takes one CPU or
-one GPU. On a 2-core laptop that is one core generating and one core learning, concurrently.
+one GPU. On a 2-core laptop that is one core generating and one core learning, concurrently. A run
+asking for more CPUs or GPUs than the cluster has would wait forever for its actors: once Ray is up,
+and before any actor starts, :func:`check_resources` refuses it, naming the requests and the setting.
 
 On a cluster the light actors live on the driver's node (which the run cannot outlive anyway), and
 so does the learner when that node has the CPU/GPU it needs; the inference actors spread over the
@@ -30,6 +32,7 @@ from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
 from unstable.learners.loop import TurnLock
+from unstable.models.checks import check_adapter, check_model
 from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
@@ -142,6 +145,10 @@ def start_actors(cfg, run_name: str) -> Actors:
     # where each model resumes (one point per model; they share the run's state snapshot)
     points = {m.name: find_resume_point(cfg.resume_from, lineage[m.name]) for m in models} if cfg.resume_from else {}
     resume = points[models[0].name] if points else None
+    for m in models:  # the checkpoint each learner starts from must fit its base model (model_name may be new)
+        point = points.get(m.name)
+        if point is not None and point.checkpoint is not None:
+            check_adapter(str(point.checkpoint), "the checkpoint to resume from", check_model(m.model_name))
     try:  # W&B is optional: without an API key it logs offline, and we say so once, here
         wandb = wandb_plan(cfg.tracker.wandb_project, cfg.tracker.use_wandb)
     except ImportError as exc:
@@ -149,6 +156,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     if wandb.notice:
         print(f"unstable: {wandb.notice}", flush=True)
     ensure_ray(cfg.ray_address)
+    check_resources(models, ray.cluster_resources())
     driver_node = ray.get_runtime_context().get_node_id()
     # hard affinity: a soft one lets Ray place them on any node whose worker pool is less busy
     light = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(driver_node, soft=False)}
@@ -193,7 +201,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
 
-    learner_gpus, gpus_per_actor, default_actors = gpu_layout(int(ray.cluster_resources().get("GPU", 0)))
+    learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(ray.cluster_resources()))
     checkpoints_dir = ray.get(tracker.get_checkpoints_dir.remote())
     turn_lock = None
     if several:  # they take turns on the learner's device instead of oversubscribing it
@@ -218,8 +226,8 @@ def start_actors(cfg, run_name: str) -> Actors:
                        "restore_training_state": True}
         placement = _near(driver_node, 1, learner_gpus)
         learner_kwargs, algorithm_kwargs = m.learner_settings(learner_cls)
-        learner = actor_class(learner_cls).options(
-            num_cpus=1 / len(models), num_gpus=learner_gpus / len(models), **placement).remote(
+        cpus, gpus = _learner_share(learner_gpus, len(models))
+        learner = actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus, **placement).remote(
             model_name=m.model_name, lora_cfg=m.lora_cfg, **learner_kwargs,
             buffer=buffer, tracker=tracker, model_registry=registry,
             output_dir=os.path.join(checkpoints_dir, m.name) if several else checkpoints_dir,
@@ -252,18 +260,16 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
     backend indices, and each lineage's sampling settings. The groups split the inference share of
     :func:`gpu_layout` between them: on CPU one CPU's worth of Ray's resources, on one GPU its
     inference half, on several GPUs each inference GPU holds an actor of every group."""
-    by_base: dict[str, list] = {}
-    for m in models:
-        by_base.setdefault(m.model_name, []).append(m)
+    by_base = _engine_groups(models)
     backends: list[Any] = []
     groups: dict[str, list[int]] = {}
     samplings: dict[str | None, Any] = {}
-    for k, (_, group) in enumerate(by_base.items()):
+    for k, group in enumerate(by_base):
         first = group[0]
         backend = choose_backend(first.inference.get("backend", "auto"))
         num_actors = first.inference.get("num_actors") or default_actors
-        # the groups split the inference share between them: one GPU (or CPU) holds them all
-        engine = inference_config(first, backend, num_actors, gpus_per_actor / len(by_base), 1 / len(by_base))
+        cpus, gpus = _engine_share(gpus_per_actor, len(by_base))
+        engine = inference_config(first, backend, num_actors, gpus, cpus)
         prefix = "inference" if len(by_base) == 1 else f"inference-{k}"
         indices = list(range(len(backends), len(backends) + num_actors))
         backends.extend(start_inference_backends(engine, prefix=prefix))
@@ -271,6 +277,67 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
             groups[lineage[m.name]] = indices
             samplings[lineage[m.name]] = inference_config(m, backend, num_actors, gpus_per_actor).sampling
     return backends, groups, samplings
+
+
+def _engine_groups(models) -> list[list]:
+    """The models grouped by base model, in order: each group shares one set of inference actors."""
+    by_base: dict[str, list] = {}
+    for m in models:
+        by_base.setdefault(m.model_name, []).append(m)
+    return list(by_base.values())
+
+
+def _engine_share(gpus_per_actor: float, num_groups: int) -> tuple[float, float]:
+    """(CPUs, GPUs) of one inference actor: the groups split the inference share of :func:`gpu_layout`
+    (one GPU, or one CPU, holds them all); an actor on a GPU reserves no CPU."""
+    gpus = gpus_per_actor / num_groups
+    return (0.0 if gpus else 1 / num_groups), gpus
+
+
+def _learner_share(learner_gpus: float, num_models: int) -> tuple[float, float]:
+    """(CPUs, GPUs) of one learner: the learners share one CPU and the learner's GPU share."""
+    return 1 / num_models, learner_gpus / num_models
+
+
+def _gpus(resources: dict[str, float]) -> int:
+    return int(resources.get("GPU", 0))
+
+
+def check_resources(models, cluster: dict[str, float]) -> None:
+    """Refuse a run whose actors the cluster can never hold all at once (they would wait forever).
+
+    Counts what :func:`start_actors` asks Ray for: the learners and the inference actors (the
+    Tracker, registry, scheduler, buffers and collector reserve nothing), against the cluster's
+    total CPUs and GPUs (``ray.cluster_resources()``). Also refuses a CUDA learner on a cluster
+    without GPUs.
+    """
+    learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(cluster))
+    cuda = [m.learner_device for m in models if (m.learner_device or "").startswith("cuda")]
+    if cuda and not learner_gpus:
+        raise ValueError(f"learner_device={cuda[0]!r}, but the Ray cluster has no GPU "
+                         f"({_amounts(cluster)}), so the learner would find no CUDA device: use 'cpu' or None, or "
+                         "join a cluster with GPUs (ray_address=...)")
+    rows = [("the learner" if len(models) == 1 else f"the learner of {m.name}", 1,
+             *_learner_share(learner_gpus, len(models))) for m in models]
+    groups = _engine_groups(models)
+    for group in groups:
+        count = group[0].inference.get("num_actors") or default_actors
+        label = f"{count} inference actor{'s' if count > 1 else ''}"
+        rows.append((label if len(groups) == 1 else f"{label} of {group[0].model_name}", count,
+                     *_engine_share(gpus_per_actor, len(groups))))
+    asked = {"CPU": sum(n * c for _, n, c, _ in rows), "GPU": sum(n * g for _, n, _, g in rows)}
+    short = [k for k, v in asked.items() if v > cluster.get(k, 0) + 1e-9]
+    if not short:
+        return
+    parts = "; ".join(f"{what} {_amounts({'CPU': c, 'GPU': g})}{' each' if n > 1 else ''}" for what, n, c, g in rows)
+    raise ValueError(f"the run asks Ray for {_amounts(asked)} ({parts}), but the cluster has {_amounts(cluster)}, so "
+                     f"its actors would wait forever for {' and '.join(short)}: lower num_inference_actors "
+                     "(inference['num_actors']), or give Ray more (ray.init(num_cpus=...) before build(), or a "
+                     "larger cluster with ray_address=...)")
+
+
+def _amounts(resources: dict[str, float]) -> str:
+    return " and ".join(f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU"))
 
 
 def _has_checkpoints(checkpoints_dir: str, names: list[str]) -> bool:
