@@ -183,6 +183,21 @@ def test_resume_falls_back_to_the_newest_complete_checkpoint_and_says_what_it_dr
     assert "dropping ckpt-3" in capsys.readouterr().out
 
 
+def test_resume_sets_aside_a_marked_checkpoint_without_its_optimiser_state(tmp_path, capsys):
+    """A checkpoint with its COMPLETE marker but no trainer_state.pt (damaged after the write) used
+    to stop --resume with an error; it is set aside like an incomplete one."""
+    run = _damaged_run(tmp_path / "run")
+    (run / "checkpoints" / "ckpt-3" / "trainer_state.pt").unlink()
+    (run / "checkpoints" / "ckpt-2" / "trainer_state.pt").unlink()
+    point = find_resume_point(run)
+    assert (point.version, point.checkpoint) == (1, run / "checkpoints" / "ckpt-1")
+    assert sorted(os.listdir(run / "checkpoints")) == ["ckpt-1", "ckpt-2.incomplete", "ckpt-3.incomplete"]
+    assert point.state["registry"]["current"] == {"model": "ckpt-1"} and point.state["learner_version"] == 1
+    out = capsys.readouterr().out
+    assert "ckpt-3 has no trainer_state.pt" in out and "ckpt-2 has no trainer_state.pt" in out
+    assert "dropping ckpt-2, ckpt-3" in out
+
+
 def test_buffer_counts_trajectories_and_drops_duplicates():
     from test_buffers import make_game  # the buffer tests' two-seat game
 

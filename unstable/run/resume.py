@@ -16,7 +16,8 @@ are removed; a checkpoint is only registered once it is complete, so the registr
 partial one). A complete checkpoint newer than the state snapshot (killed between the two writes)
 is registered on resume. So a kill loses at most the learner step in progress, the games in flight
 and the buffer's contents (re-collected with the resumed policy). A checkpoint without its marker
-(damaged, half-copied) is set aside as ``ckpt-N.incomplete`` and the snapshot's registry is rolled
+(damaged, half-copied), or with it but without ``trainer_state.pt``, is set aside as
+``ckpt-N.incomplete`` and the snapshot's registry is rolled
 back to the newest complete checkpoint (:func:`roll_back_registry`); a resume says what it dropped.
 """
 
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 RUN_STATE_FILE = "run_state.json"
 REGISTRY_FILE = os.path.join("registry", "registry.json")
+TRAINER_STATE = "trainer_state.pt"  # the learner's TRAINER_STATE_FILE (not imported: that module imports torch)
 _TAIL_BYTES = 4 << 20  # how much of the newest transcripts file is read to find the last game ids
 
 
@@ -110,18 +112,15 @@ def find_resume_point(run_dir: str | os.PathLike, lineage: str | None = None) ->
     removed = ckpt.clean_partial(ckpt_dir)
     if removed:
         log.warning("resume: removed %d unfinished checkpoint write(s) in %s: %s", len(removed), ckpt_dir, removed)
-    latest = ckpt.latest_complete(ckpt_dir)
+    damaged = []  # (version, what is wrong, where it was set aside)
+    while (latest := ckpt.latest_complete(ckpt_dir)) is not None and not (latest[1] / TRAINER_STATE).is_file():
+        damaged.append((latest[0], f"has no {TRAINER_STATE} (its optimiser state)", _set_aside(ckpt_dir, latest[0])))
     version, path = latest if latest is not None else (0, None)
     for v in sorted(v for v in ckpt.list_checkpoints(ckpt_dir) if v > version):
-        # damaged or half-copied (no COMPLETE marker): set aside, never deleted, and resume before it
-        aside = ckpt_dir / f"ckpt-{v}.incomplete"
-        if aside.exists():
-            aside = ckpt_dir / f"ckpt-{v}.incomplete-{int(time.time())}"
-        (ckpt_dir / f"ckpt-{v}").rename(aside)
-        _say(f"resume: {ckpt_dir / f'ckpt-{v}'} has no COMPLETE marker (damaged or half-copied); set it aside as "
-             f"{aside.name} and resuming from {f'ckpt-{version}' if version else 'the base weights'}")
-    if path is not None and not (path / "trainer_state.pt").is_file():
-        raise ValueError(f"{path} has no trainer_state.pt (optimiser state); it cannot be resumed from")
+        damaged.append((v, f"has no {ckpt.COMPLETE_MARKER} marker", _set_aside(ckpt_dir, v)))
+    for v, what, aside in sorted(damaged):
+        _say(f"resume: {ckpt_dir / f'ckpt-{v}'} {what} (damaged or half-copied); set it aside as {aside} and "
+             f"resuming from {f'ckpt-{version}' if version else 'the base weights'}")
     state = None
     state_path = root / RUN_STATE_FILE
     if state_path.is_file():
@@ -140,6 +139,16 @@ def find_resume_point(run_dir: str | os.PathLike, lineage: str | None = None) ->
                  f"{', '.join(dropped) or 'nothing'} (ratings of the others keep the games played against them)")
         _skip_issued_games(state["scheduler"], root)
     return ResumePoint(root, version, path, state, lineage)
+
+
+def _set_aside(ckpt_dir: Path, version: int) -> str:
+    """Rename a damaged ``ckpt-N`` to ``ckpt-N.incomplete`` (never deleted; no longer a checkpoint to
+    resume from or to register); returns the new name."""
+    aside = ckpt_dir / f"ckpt-{version}.incomplete"
+    if aside.exists():
+        aside = ckpt_dir / f"ckpt-{version}.incomplete-{int(time.time())}"
+    (ckpt_dir / f"ckpt-{version}").rename(aside)
+    return aside.name
 
 
 def roll_back_registry(registry_state: dict[str, Any], lineage: str, version: int) -> list[str]:
