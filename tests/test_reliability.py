@@ -198,6 +198,31 @@ def test_resume_sets_aside_a_marked_checkpoint_without_its_optimiser_state(tmp_p
     assert "dropping ckpt-2, ckpt-3" in out
 
 
+def test_a_moved_run_directory_resumes_with_its_checkpoints_at_the_new_place(tmp_path):
+    """The registry kept absolute checkpoint paths, so a run directory moved or copied elsewhere
+    resumed into games that all failed (no adapter at the old path)."""
+    from unstable.cli.commands import run_checkpoint
+    from unstable.run.resume import portable_registry
+
+    old = _damaged_run(tmp_path / "old")
+    saved = json.loads((old / RUN_STATE_FILE).read_text())["registry"]["models"]
+    assert {m["uid"]: m["path_or_name"] for m in saved if m["iteration"]} == {
+        f"ckpt-{v}": os.path.join("checkpoints", f"ckpt-{v}") for v in (1, 2, 3)}
+    (old / "config.json").write_text(json.dumps({"model_name": "m"}))
+    new = tmp_path / "elsewhere" / "moved"
+    new.parent.mkdir()
+    shutil.move(str(old), str(new))
+    point = find_resume_point(new)
+    paths = {m["uid"]: m["path_or_name"] for m in point.state["registry"]["models"]}
+    assert paths["ckpt-3"] == str(new / "checkpoints" / "ckpt-3") and paths["random"] == "random"
+    assert all(os.path.isdir(paths[f"ckpt-{v}"]) for v in (1, 2, 3))
+    assert run_checkpoint(str(new), "ckpt-2")[1] == str(new / "checkpoints" / "ckpt-2")  # unstable eval --run
+    # a path outside the run directory (a user's adapter, a fixed opponent) stays as it was
+    state = {"models": [{"uid": "a", "fixed": True, "path_or_name": "/adapters/a"},
+                        {"uid": "b", "fixed": False, "path_or_name": "/elsewhere/ckpt-1"}]}
+    assert portable_registry(state, "/runs/r") == state
+
+
 def test_buffer_counts_trajectories_and_drops_duplicates():
     from test_buffers import make_game  # the buffer tests' two-seat game
 

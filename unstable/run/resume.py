@@ -5,7 +5,8 @@ What a run directory keeps for this (all written atomically: temp file or dir, t
 * ``checkpoints/ckpt-N/`` (with several trainable models, ``checkpoints/<model>/ckpt-N/``): the
   adapter, ``trainer_state.pt`` (optimiser and RNG states, the version) and a ``COMPLETE`` marker,
   written by the learner after each update;
-* ``run_state.json``: the registry (every checkpoint, ratings, match counts), the scheduler
+* ``run_state.json``: the registry (every checkpoint, ratings, match counts; the paths of the
+  checkpoints relative to the run directory, so a moved or copied one resumes), the scheduler
   (game-id and seed counters, RNG states) and the tracker (learner step, counters), written by
   :class:`RunStateWriter` after each checkpoint is registered and when the run ends;
 * ``config.json``: ``build()``'s settings plus ``start()``'s, so ``unstable train --resume RUN_DIR``
@@ -56,7 +57,7 @@ class RunStateWriter:
         self.registry, self.scheduler, self.tracker = registry, scheduler, tracker
 
     def __call__(self, learner_version: int) -> None:
-        registry = call(self.registry, "state_dict")
+        registry = portable_registry(call(self.registry, "state_dict"), self.run_dir)
         state = {
             "format": 1,
             "time": time.time(),
@@ -68,6 +69,29 @@ class RunStateWriter:
         }
         atomic_write_json(os.path.join(self.run_dir, REGISTRY_FILE), state["registry"])
         atomic_write_json(os.path.join(self.run_dir, RUN_STATE_FILE), state)
+
+
+def portable_registry(registry_state: dict[str, Any], run_dir: str | os.PathLike) -> dict[str, Any]:
+    """A registry snapshot whose learner checkpoint paths inside ``run_dir`` are relative to it, so
+    that a run directory moved or copied elsewhere still resumes (:func:`resolve_registry_paths`).
+    Other paths (a fixed opponent's adapter, a checkpoint kept elsewhere) stay as they are."""
+    root = os.path.abspath(run_dir)
+    models = []
+    for m in registry_state.get("models", []):
+        path = m.get("path_or_name")
+        if not m["fixed"] and path and os.path.isabs(path) and os.path.commonpath([root, path]) == root:
+            m = {**m, "path_or_name": os.path.relpath(path, root)}
+        models.append(m)
+    return {**registry_state, "models": models}
+
+
+def resolve_registry_paths(registry_state: dict[str, Any], run_dir: str | os.PathLike) -> None:
+    """Undo :func:`portable_registry` (in place): relative learner checkpoint paths become paths
+    under ``run_dir``, wherever the run directory is now."""
+    for m in registry_state.get("models", []):
+        path = m.get("path_or_name")
+        if not m["fixed"] and path and not os.path.isabs(path):
+            m["path_or_name"] = os.path.join(str(run_dir), path)
 
 
 def lineage_versions(registry_state: dict[str, Any]) -> dict[str, int]:
@@ -127,6 +151,7 @@ def find_resume_point(run_dir: str | os.PathLike, lineage: str | None = None) ->
         state = json.loads(state_path.read_text(encoding="utf-8"))
         if state.get("format") != 1:
             raise ValueError(f"{state_path}: unknown run state format {state.get('format')!r}")
+        resolve_registry_paths(state["registry"], root)  # where the run directory is now
         saved = state["learner_version"] if lineage is None else \
             state.get("learner_versions", lineage_versions(state["registry"])).get(lineage, 0)
         if saved > version:  # its newer checkpoints are gone or damaged: the registry goes back to ckpt-{version}
