@@ -160,7 +160,8 @@ def start_actors(cfg, run_name: str) -> Actors:
                          f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     tracker = actor_class(Tracker).options(**light, name="Tracker").remote(
         run_name=run_name, wandb_project=cfg.tracker.wandb_project, run_dir=run_dir, use_wandb=wandb.enabled,
-        wandb_mode=wandb.mode, config=cfg.to_dict())
+        wandb_mode=wandb.mode, config=cfg.to_dict(),
+        wandb_id=resume.state["tracker"].get("wandb_id") if resume and resume.state else None)
     run_dir = ray.get(tracker.get_run_dir.remote())
     registry = actor_class(ModelRegistry).options(**light).remote(tracker=tracker)
     if resume and resume.state:
