@@ -223,6 +223,49 @@ def test_a_moved_run_directory_resumes_with_its_checkpoints_at_the_new_place(tmp
     assert portable_registry(state, "/runs/r") == state
 
 
+def test_resume_restores_the_role_baselines_and_counts_the_buffered_steps_it_drops(tmp_path, capsys):
+    """A resume restarted the RAE baselines from zero and dropped the buffer's contents without a word."""
+    from test_buffers import default_buffer, make_game
+
+    from unstable.run.resume import RunStateWriter, restore_buffers
+
+    run = _damaged_run(tmp_path / "run")
+    state = json.loads((run / RUN_STATE_FILE).read_text())
+    buffer = default_buffer()
+    for game_id in range(3):
+        buffer.add_game(make_game(game_id))
+    registry, scheduler, tracker = (_Fixed(state[k]) for k in ("registry", "scheduler", "tracker"))
+    RunStateWriter(run, registry, scheduler, tracker, {"model": buffer}, stopped=True)(3)  # a run that stops
+    point = find_resume_point(run)
+    fresh = default_buffer()
+    assert restore_buffers(point.state, {"model": fresh}) == 12  # 3 games x 4 steps
+    assert "12 buffered steps from the previous run were not restored" in capsys.readouterr().out
+    baselines = buffer.final_reward_transformation.transforms[0].baselines
+    assert fresh.final_reward_transformation.transforms[0].baselines == baselines != {}
+    assert fresh.size() == 0
+    # a kill: the snapshot is the last checkpoint's, so how many steps were lost is not known
+    RunStateWriter(run, registry, scheduler, tracker, {"model": buffer})(3)
+    fresh = default_buffer()
+    assert restore_buffers(find_resume_point(run).state, {"model": fresh}) is None
+    assert "stopped without saving its state (killed)" in capsys.readouterr().out
+    assert fresh.final_reward_transformation.transforms[0].baselines == baselines
+    # resumed with other reward transforms: said, and the baselines start afresh
+    plain = StepBuffer(100, final_reward_transformation=unstable.reward_transformations.RoleAdvantageFormatter())
+    restore_buffers(find_resume_point(run).state, {"model": plain})
+    assert "the final reward transform of model's buffer differs" in capsys.readouterr().out
+    assert plain.final_reward_transformation.baselines == {}
+
+
+class _Fixed:
+    """A component whose state_dict() is a given snapshot."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def state_dict(self):
+        return self.state
+
+
 def test_buffer_counts_trajectories_and_drops_duplicates():
     from test_buffers import make_game  # the buffer tests' two-seat game
 

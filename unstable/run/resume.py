@@ -7,7 +7,8 @@ What a run directory keeps for this (all written atomically: temp file or dir, t
   written by the learner after each update;
 * ``run_state.json``: the registry (every checkpoint, ratings, match counts; the paths of the
   checkpoints relative to the run directory, so a moved or copied one resumes), the scheduler
-  (game-id and seed counters, RNG states) and the tracker (learner step, counters), written by
+  (game-id and seed counters, RNG states), the tracker (learner step, counters, W&B run id) and
+  the buffers (RAE baselines; the steps held, counted as dropped on resume), written by
   :class:`RunStateWriter` after each checkpoint is registered and when the run ends;
 * ``config.json``: ``build()``'s settings plus ``start()``'s, so ``unstable train --resume RUN_DIR``
   needs nothing else.
@@ -16,10 +17,11 @@ What a run directory keeps for this (all written atomically: temp file or dir, t
 are removed; a checkpoint is only registered once it is complete, so the registry never points at a
 partial one). A complete checkpoint newer than the state snapshot (killed between the two writes)
 is registered on resume. So a kill loses at most the learner step in progress, the games in flight
-and the buffer's contents (re-collected with the resumed policy). A checkpoint without its marker
-(damaged, half-copied), or with it but without ``trainer_state.pt``, is set aside as
-``ckpt-N.incomplete`` and the snapshot's registry is rolled
-back to the newest complete checkpoint (:func:`roll_back_registry`); a resume says what it dropped.
+and the buffer's contents (re-collected with the resumed policy; after a stop they are counted,
+:func:`restore_buffers`). A checkpoint without its marker (damaged, half-copied), or with it but
+without ``trainer_state.pt``, is set aside as ``ckpt-N.incomplete`` and the snapshot's registry is
+rolled back to the newest complete checkpoint (:func:`roll_back_registry`); a resume says what it
+dropped.
 """
 
 from __future__ import annotations
@@ -46,15 +48,20 @@ _TAIL_BYTES = 4 << 20  # how much of the newest transcripts file is read to find
 
 
 class RunStateWriter:
-    """Snapshots the registry, scheduler and tracker into ``<run_dir>/run_state.json``.
+    """Snapshots the registry, scheduler, tracker and buffers into ``<run_dir>/run_state.json``.
 
     A plain object holding actor handles (or local objects), so it can be handed to the learner
-    as its ``on_checkpoint`` hook and called there after each registered checkpoint.
+    as its ``on_checkpoint`` hook and called there after each registered checkpoint. ``buffers``:
+    each model's buffer, by model name (their final reward transforms' RAE baselines are saved);
+    ``stopped=True`` for the snapshot of a run that stops, whose buffers' contents are then what
+    the run leaves behind (a resume counts them as dropped, :func:`restore_buffers`).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, registry: Any, scheduler: Any, tracker: Any):
+    def __init__(self, run_dir: str | os.PathLike, registry: Any, scheduler: Any, tracker: Any,
+                 buffers: dict[str, Any] | None = None, stopped: bool = False):
         self.run_dir = str(run_dir)
         self.registry, self.scheduler, self.tracker = registry, scheduler, tracker
+        self.buffers, self.stopped = dict(buffers or {}), stopped
 
     def __call__(self, learner_version: int) -> None:
         registry = portable_registry(call(self.registry, "state_dict"), self.run_dir)
@@ -66,6 +73,8 @@ class RunStateWriter:
             "registry": registry,
             "scheduler": call(self.scheduler, "state_dict"),
             "tracker": call(self.tracker, "state_dict"),
+            "buffers": {name: call(buffer, "state_dict") for name, buffer in self.buffers.items()},
+            "stopped": self.stopped,
         }
         atomic_write_json(os.path.join(self.run_dir, REGISTRY_FILE), state["registry"])
         atomic_write_json(os.path.join(self.run_dir, RUN_STATE_FILE), state)
@@ -198,6 +207,32 @@ def roll_back_registry(registry_state: dict[str, Any], lineage: str, version: in
             current.pop(lineage, None)
     elif dropped:
         registry_state["current"] = keep["uid"] if keep is not None else None
+    return dropped
+
+
+def restore_buffers(state: dict[str, Any] | None, buffers: dict[str, Any]) -> int | None:
+    """Give each model's buffer (by model name) its saved state: the RAE baselines of its final reward
+    transform. The Steps the previous run left in its buffers are not restored (they come from older
+    policy versions; the resumed policy collects afresh): says how many, and returns that number, or
+    ``None`` when it is not known (the run was killed, or its snapshot is older than this count)."""
+    saved = (state or {}).get("buffers") or {}
+    for name, buffer in buffers.items():
+        if name not in saved:
+            continue
+        try:
+            call(buffer, "load_state_dict", saved[name])
+        except ValueError as exc:  # the run was resumed with other reward transforms
+            _say(f"resume: the final reward transform of {name}'s buffer differs from the previous run's ({exc}); "
+                 "its role baselines start afresh")
+    if not saved:
+        return None
+    if not state.get("stopped"):
+        _say("resume: the previous run stopped without saving its state (killed), so the steps in its buffer "
+             "then were lost (not counted)")
+        return None
+    dropped = sum(int(b.get("steps", 0)) for b in saved.values())
+    _say(f"resume: {dropped} buffered steps from the previous run were not restored (they came from older "
+         "policy versions; the resumed policy collects afresh)")
     return dropped
 
 
