@@ -333,26 +333,45 @@ def test_readme_several_models_example_runs_scaled_down(ray_session, monkeypatch
 
 @pytest.mark.slow
 def test_a_run_with_two_models_resumes_both_lineages(ray_session, tiny_model_dir, tmp_path):
-    """Stop after 2 updates per model, resume to 3: each learner continues from its own newest
-    checkpoint (optimiser state included), and the registry keeps both lineages."""
+    """Stop after 2 updates per model, move the run directory, resume to 3: each learner continues
+    from its own newest checkpoint (optimiser state included), the registry keeps both lineages at
+    their new place, each buffer its RAE baselines, the tracker its W&B run (offline here), and the
+    buffered steps left behind are counted."""
+    import shutil
+
     import torch
 
     import unstable
+    from unstable.tracking import read_metrics
 
-    run = unstable.build(**two_model_kwargs(tiny_model_dir, tmp_path, run_name="two"))
+    run = unstable.build(**two_model_kwargs(tiny_model_dir, tmp_path, run_name="two", wandb_project="unstable-tests"))
     try:
         run.start(learning_steps=2, num_collection_workers=8, num_eval_workers=0)
     finally:
         run.stop()
-    run_dir = run.run_dir
-    state = json.loads(Path(run_dir, "run_state.json").read_text())
+    state = json.loads(Path(run.run_dir, "run_state.json").read_text())
     assert state["learner_versions"] == {"alice": 2, "bob": 2}
+    assert state["stopped"] and set(state["buffers"]) == {"alice", "bob"} and state["tracker"]["wandb_id"]
+    assert all(b["final_reward_transformation"]["transforms"][0]["baselines"] for b in state["buffers"].values())
+    run_dir = str(tmp_path / "moved" / "two")  # resumed elsewhere: checkpoint paths are relative to the run
+    shutil.move(run.run_dir, run_dir)
     resumed = unstable.build(resume_from=run_dir)
     try:
-        assert resumed.actors.start_versions == {"alice": 2, "bob": 2}
+        a = resumed.actors
+        assert a.start_versions == {"alice": 2, "bob": 2}
+        for name, buffer in a.buffers.items():
+            restored = ray_session.get(buffer.state_dict.remote())["final_reward_transformation"]
+            assert restored == state["buffers"][name]["final_reward_transformation"]
+        assert ray_session.get(a.tracker.get_interface_info.remote())["wandb"]["id"] == state["tracker"]["wandb_id"]
+        paths = [m["path_or_name"] for m in ray_session.get(a.registry.get_all_models.remote()) if m["iteration"]]
+        assert len(paths) == 4 and all(p.startswith(run_dir) and os.path.isdir(p) for p in paths)
         summary = resumed.start(learning_steps=3, num_collection_workers=8, num_eval_workers=0)
     finally:
         resumed.stop()
+    dropped = sum(b["steps"] for b in state["buffers"].values())
+    assert summary["resume"] == {"from_version": 2, "buffer_dropped": dropped}
+    assert {"buffer/dropped_on_resume": dropped}.items() <= next(
+        m for m in read_metrics(run_dir) if "buffer/dropped_on_resume" in m).items()
     assert [u for u in summary["checkpoints"] if u.startswith("alice")] == [
         "alice-base", "alice-ckpt-1", "alice-ckpt-2", "alice-ckpt-3"]
     assert [u for u in summary["checkpoints"] if u.startswith("bob")] == [

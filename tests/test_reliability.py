@@ -220,6 +220,89 @@ def test_a_resume_with_nothing_to_train_leaves_config_json_as_it_was(tmp_path, c
                                             "learning_steps": 6, "num_collection_workers": 3, "num_eval_workers": 16}
 
 
+def test_resume_sets_aside_a_marked_checkpoint_without_its_optimiser_state(tmp_path, capsys):
+    """A checkpoint with its COMPLETE marker but no trainer_state.pt (damaged after the write) used
+    to stop --resume with an error; it is set aside like an incomplete one."""
+    run = _damaged_run(tmp_path / "run")
+    (run / "checkpoints" / "ckpt-3" / "trainer_state.pt").unlink()
+    (run / "checkpoints" / "ckpt-2" / "trainer_state.pt").unlink()
+    point = find_resume_point(run)
+    assert (point.version, point.checkpoint) == (1, run / "checkpoints" / "ckpt-1")
+    assert sorted(os.listdir(run / "checkpoints")) == ["ckpt-1", "ckpt-2.incomplete", "ckpt-3.incomplete"]
+    assert point.state["registry"]["current"] == {"model": "ckpt-1"} and point.state["learner_version"] == 1
+    out = capsys.readouterr().out
+    assert "ckpt-3 has no trainer_state.pt" in out and "ckpt-2 has no trainer_state.pt" in out
+    assert "dropping ckpt-2, ckpt-3" in out
+
+
+def test_a_moved_run_directory_resumes_with_its_checkpoints_at_the_new_place(tmp_path):
+    """The registry kept absolute checkpoint paths, so a run directory moved or copied elsewhere
+    resumed into games that all failed (no adapter at the old path)."""
+    from unstable.cli.commands import run_checkpoint
+    from unstable.run.resume import portable_registry
+
+    old = _damaged_run(tmp_path / "old")
+    saved = json.loads((old / RUN_STATE_FILE).read_text())["registry"]["models"]
+    assert {m["uid"]: m["path_or_name"] for m in saved if m["iteration"]} == {
+        f"ckpt-{v}": os.path.join("checkpoints", f"ckpt-{v}") for v in (1, 2, 3)}
+    (old / "config.json").write_text(json.dumps({"model_name": "m"}))
+    new = tmp_path / "elsewhere" / "moved"
+    new.parent.mkdir()
+    shutil.move(str(old), str(new))
+    point = find_resume_point(new)
+    paths = {m["uid"]: m["path_or_name"] for m in point.state["registry"]["models"]}
+    assert paths["ckpt-3"] == str(new / "checkpoints" / "ckpt-3") and paths["random"] == "random"
+    assert all(os.path.isdir(paths[f"ckpt-{v}"]) for v in (1, 2, 3))
+    assert run_checkpoint(str(new), "ckpt-2")[1] == str(new / "checkpoints" / "ckpt-2")  # unstable eval --run
+    # a path outside the run directory (a user's adapter, a fixed opponent) stays as it was
+    state = {"models": [{"uid": "a", "fixed": True, "path_or_name": "/adapters/a"},
+                        {"uid": "b", "fixed": False, "path_or_name": "/elsewhere/ckpt-1"}]}
+    assert portable_registry(state, "/runs/r") == state
+
+
+def test_resume_restores_the_role_baselines_and_counts_the_buffered_steps_it_drops(tmp_path, capsys):
+    """A resume restarted the RAE baselines from zero and dropped the buffer's contents without a word."""
+    from test_buffers import default_buffer, make_game
+
+    from unstable.run.resume import RunStateWriter, restore_buffers
+
+    run = _damaged_run(tmp_path / "run")
+    state = json.loads((run / RUN_STATE_FILE).read_text())
+    buffer = default_buffer()
+    for game_id in range(3):
+        buffer.add_game(make_game(game_id))
+    registry, scheduler, tracker = (_Fixed(state[k]) for k in ("registry", "scheduler", "tracker"))
+    RunStateWriter(run, registry, scheduler, tracker, {"model": buffer}, stopped=True)(3)  # a run that stops
+    point = find_resume_point(run)
+    fresh = default_buffer()
+    assert restore_buffers(point.state, {"model": fresh}) == 12  # 3 games x 4 steps
+    assert "12 buffered steps from the previous run were not restored" in capsys.readouterr().out
+    baselines = buffer.final_reward_transformation.transforms[0].baselines
+    assert fresh.final_reward_transformation.transforms[0].baselines == baselines != {}
+    assert fresh.size() == 0
+    # a kill: the snapshot is the last checkpoint's, so how many steps were lost is not known
+    RunStateWriter(run, registry, scheduler, tracker, {"model": buffer})(3)
+    fresh = default_buffer()
+    assert restore_buffers(find_resume_point(run).state, {"model": fresh}) is None
+    assert "stopped without saving its state (killed)" in capsys.readouterr().out
+    assert fresh.final_reward_transformation.transforms[0].baselines == baselines
+    # resumed with other reward transforms: said, and the baselines start afresh
+    plain = StepBuffer(100, final_reward_transformation=unstable.reward_transformations.RoleAdvantageFormatter())
+    restore_buffers(find_resume_point(run).state, {"model": plain})
+    assert "the final reward transform of model's buffer differs" in capsys.readouterr().out
+    assert plain.final_reward_transformation.baselines == {}
+
+
+class _Fixed:
+    """A component whose state_dict() is a given snapshot."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def state_dict(self):
+        return self.state
+
+
 def test_buffer_counts_trajectories_and_drops_duplicates():
     from test_buffers import make_game  # the buffer tests' two-seat game
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -114,6 +115,29 @@ def test_compose_final_applies_in_order():
     assert retra.ComposeFinalRewardTransforms([double, add_one])(3.0, 0, "E") == 7.0
     assert retra.ComposeFinalRewardTransforms([add_one, double])(3.0, 0, "E") == 8.0
     assert retra.ComposeFinalRewardTransforms([])(3.0, 0) == 3.0
+
+
+def test_role_baselines_survive_a_json_round_trip_into_fresh_transforms():
+    """A resumed run restarted the RAE baselines from zero: they are now saved in run_state.json."""
+    final = retra.default_transforms()[0]
+    by_pid = retra.RoleAdvantageFormatter(tau=0.5)
+    for reward, pid, env in [(1.0, 0, "A"), (-1.0, 1, "A"), (1.0, 0, "B")]:
+        final(reward, pid, env)
+        by_pid(reward, pid, env)
+    state = json.loads(json.dumps(final.state_dict()))
+    again = retra.default_transforms()[0]
+    again.load_state_dict(state)
+    assert again.transforms[0].baselines == final.transforms[0].baselines == {
+        ("A", 0): 0.001, ("A", 1): -0.001, ("B", 0): 0.001}
+    assert again(1.0, 0, "A") == final(1.0, 0, "A") == 0.999
+    other = retra.RoleAdvantageFormatter(tau=0.5)
+    other.load_state_dict(json.loads(json.dumps(by_pid.state_dict())))
+    assert other.baselines == by_pid.baselines == {0: 0.75, 1: -0.5}
+    # a snapshot of other transforms does not load silently
+    with pytest.raises(ValueError, match="RoleAdvantageFormatter"):
+        retra.RoleAdvantageByEnvFormatter().load_state_dict(by_pid.state_dict())
+    with pytest.raises(ValueError, match="holds 1 final reward transforms, this one 2"):
+        retra.ComposeFinalRewardTransforms([by_pid, by_pid]).load_state_dict(state)
 
 
 # ---- step ----------------------------------------------------------------------------------------

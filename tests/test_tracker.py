@@ -297,6 +297,28 @@ def test_wandb_offline_honours_the_project(tmp_path, monkeypatch):
     assert b"train/loss" in data and b"collect/TicTacToe-v0/win_rate" in data
 
 
+def test_a_resumed_tracker_continues_the_same_wandb_run(tmp_path, monkeypatch):
+    """A resume started a new W&B run: the id was not saved, and wandb.init got none."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    first = Tracker("resumed", wandb_project="p", run_dir=str(tmp_path / "run"), flush_every_s=0.0)
+    first.log({"train/loss": 0.5}, step=1)
+    state = json.loads(json.dumps(first.state_dict()))
+    first.close()
+    assert state["wandb_id"] == first._wandb.run.id
+    again = Tracker("resumed", wandb_project="p", run_dir=str(tmp_path / "run"), flush_every_s=0.0,
+                    wandb_id=state["wandb_id"])
+    again.load_state_dict(state)
+    assert again._wandb.run.id == state["wandb_id"] and again.state_dict()["wandb_id"] == state["wandb_id"]
+    again.close()
+    runs = sorted(p.name for p in (tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(state["wandb_id"] in name for name in runs)  # both parts of one run
+    assert make_tracker(tmp_path / "off").state_dict()["wandb_id"] is None
+
+
 @pytest.mark.slow
 def test_tracker_as_a_named_ray_actor(tmp_path, ray_session):
     ray = ray_session

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from unstable.records import GameRecord, PlayerTrajectory, Step, Turn, player_trajectories
+from unstable.reward_transformations.final_reward_transformations import load_transform_state, transform_state
 from unstable.utils.calls import fire
 from unstable.utils.checks import check_int, check_str
 
@@ -256,6 +257,20 @@ class BufferBase:
         ``added = size + evicted + dropped_stale + handed_out + cleared`` always holds.
         """
         return {"size": self.size(), **self._counts, **self._trajectories}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run takes over (JSON-able): the final reward transform's state (the RAE
+        baselines). ``steps`` is the number of Steps held now, which a resume does not restore (they
+        come from older policy versions): it reports them as dropped."""
+        return {"format": 1, "final_reward_transformation": transform_state(self.final_reward_transformation),
+                "steps": self.size()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the final reward transform's state of a resumed run (``ValueError`` if the saved
+        state is another transform's); the buffer itself starts empty."""
+        if state.get("format") != 1:
+            raise ValueError(f"unknown buffer state format {state.get('format')!r}")
+        load_transform_state(self.final_reward_transformation, state["final_reward_transformation"])
 
     def _sample_transform(self, steps: list[Step]) -> list[Step]:
         if self.sampling_reward_transformation is None:

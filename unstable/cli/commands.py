@@ -168,6 +168,8 @@ def run_checkpoint(run_dir: str, uid: str | None = None) -> tuple[str, str | Non
     import json
     from pathlib import Path
 
+    from unstable.run.resume import resolve_registry_paths
+
     root = Path(run_dir)
     paths = {name: root / name for name in ("config.json", "registry/registry.json")}
     missing = [str(p) for p in paths.values() if not p.is_file()]
@@ -175,6 +177,7 @@ def run_checkpoint(run_dir: str, uid: str | None = None) -> tuple[str, str | Non
         raise ValueError(f"{run_dir} is not a run directory with checkpoints (missing {', '.join(missing)})")
     config = json.loads(paths["config.json"].read_text())
     registry = json.loads(paths["registry/registry.json"].read_text())
+    resolve_registry_paths(registry, run_dir)  # relative to the run directory, wherever it is now
     entries = {m["uid"]: m for m in registry["models"] if not m.get("fixed")}
     models = config.get("models") or [{"name": "model", "model_name": config.get("model_name")}]
     if uid is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from typing import Any
 
 from unstable.reward_transformations._checks import check_callables, check_finite, check_tau
 
@@ -35,6 +36,43 @@ class ComposeFinalRewardTransforms(FinalRewardTransform):
     def __repr__(self) -> str:
         return f"ComposeFinalRewardTransforms({self.transforms!r})"
 
+    def state_dict(self) -> dict[str, Any]:
+        """Each transform's state (``None`` for one that keeps none), JSON-able, for resuming a run."""
+        return {"type": type(self).__name__, "transforms": [transform_state(t) for t in self.transforms]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s snapshot; ``ValueError`` if it is of other transforms."""
+        _check_type(self, state)
+        saved = state["transforms"]
+        if len(saved) != len(self.transforms):
+            raise ValueError(f"the saved state holds {len(saved)} final reward transforms, this one "
+                             f"{len(self.transforms)}")
+        for transform, sub in zip(self.transforms, saved, strict=True):
+            load_transform_state(transform, sub)
+
+
+def transform_state(transform: object) -> dict[str, Any] | None:
+    """``transform.state_dict()`` for a transform that keeps state (the RAE baselines), else ``None``."""
+    get = getattr(transform, "state_dict", None)
+    return get() if callable(get) else None
+
+
+def load_transform_state(transform: object, state: dict[str, Any] | None) -> None:
+    """Restore :func:`transform_state`'s snapshot into ``transform``; ``ValueError`` if it does not fit
+    (the snapshot is of another transform)."""
+    load = getattr(transform, "load_state_dict", None)
+    if state is None and load is None:
+        return
+    if state is None or load is None:
+        raise ValueError(f"the saved state {'has no' if state is None else 'has a'} state for {transform!r}")
+    load(state)
+
+
+def _check_type(transform: object, state: dict[str, Any]) -> None:
+    if not isinstance(state, dict) or state.get("type") != type(transform).__name__:
+        got = state.get("type") if isinstance(state, dict) else state
+        raise ValueError(f"the saved state is of {got!r}, not of {type(transform).__name__}")
+
 
 def ema_update(baseline: float, reward: float, tau: float) -> float:
     """One EMA step: ``(1 - tau) * baseline + tau * reward``."""
@@ -58,6 +96,17 @@ class _RoleBaseline(FinalRewardTransform):
         baseline = self.baselines.get(key, self.initial)  # read before the update (SPIRAL: unbiased)
         self.baselines[key] = ema_update(baseline, reward, self.tau)
         return reward - baseline
+
+    def state_dict(self) -> dict[str, Any]:
+        """The baselines, JSON-able (a ``(env_id, pid)`` key becomes a list), for resuming a run."""
+        return {"type": type(self).__name__,
+                "baselines": [[list(k) if isinstance(k, tuple) else k, v] for k, v in self.baselines.items()]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s baselines; ``ValueError`` if they are another transform's."""
+        _check_type(self, state)
+        self.baselines = {tuple(k) if isinstance(k, list) else k: check_finite(v, "saved baseline")
+                          for k, v in state["baselines"]}
 
 
 class RoleAdvantageFormatter(_RoleBaseline):

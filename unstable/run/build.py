@@ -194,7 +194,8 @@ class Run:
             self._collect_ref = None
         try:
             latest = latest_complete(os.path.join(self.run_dir, "checkpoints"))
-            RunStateWriter(self.run_dir, a.registry, a.scheduler, a.tracker)(latest[0] if latest else 0)
+            RunStateWriter(self.run_dir, a.registry, a.scheduler, a.tracker, a.buffers, stopped=True)(
+                latest[0] if latest else 0)
         except Exception as exc:
             if not quiet:
                 raise
@@ -212,6 +213,8 @@ class Run:
         }
         if len(a.buffers) > 1:
             out["buffers"] = {name: ray.get(b.stats.remote()) for name, b in a.buffers.items()}
+        if self.config.resume_from:  # the steps the previous run left in its buffers (None: killed, not known)
+            out["resume"] = {"from_version": self.start_version, "buffer_dropped": a.buffer_dropped_on_resume}
         return out
 
     def stop(self) -> None:

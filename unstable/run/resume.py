@@ -5,8 +5,10 @@ What a run directory keeps for this (all written atomically: temp file or dir, t
 * ``checkpoints/ckpt-N/`` (with several trainable models, ``checkpoints/<model>/ckpt-N/``): the
   adapter, ``trainer_state.pt`` (optimiser and RNG states, the version) and a ``COMPLETE`` marker,
   written by the learner after each update;
-* ``run_state.json``: the registry (every checkpoint, ratings, match counts), the scheduler
-  (game-id and seed counters, RNG states) and the tracker (learner step, counters), written by
+* ``run_state.json``: the registry (every checkpoint, ratings, match counts; the paths of the
+  checkpoints relative to the run directory, so a moved or copied one resumes), the scheduler
+  (game-id and seed counters, RNG states), the tracker (learner step, counters, W&B run id) and
+  the buffers (RAE baselines; the steps held, counted as dropped on resume), written by
   :class:`RunStateWriter` after each checkpoint is registered and when the run ends;
 * ``config.json``: ``build()``'s settings plus ``start()``'s, so ``unstable train --resume RUN_DIR``
   needs nothing else.
@@ -15,9 +17,11 @@ What a run directory keeps for this (all written atomically: temp file or dir, t
 are removed; a checkpoint is only registered once it is complete, so the registry never points at a
 partial one). A complete checkpoint newer than the state snapshot (killed between the two writes)
 is registered on resume. So a kill loses at most the learner step in progress, the games in flight
-and the buffer's contents (re-collected with the resumed policy). A checkpoint without its marker
-(damaged, half-copied) is set aside as ``ckpt-N.incomplete`` and the snapshot's registry is rolled
-back to the newest complete checkpoint (:func:`roll_back_registry`); a resume says what it dropped.
+and the buffer's contents (re-collected with the resumed policy; after a stop they are counted,
+:func:`restore_buffers`). A checkpoint without its marker (damaged, half-copied), or with it but
+without ``trainer_state.pt``, is set aside as ``ckpt-N.incomplete`` and the snapshot's registry is
+rolled back to the newest complete checkpoint (:func:`roll_back_registry`); a resume says what it
+dropped.
 """
 
 from __future__ import annotations
@@ -39,22 +43,28 @@ log = logging.getLogger(__name__)
 
 RUN_STATE_FILE = "run_state.json"
 REGISTRY_FILE = os.path.join("registry", "registry.json")
+TRAINER_STATE = "trainer_state.pt"  # the learner's TRAINER_STATE_FILE (not imported: that module imports torch)
 _TAIL_BYTES = 4 << 20  # how much of the newest transcripts file is read to find the last game ids
 
 
 class RunStateWriter:
-    """Snapshots the registry, scheduler and tracker into ``<run_dir>/run_state.json``.
+    """Snapshots the registry, scheduler, tracker and buffers into ``<run_dir>/run_state.json``.
 
     A plain object holding actor handles (or local objects), so it can be handed to the learner
-    as its ``on_checkpoint`` hook and called there after each registered checkpoint.
+    as its ``on_checkpoint`` hook and called there after each registered checkpoint. ``buffers``:
+    each model's buffer, by model name (their final reward transforms' RAE baselines are saved);
+    ``stopped=True`` for the snapshot of a run that stops, whose buffers' contents are then what
+    the run leaves behind (a resume counts them as dropped, :func:`restore_buffers`).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, registry: Any, scheduler: Any, tracker: Any):
+    def __init__(self, run_dir: str | os.PathLike, registry: Any, scheduler: Any, tracker: Any,
+                 buffers: dict[str, Any] | None = None, stopped: bool = False):
         self.run_dir = str(run_dir)
         self.registry, self.scheduler, self.tracker = registry, scheduler, tracker
+        self.buffers, self.stopped = dict(buffers or {}), stopped
 
     def __call__(self, learner_version: int) -> None:
-        registry = call(self.registry, "state_dict")
+        registry = portable_registry(call(self.registry, "state_dict"), self.run_dir)
         state = {
             "format": 1,
             "time": time.time(),
@@ -63,9 +73,34 @@ class RunStateWriter:
             "registry": registry,
             "scheduler": call(self.scheduler, "state_dict"),
             "tracker": call(self.tracker, "state_dict"),
+            "buffers": {name: call(buffer, "state_dict") for name, buffer in self.buffers.items()},
+            "stopped": self.stopped,
         }
         atomic_write_json(os.path.join(self.run_dir, REGISTRY_FILE), state["registry"])
         atomic_write_json(os.path.join(self.run_dir, RUN_STATE_FILE), state)
+
+
+def portable_registry(registry_state: dict[str, Any], run_dir: str | os.PathLike) -> dict[str, Any]:
+    """A registry snapshot whose learner checkpoint paths inside ``run_dir`` are relative to it, so
+    that a run directory moved or copied elsewhere still resumes (:func:`resolve_registry_paths`).
+    Other paths (a fixed opponent's adapter, a checkpoint kept elsewhere) stay as they are."""
+    root = os.path.abspath(run_dir)
+    models = []
+    for m in registry_state.get("models", []):
+        path = m.get("path_or_name")
+        if not m["fixed"] and path and os.path.isabs(path) and os.path.commonpath([root, path]) == root:
+            m = {**m, "path_or_name": os.path.relpath(path, root)}
+        models.append(m)
+    return {**registry_state, "models": models}
+
+
+def resolve_registry_paths(registry_state: dict[str, Any], run_dir: str | os.PathLike) -> None:
+    """Undo :func:`portable_registry` (in place): relative learner checkpoint paths become paths
+    under ``run_dir``, wherever the run directory is now."""
+    for m in registry_state.get("models", []):
+        path = m.get("path_or_name")
+        if not m["fixed"] and path and not os.path.isabs(path):
+            m["path_or_name"] = os.path.join(str(run_dir), path)
 
 
 def lineage_versions(registry_state: dict[str, Any]) -> dict[str, int]:
@@ -110,24 +145,22 @@ def find_resume_point(run_dir: str | os.PathLike, lineage: str | None = None) ->
     removed = ckpt.clean_partial(ckpt_dir)
     if removed:
         log.warning("resume: removed %d unfinished checkpoint write(s) in %s: %s", len(removed), ckpt_dir, removed)
-    latest = ckpt.latest_complete(ckpt_dir)
+    damaged = []  # (version, what is wrong, where it was set aside)
+    while (latest := ckpt.latest_complete(ckpt_dir)) is not None and not (latest[1] / TRAINER_STATE).is_file():
+        damaged.append((latest[0], f"has no {TRAINER_STATE} (its optimiser state)", _set_aside(ckpt_dir, latest[0])))
     version, path = latest if latest is not None else (0, None)
     for v in sorted(v for v in ckpt.list_checkpoints(ckpt_dir) if v > version):
-        # damaged or half-copied (no COMPLETE marker): set aside, never deleted, and resume before it
-        aside = ckpt_dir / f"ckpt-{v}.incomplete"
-        if aside.exists():
-            aside = ckpt_dir / f"ckpt-{v}.incomplete-{int(time.time())}"
-        (ckpt_dir / f"ckpt-{v}").rename(aside)
-        _say(f"resume: {ckpt_dir / f'ckpt-{v}'} has no COMPLETE marker (damaged or half-copied); set it aside as "
-             f"{aside.name} and resuming from {f'ckpt-{version}' if version else 'the base weights'}")
-    if path is not None and not (path / "trainer_state.pt").is_file():
-        raise ValueError(f"{path} has no trainer_state.pt (optimiser state); it cannot be resumed from")
+        damaged.append((v, f"has no {ckpt.COMPLETE_MARKER} marker", _set_aside(ckpt_dir, v)))
+    for v, what, aside in sorted(damaged):
+        _say(f"resume: {ckpt_dir / f'ckpt-{v}'} {what} (damaged or half-copied); set it aside as {aside} and "
+             f"resuming from {f'ckpt-{version}' if version else 'the base weights'}")
     state = None
     state_path = root / RUN_STATE_FILE
     if state_path.is_file():
         state = json.loads(state_path.read_text(encoding="utf-8"))
         if state.get("format") != 1:
             raise ValueError(f"{state_path}: unknown run state format {state.get('format')!r}")
+        resolve_registry_paths(state["registry"], root)  # where the run directory is now
         saved = state["learner_version"] if lineage is None else \
             state.get("learner_versions", lineage_versions(state["registry"])).get(lineage, 0)
         if saved > version:  # its newer checkpoints are gone or damaged: the registry goes back to ckpt-{version}
@@ -140,6 +173,16 @@ def find_resume_point(run_dir: str | os.PathLike, lineage: str | None = None) ->
                  f"{', '.join(dropped) or 'nothing'} (ratings of the others keep the games played against them)")
         _skip_issued_games(state["scheduler"], root)
     return ResumePoint(root, version, path, state, lineage)
+
+
+def _set_aside(ckpt_dir: Path, version: int) -> str:
+    """Rename a damaged ``ckpt-N`` to ``ckpt-N.incomplete`` (never deleted; no longer a checkpoint to
+    resume from or to register); returns the new name."""
+    aside = ckpt_dir / f"ckpt-{version}.incomplete"
+    if aside.exists():
+        aside = ckpt_dir / f"ckpt-{version}.incomplete-{int(time.time())}"
+    (ckpt_dir / f"ckpt-{version}").rename(aside)
+    return aside.name
 
 
 def roll_back_registry(registry_state: dict[str, Any], lineage: str, version: int) -> list[str]:
@@ -164,6 +207,32 @@ def roll_back_registry(registry_state: dict[str, Any], lineage: str, version: in
             current.pop(lineage, None)
     elif dropped:
         registry_state["current"] = keep["uid"] if keep is not None else None
+    return dropped
+
+
+def restore_buffers(state: dict[str, Any] | None, buffers: dict[str, Any]) -> int | None:
+    """Give each model's buffer (by model name) its saved state: the RAE baselines of its final reward
+    transform. The Steps the previous run left in its buffers are not restored (they come from older
+    policy versions; the resumed policy collects afresh): says how many, and returns that number, or
+    ``None`` when it is not known (the run was killed, or its snapshot is older than this count)."""
+    saved = (state or {}).get("buffers") or {}
+    for name, buffer in buffers.items():
+        if name not in saved:
+            continue
+        try:
+            call(buffer, "load_state_dict", saved[name])
+        except ValueError as exc:  # the run was resumed with other reward transforms
+            _say(f"resume: the final reward transform of {name}'s buffer differs from the previous run's ({exc}); "
+                 "its role baselines start afresh")
+    if not saved:
+        return None
+    if not state.get("stopped"):
+        _say("resume: the previous run stopped without saving its state (killed), so the steps in its buffer "
+             "then were lost (not counted)")
+        return None
+    dropped = sum(int(b.get("steps", 0)) for b in saved.values())
+    _say(f"resume: {dropped} buffered steps from the previous run were not restored (they came from older "
+         "policy versions; the resumed policy collects afresh)")
     return dropped
 
 

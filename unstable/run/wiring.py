@@ -38,7 +38,7 @@ from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
 from unstable.run.remote import actor_class, start_inference_backends
-from unstable.run.resume import RunStateWriter, find_resume_point, roll_back_registry
+from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffers, roll_back_registry
 from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
 from unstable.tracking import Tracker
@@ -82,6 +82,7 @@ class Actors:
     buffers: dict[str, Any]  # model name -> buffer actor
     turn_lock: Any = None  # the learners' TurnLock, when several share a device
     start_versions: dict[str, int] = field(default_factory=dict)  # model name -> its version at start (resumed)
+    buffer_dropped_on_resume: int | None = None  # steps the previous run left in its buffers (resumed, stopped)
 
     @property
     def learner(self) -> Any:
@@ -168,7 +169,8 @@ def start_actors(cfg, run_name: str) -> Actors:
                          f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     tracker = actor_class(Tracker).options(**light, name="Tracker").remote(
         run_name=run_name, wandb_project=cfg.tracker.wandb_project, run_dir=run_dir, use_wandb=wandb.enabled,
-        wandb_mode=wandb.mode, config=cfg.to_dict(), config_file=resume is None)
+        wandb_mode=wandb.mode, config=cfg.to_dict(), config_file=resume is None,
+        wandb_id=resume.state["tracker"].get("wandb_id") if resume and resume.state else None)
     run_dir = ray.get(tracker.get_run_dir.remote())
     registry = actor_class(ModelRegistry).options(**light).remote(tracker=tracker)
     if resume and resume.state:
@@ -206,19 +208,13 @@ def start_actors(cfg, run_name: str) -> Actors:
     turn_lock = None
     if several:  # they take turns on the learner's device instead of oversubscribing it
         turn_lock = actor_class(TurnLock).options(**light, max_concurrency=len(models) + 2).remote()
-    buffers, learners, pending = {}, {}, []
+    buffers = {m.name: _start_buffer(m, light, tracker, cfg.seed, lineage[m.name], several) for m in models}
+    buffer_dropped = restore_buffers(resume.state, buffers) if resume else None
+    if buffer_dropped is not None:
+        ray.get(tracker.log.remote({"buffer/dropped_on_resume": buffer_dropped}))
+    learners, pending = {}, []
     for m in models:
-        learner_cls = resolve_learner(m.algorithm)
-        transforms = m.buffer.reward_transforms
-        final, step, sampling = transforms or default_transforms()
-        if transforms is None and learner_cls.normalizes_advantages:
-            sampling = None  # A2C/PPO/GRPO normalise their advantages themselves (per env, per group)
-        buffer_cls = EpisodeBuffer if learner_cls.needs_episodes else StepBuffer
-        buffer = actor_class(buffer_cls).options(**light, name=f"Buffer-{m.name}" if several else "Buffer").remote(
-            max_buffer_size=m.buffer.size, tracker=tracker, final_reward_transformation=final,
-            step_reward_transformation=step, sampling_reward_transformation=sampling,
-            max_staleness=m.buffer.max_staleness, seed=cfg.seed, dedupe=True, lineage=lineage[m.name],
-            **({"whole_games": True} if m.buffer.whole_games else {}))
+        learner_cls, buffer = resolve_learner(m.algorithm), buffers[m.name]
         resumed = {}
         point = points.get(m.name)
         if point is not None and point.checkpoint is not None:
@@ -233,9 +229,9 @@ def start_actors(cfg, run_name: str) -> Actors:
             output_dir=os.path.join(checkpoints_dir, m.name) if several else checkpoints_dir,
             device=m.learner_device, seed=cfg.seed, lineage=lineage[m.name], turn_lock=turn_lock,
             keep_last=None,  # keep every adapter: lagged opponents and the registry may still point at old ones
-            on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker), **resumed)
+            on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker, buffers), **resumed)
         pending.append((learner, algorithm_kwargs))
-        buffers[m.name], learners[m.name] = buffer, learner
+        learners[m.name] = learner
     # after the learners, so they have their place before the inference actors take theirs
     backends, groups, samplings = _start_engines(models, lineage, gpus_per_actor, default_actors)
     collector_buffers = {"buffers": {lineage[n]: b for n, b in buffers.items()}} if several else {
@@ -250,7 +246,23 @@ def start_actors(cfg, run_name: str) -> Actors:
     for learner, algorithm_kwargs in pending:  # only what it names (A2C: the critic's)
         ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))
     return Actors(tracker, registry, scheduler, collector, backends, run_dir, learners=learners, buffers=buffers,
-                  turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()})
+                  turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()},
+                  buffer_dropped_on_resume=buffer_dropped)
+
+
+def _start_buffer(m, light: dict, tracker, seed: int, lineage: str | None, several: bool):
+    """A model's buffer actor, with its reward transforms (the defaults unless the model names its own)."""
+    learner_cls = resolve_learner(m.algorithm)
+    transforms = m.buffer.reward_transforms
+    final, step, sampling = transforms or default_transforms()
+    if transforms is None and learner_cls.normalizes_advantages:
+        sampling = None  # A2C/PPO/GRPO normalise their advantages themselves (per env, per group)
+    buffer_cls = EpisodeBuffer if learner_cls.needs_episodes else StepBuffer
+    return actor_class(buffer_cls).options(**light, name=f"Buffer-{m.name}" if several else "Buffer").remote(
+        max_buffer_size=m.buffer.size, tracker=tracker, final_reward_transformation=final,
+        step_reward_transformation=step, sampling_reward_transformation=sampling,
+        max_staleness=m.buffer.max_staleness, seed=seed, dedupe=True, lineage=lineage,
+        **({"whole_games": True} if m.buffer.whole_games else {}))
 
 
 def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float,

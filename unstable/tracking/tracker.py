@@ -16,7 +16,7 @@ Counters (``counts()``): ``collect/games``, ``collect/<env>/games``, ``collect/f
 game raised), ``collect/games_dropped`` (its inference actor died) and the same under ``eval/``,
 ``system/failed_games_unlogged`` (failed games not written because ``logs/failed_games.jsonl`` is full);
 they go to W&B as they are, not averaged. ``state_dict()`` / ``load_state_dict()`` carry them and
-the learner step over a resume.
+the learner step over a resume; a resumed run's Tracker continues its W&B run (``wandb_id=``).
 
 Not thread-safe: use one thread (or the Ray actor, which runs one call at a time).
 """
@@ -97,6 +97,7 @@ class Tracker:
         an API key W&B logs offline (see :func:`~unstable.tracking.wandb_writer.wandb_plan`).
     :param wandb_mode: the W&B mode decided by the caller (``build()`` decides before Ray starts and
         tells the user); ``None``: decided here, the same way.
+    :param wandb_id: the W&B run to continue (a resumed run's, from :meth:`state_dict`); ``None``: a new one.
     :param window: moving-window length per key.
     :param flush_every_s: least seconds between two W&B logs (``close()`` always flushes).
     :param config: the run's configuration, written to ``config.json`` and to W&B.
@@ -122,6 +123,7 @@ class Tracker:
         wandb_mode: str | None = None,
         config_file: bool = True,
         failed_games_max_bytes: int = FAILED_GAMES_MAX_BYTES,
+        wandb_id: str | None = None,
     ):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
@@ -150,11 +152,11 @@ class Tracker:
         self._failed: CappedJsonlWriter | None = None
         self._transcripts = TranscriptWriter(self._dir.games, transcripts)
         self._diversity = ActionDiversity(window=diversity_window, min_games=min(10, diversity_window))
-        self._wandb = self._start_wandb(wandb_project, use_wandb, config, wandb_mode)
+        self._wandb = self._start_wandb(wandb_project, use_wandb, config, wandb_mode, wandb_id)
         self._last_flush = time.monotonic()
 
     def _start_wandb(self, project: str | None, use_wandb: bool | None, config: dict | None,
-                     mode: str | None) -> WandbWriter | None:
+                     mode: str | None, run_id: str | None) -> WandbWriter | None:
         if mode is None:  # not decided by build(): decide here, and say it (the seed's scripts start a Tracker)
             plan = wandb_plan(project, use_wandb)
             if not plan.enabled:
@@ -165,7 +167,7 @@ class Tracker:
             mode = plan.mode
         wandb = import_wandb()
         return WandbWriter(wandb, project=project, run_name=self.run_name, run_dir=str(self._dir.root), config=config,
-                           mode=mode)
+                           mode=mode, run_id=run_id)
 
     # -- folders ---------------------------------------------------------------------------------
     def get_run_dir(self) -> str:
@@ -191,9 +193,10 @@ class Tracker:
         return self._learner_step
 
     def state_dict(self) -> dict[str, Any]:
-        """The learner step and the running counters (JSON-able), for resuming a run."""
+        """The learner step, the running counters and the W&B run id (JSON-able), for resuming a run."""
         return {"format": 1, "learner_step": self._learner_step, "counters": dict(self._counters),
-                "games_per_env": {stage: dict(c) for stage, c in self._games_per_env.items()}}
+                "games_per_env": {stage: dict(c) for stage, c in self._games_per_env.items()},
+                "wandb_id": self._wandb.run.id if self._wandb is not None else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the counters of a resumed run (moving windows start empty)."""

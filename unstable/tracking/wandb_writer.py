@@ -85,13 +85,14 @@ def _reinit_value(wandb: Any) -> Any:
 
 
 class WandbWriter:
-    """Starts a W&B run and logs flat dicts of floats against :data:`STEP_METRIC`."""
+    """Starts a W&B run and logs flat dicts of floats against :data:`STEP_METRIC`; ``run_id``: continue
+    that run (a resumed run's; ``resume="allow"`` starts it afresh if W&B does not know it)."""
 
     def __init__(self, wandb: Any, *, project: str | None, run_name: str, run_dir: str, config: dict[str, Any] | None,
-                 mode: str | None = None):
+                 mode: str | None = None, run_id: str | None = None):
         self.run = wandb.init(
             project=project, name=run_name, dir=run_dir, config=config or {}, reinit=_reinit_value(wandb),
-            **({"mode": mode} if mode else {}),
+            **({"mode": mode} if mode else {}), **({"id": run_id, "resume": "allow"} if run_id else {}),
         )
         self.run.define_metric(STEP_METRIC)
         self.run.define_metric("*", step_metric=STEP_METRIC)
