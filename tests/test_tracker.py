@@ -356,14 +356,17 @@ def test_wandb_plan_logs_offline_without_an_api_key_and_says_how_to_fix_it(tmp_p
     # a key (in the environment, or where `wandb login` puts it) or an explicit mode: as configured, nothing to say
     (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password abc123\n")
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
-    assert has_wandb_credentials() and wandb_plan("p", None) == type(plan)(True)
+    assert has_wandb_credentials() and wandb_plan("p", None) == type(plan)(True, "online")
     monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")  # a key for another host does not count
     assert not has_wandb_credentials()
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     assert has_wandb_credentials()
     monkeypatch.delenv("WANDB_API_KEY")
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    assert wandb_plan("p", None) == type(plan)(True)
+    # the driver's WANDB_MODE becomes the plan's mode, passed to the Tracker actor (which does not see
+    # the driver's environment once Ray is up)
+    for env_mode, mode in (("disabled", "disabled"), ("offline", "offline"), ("dryrun", "offline")):
+        monkeypatch.setenv("WANDB_MODE", env_mode)
+        assert wandb_plan("p", None) == type(plan)(True, mode)
     # use_wandb=True without the package is the one error
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(ImportError, match=r"pip install unstable-baselines\[wandb\]"):
@@ -383,3 +386,87 @@ def test_a_tracker_without_wandb_credentials_logs_offline_instead_of_dying(tmp_p
     assert tracker.get_interface_info()["wandb"]["mode"] == "offline"
     assert any("W&B has no API key here" in r.getMessage() for r in caplog.records)
     tracker.close()
+
+
+def _wandb_files_in(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_tracker_whose_wandb_cannot_connect_logs_offline_instead_of_dying(tmp_path, monkeypatch, caplog):
+    """An API key, but no W&B server to reach (no network, a wrong host): wandb.init raised inside
+    the Tracker and killed the run, use_wandb=True or not."""
+    wandb = pytest.importorskip("wandb")
+    _no_wandb_credentials(monkeypatch, tmp_path)
+    _wandb_files_in(monkeypatch, tmp_path)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "2")  # W&B's default: 90 s of retries
+    wandb.teardown()  # W&B reads these variables once per process (as a Tracker actor does when it starts)
+    try:
+        with caplog.at_level("WARNING"):
+            tracker = Tracker("no-network", wandb_project="p", use_wandb=True, run_dir=str(tmp_path / "run"),
+                              flush_every_s=0.0)
+        assert tracker.get_interface_info()["wandb"]["mode"] == "offline"
+        tracker.log({"train/loss": 0.5}, step=1)
+        tracker.close()
+    finally:
+        wandb.teardown()  # and the next test reads its own
+    said = [r.getMessage() for r in caplog.records if "W&B could not start" in r.getMessage()]
+    assert len(said) == 1 and "offline" in said[0] and "wandb login --relogin" in said[0] and "Error" in said[0]
+    assert "system/wandb_log_failures" not in tracker.counts()
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))  # ready for `wandb sync`
+    assert read_metrics(tracker.get_run_dir())[-1]["train/loss"] == 0.5
+
+
+def test_a_tracker_whose_wandb_cannot_start_at_all_runs_without_it(tmp_path, monkeypatch, caplog):
+    wandb = pytest.importorskip("wandb")
+
+    def broken_init(**kwargs):
+        raise wandb.errors.CommError("the W&B service did not start")
+
+    monkeypatch.setattr(wandb, "init", broken_init)
+    with caplog.at_level("WARNING"):
+        tracker = Tracker("no-wandb", wandb_project="p", use_wandb=True, wandb_mode="online",
+                          run_dir=str(tmp_path / "run"), flush_every_s=0.0)
+    said = [r.getMessage() for r in caplog.records if "W&B could not start" in r.getMessage()]
+    assert len(said) == 1 and "does not log to W&B" in said[0] and "the W&B service did not start" in said[0]
+    assert tracker.get_interface_info()["wandb"] is None and tracker.state_dict()["wandb_id"] is None
+    tracker.log({"train/loss": 0.5}, step=1)
+    tracker.close()
+    assert read_metrics(tracker.get_run_dir())[-1]["train/loss"] == 0.5
+
+
+def test_wandb_failing_mid_run_is_counted_and_said_once(tmp_path, monkeypatch, caplog):
+    """A network failure while logging (or finishing) raised out of the Tracker and stopped the run."""
+    pytest.importorskip("wandb")
+    _wandb_files_in(monkeypatch, tmp_path)
+    tracker = Tracker("flaky", wandb_project="p", wandb_mode="offline", run_dir=str(tmp_path / "run"),
+                      flush_every_s=0.0)
+
+    def network_down(*args, **kwargs):
+        raise ConnectionError("network is unreachable")
+
+    run = tracker._wandb.run
+    real_finish = run.finish
+    monkeypatch.setattr(run, "log", network_down)
+    monkeypatch.setattr(run, "finish", network_down)
+    with caplog.at_level("WARNING"):
+        tracker.log({"train/loss": 0.5}, step=1)
+        tracker.log({"train/loss": 0.25}, step=2)
+        tracker.close()
+    assert tracker.counts()["system/wandb_log_failures"] == 3  # two logs and the flush in close()
+    said = [r.getMessage() for r in caplog.records if "W&B failed to log" in r.getMessage()]
+    assert len(said) == 1 and "network is unreachable" in said[0]
+    assert any("W&B failed to finish" in r.getMessage() for r in caplog.records)
+    assert [m["train/loss"] for m in read_metrics(tracker.get_run_dir())] == [0.5, 0.25]
+    real_finish()

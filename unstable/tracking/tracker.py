@@ -44,7 +44,7 @@ from unstable.tracking.run_dir import (
 )
 from unstable.tracking.timings import timing_samples
 from unstable.tracking.transcripts import TranscriptConfig, TranscriptWriter
-from unstable.tracking.wandb_writer import WandbWriter, import_wandb, wandb_plan
+from unstable.tracking.wandb_writer import WandbWriter, import_wandb, start_wandb, wandb_plan
 from unstable.utils.checks import check_int
 
 logger = logging.getLogger(__name__)
@@ -94,9 +94,12 @@ class Tracker:
     :param run_dir: the run folder, overriding the default; created with its sub-folders.
     :param use_wandb: ``None`` = on if ``wandb`` imports and ``wandb_project`` is set; ``True``
         requires wandb (ImportError with the install command otherwise); ``False`` = off. Without
-        an API key W&B logs offline (see :func:`~unstable.tracking.wandb_writer.wandb_plan`).
+        an API key W&B logs offline (see :func:`~unstable.tracking.wandb_writer.wandb_plan`); where
+        ``wandb.init`` fails, offline or off, said once (:func:`~unstable.tracking.wandb_writer.start_wandb`),
+        ``use_wandb=True`` included: a W&B failure never stops a run.
     :param wandb_mode: the W&B mode decided by the caller (``build()`` decides before Ray starts and
-        tells the user); ``None``: decided here, the same way.
+        tells the user, so the actor does not depend on the ``WANDB_MODE`` Ray started with);
+        ``None``: decided here, the same way.
     :param wandb_id: the W&B run to continue (a resumed run's, from :meth:`state_dict`); ``None``: a new one.
     :param window: moving-window length per key.
     :param flush_every_s: least seconds between two W&B logs (``close()`` always flushes).
@@ -166,7 +169,7 @@ class Tracker:
                 logger.warning(plan.notice)
             mode = plan.mode
         wandb = import_wandb()
-        return WandbWriter(wandb, project=project, run_name=self.run_name, run_dir=str(self._dir.root), config=config,
+        return start_wandb(wandb, project=project, run_name=self.run_name, run_dir=str(self._dir.root), config=config,
                            mode=mode, run_id=run_id)
 
     # -- folders ---------------------------------------------------------------------------------
@@ -369,7 +372,8 @@ class Tracker:
         for key in sorted(self._dirty):
             values[key] = float(self._counters[key]) if key in self._counters else _mean(self._windows[key])
         self._dirty.clear()
-        self._wandb.log(values, self._learner_step)
+        if not self._wandb.log(values, self._learner_step):  # said once by the writer; the run goes on
+            self._count("system/wandb_log_failures")
 
     def close(self) -> None:
         """Flush W&B, finish its run and close the files; calling it again does nothing."""
