@@ -81,12 +81,15 @@ def backend(tiny_model_dir):
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray for the whole test session (starting one costs seconds), never a shared one."""
+    """One local Ray for the whole test session (starting one costs seconds), never a shared one.
+
+    No WANDB_* variable is set here: a test that does not care about W&B turns it off
+    (``wandb_project=None``, as :func:`small_run_kwargs`), and one about W&B sets the mode itself
+    (``WANDB_MODE`` in the driver, which ``build()`` passes on to the Tracker actor, or the Tracker's
+    ``wandb_mode``)."""
     import tempfile
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    os.environ.setdefault("WANDB_MODE", "offline")  # actors inherit this: no W&B network in tests
-    os.environ.setdefault("WANDB_SILENT", "true")
     import ray
 
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths have a length limit

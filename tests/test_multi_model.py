@@ -332,7 +332,7 @@ def test_readme_several_models_example_runs_scaled_down(ray_session, monkeypatch
 
 
 @pytest.mark.slow
-def test_a_run_with_two_models_resumes_both_lineages(ray_session, tiny_model_dir, tmp_path):
+def test_a_run_with_two_models_resumes_both_lineages(ray_session, tiny_model_dir, tmp_path, monkeypatch):
     """Stop after 2 updates per model, move the run directory, resume to 3: each learner continues
     from its own newest checkpoint (optimiser state included), the registry keeps both lineages at
     their new place, each buffer its RAE baselines, the tracker its W&B run (offline here), and the
@@ -344,6 +344,7 @@ def test_a_run_with_two_models_resumes_both_lineages(ray_session, tiny_model_dir
     import unstable
     from unstable.tracking import read_metrics
 
+    monkeypatch.setenv("WANDB_MODE", "offline")  # read by build() in this process, passed to the Tracker actor
     run = unstable.build(**two_model_kwargs(tiny_model_dir, tmp_path, run_name="two", wandb_project="unstable-tests"))
     try:
         run.start(learning_steps=2, num_collection_workers=8, num_eval_workers=0)

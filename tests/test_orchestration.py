@@ -118,7 +118,7 @@ def test_the_seed_standard_script_wiring_works(ray_session, tiny_model_dir, tmp_
                                              prompt_template="qwen3-zs")])
     tracker = unstable.Tracker.options(name="Tracker").remote(
         run_name=f"Test-tiny-{env_sampler.env_list()}", wandb_project="UnstableBaselines",
-        run_dir=str(tmp_path / "run"))  # W&B runs offline in tests (WANDB_MODE set by the ray fixture)
+        run_dir=str(tmp_path / "run"), wandb_mode="offline")  # added: wandb_mode (no W&B network in a test)
     model_registry = unstable.ModelRegistry.options(name="ModelRegistry").remote(tracker=tracker)
     ray.get(model_registry.add_checkpoint.remote(uid="base", path=None, iteration=0))
     ray.get(model_registry.add_fixed.remote(name="google/gemini-2.0-flash-lite-001"))

@@ -515,7 +515,7 @@ def test_a_failing_learner_stops_the_run_with_its_cause_and_keeps_the_checkpoint
 # ---------------------------------------------------------------------------------- beyond one machine
 @pytest.mark.slow
 def test_losing_a_node_of_a_two_node_cluster_does_not_stop_the_run(tiny_model_dir, tmp_path):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline"}
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "scenario_two_nodes.py"), tiny_model_dir,
                            str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
@@ -552,7 +552,7 @@ def test_kill_9_then_resume_finishes_the_run_with_its_registry(ray_session, tiny
     from unstable.cli.commands import main
 
     ray_tmp = tempfile.mkdtemp(prefix="ray-k9-", dir="/tmp")  # its own Ray, in its own folder and session
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline"}
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     settings = [f"model_name={tiny_model_dir}", f"runs_dir={tmp_path}", "learning_steps=6", "batch_size=16",
                 "mini_batch_size=8", "num_collection_workers=8", "num_eval_workers=2"]
