@@ -163,24 +163,69 @@ run.stop()
 """
 
 
-@pytest.mark.slow
-def test_a_run_on_a_machine_without_wandb_login_logs_offline(tiny_model_dir, tmp_path):
-    """As a new user's machine is: wandb installed, nobody logged in, no WANDB_* variable set.
-    build() used to die in the Tracker actor (``UsageError: No API key configured``)."""
-    import subprocess
-    import sys
+def _a_users_environment(tmp_path) -> dict[str, str]:
+    """As a new user's machine is: wandb installed, nobody logged in (an empty HOME), no WANDB_* or
+    RAY_* variable set; a Ray of its own."""
     import tempfile
 
-    pytest.importorskip("wandb")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RAY_")) and k != "NETRC"}
-    env |= {"HOME": str(tmp_path / "home"), "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray-user-", dir="/tmp")}
     (tmp_path / "home").mkdir()
-    proc = subprocess.run([sys.executable, "-c", USER_SCRIPT, tiny_model_dir, str(tmp_path / "runs")], env=env,
+    return env | {"HOME": str(tmp_path / "home"), "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray-user-", dir="/tmp")}
+
+
+def _said_offline_once(out: str, run_dir) -> None:
+    assert out.count("W&B has no API key here") == 1  # said once, with the fix
+    assert "wandb login" in out and "UsageError" not in out
+    assert (run_dir / "checkpoints" / "ckpt-1" / "adapter_config.json").is_file()
+    assert list((run_dir / "wandb").glob("offline-run-*"))  # logged offline, ready for `wandb sync`
+
+
+@pytest.mark.slow
+def test_a_run_on_a_machine_without_wandb_login_logs_offline(tiny_model_dir, tmp_path):
+    """build() used to die in the Tracker actor (``UsageError: No API key configured``)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("wandb")
+    proc = subprocess.run([sys.executable, "-c", USER_SCRIPT, tiny_model_dir, str(tmp_path / "runs")],
+                          env=_a_users_environment(tmp_path), capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    _said_offline_once(out, tmp_path / "runs" / "user")
+
+
+USER_CONFIG = """\
+model_name: {model}
+train_envs:
+  - {{env_id: TicTacToe-v0-train, num_players: 2, num_actors: 2, prompt_template: qwen3-zs}}
+batch_size: 16
+mini_batch_size: 8
+learning_rate: 0.001
+max_generation_len: 16
+lora_config: {{lora_rank: 4, lora_alpha: 8}}
+activation_checkpointing: false
+gradient_checkpointing: false
+inference_backend: transformers
+runs_dir: {runs}
+learning_steps: 1
+num_collection_workers: 8
+num_eval_workers: 0
+"""  # no wandb_project: the default, "UnstableBaselines", as in a config a user writes
+
+
+@pytest.mark.slow
+def test_unstable_train_on_a_machine_without_wandb_login_logs_offline(tiny_model_dir, tmp_path):
+    """``unstable train --config X`` died in the Tracker actor whenever X did not say ``wandb_project: null``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("wandb")
+    config = tmp_path / "user.yaml"
+    config.write_text(USER_CONFIG.format(model=tiny_model_dir, runs=tmp_path / "runs"))
+    command = [sys.executable, "-m", "unstable.cli.commands", "train", "--config", str(config), "--run-name", "cli"]
+    proc = subprocess.run(command, cwd=Path(__file__).resolve().parents[1], env=_a_users_environment(tmp_path),
                           capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert out.count("W&B has no API key here") == 1  # said once, with the fix
-    assert "wandb login" in out and "UsageError" not in out
-    run_dir = tmp_path / "runs" / "user"
-    assert (run_dir / "checkpoints" / "ckpt-1" / "adapter_config.json").is_file()
-    assert list((run_dir / "wandb").glob("offline-run-*"))  # logged offline, ready for `wandb sync`
+    _said_offline_once(out, tmp_path / "runs" / "cli")
