@@ -42,7 +42,7 @@ from unstable.learners.checkpoints import atomic_save
 from unstable.models.warmstart import _Example, _fingerprint, _loss
 from unstable.utils.checks import check_int, check_positive
 
-TASK_WARM_START_VERSION = 2
+TASK_WARM_START_VERSION = 3
 """Bump when the recipe changes: cached warm starts are keyed by it."""
 
 
