@@ -262,6 +262,9 @@ class GameFailedError(RuntimeError):
         super().__init__(failure.describe())
         self.failure = failure
 
+    def __reduce__(self) -> tuple:  # pickled across Ray: rebuilt from the record (the default passes the message)
+        return type(self), (self.failure,)
+
 
 @dataclass(frozen=True, slots=True)
 class PlayerTrajectory:

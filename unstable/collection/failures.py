@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from unstable.records import GameFailedError
+from unstable.records import FailedGame, GameFailedError
 from unstable.utils.checks import check_int, check_number
 
 
@@ -53,6 +53,19 @@ class FailureBudgetSpentError(RuntimeError):
     def __init__(self, message: str, first: GameFailedError):
         super().__init__(message)
         self.first = first.failure
+
+    def __reduce__(self) -> tuple:
+        """Pickled across Ray (the collector raises it, the driver's ``Run.wait()`` gets it): the
+        default rebuilds it from the message alone, which fails, and the driver saw a Ray
+        ``UnserializableException`` instead."""
+        return _budget_spent_error, (str(self), self.first)
+
+
+def _budget_spent_error(message: str, first: FailedGame | None) -> FailureBudgetSpentError:
+    error = FailureBudgetSpentError.__new__(FailureBudgetSpentError)
+    RuntimeError.__init__(error, message)
+    error.first = first
+    return error
 
 
 class FailureCounter:
