@@ -62,6 +62,7 @@ class Run:
             release_run_dir(self._claim)
             raise
         self.run_dir = self.actors.run_dir
+        self.run_id = self.actors.run_id  # its actors' names start with it (unstable.run.remote.actor_name)
         self.start_version = self.actors.start_version  # > 0 when resumed from ckpt-N
         print(f"unstable: run directory {self.run_dir}"
               + (f" (resumed at learner step {self.start_version})" if cfg.resume_from else ""), flush=True)
