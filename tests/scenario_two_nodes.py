@@ -23,6 +23,7 @@ def main(model_dir: str, runs_dir: str) -> dict:
     from ray.cluster_utils import Cluster
 
     import unstable
+    from unstable.run.remote import actor_name
 
     temp_dir = tempfile.mkdtemp(prefix="ray-2n-", dir="/tmp")  # short: Ray's socket paths have a length limit
     cluster = Cluster(initialize_head=True,
@@ -46,7 +47,7 @@ def main(model_dir: str, runs_dir: str) -> dict:
         run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2, block=False)
         a = run.actors
         out["inference_nodes"] = {
-            name: ray.get(ray.get_actor(name).__ray_call__.remote(
+            name: ray.get(ray.get_actor(actor_name(run.run_id, name)).__ray_call__.remote(
                 lambda self: ray.get_runtime_context().get_node_id()), timeout=300)
             for name in ("inference-0", "inference-1")}
         deadline = time.monotonic() + 300

@@ -1,7 +1,11 @@
 """build(), the seed's standard script, and a real asynchronous run on local Ray (tiny model, CPU)."""
 
+import json
 import math
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import small_run_kwargs
@@ -229,3 +233,23 @@ def test_unstable_train_on_a_machine_without_wandb_login_logs_offline(tiny_model
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     _said_offline_once(out, tmp_path / "runs" / "cli")
+
+
+@pytest.mark.slow
+def test_two_runs_with_the_same_name_in_one_ray_have_their_own_actors(tiny_model_dir, tmp_path):
+    """The actors were named "Tracker", "Buffer" and "inference-0" in every run: a second build() in
+    the same Ray (ray_address=, or one process) failed on the taken name. Now each run's names start
+    with its own run id, and the dashboard finds a run's Tracker and Buffer by its directory."""
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(repo)}  # this checkout
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, str(repo / "tests" / "scenario_two_runs.py"), tiny_model_dir,
+                           str(tmp_path)], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, second = out["runs"]
+    assert first["run_id"] != second["run_id"] and first["run_id"].startswith("same-")
+    assert first["run_dir"] == str(tmp_path / "a" / "same") and second["run_dir"] == str(tmp_path / "b" / "same")
+    for run in (first, second):
+        assert run["names_find_own_actors"] and run["checkpoints"][-1] == "ckpt-1"
+    assert out["dashboard"] == {"run_dir": second["run_dir"], "buffer_is_its_own": True}

@@ -32,6 +32,7 @@ from unstable.inference.base import InferenceDeadError, InferenceUnavailableErro
 from unstable.learners import REINFORCELearner
 from unstable.learners import checkpoints as ckpt
 from unstable.records import Step, TrainBatch
+from unstable.run.remote import actor_name
 from unstable.run.resume import RUN_STATE_FILE, find_resume_point, load_run_config
 from unstable.tracking import read_metrics
 from unstable.tracking.run_dir import read_jsonl
@@ -452,7 +453,7 @@ def test_killed_inference_actor_is_restarted_and_only_its_games_are_dropped(ray_
         run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2, block=False)
         collector = run.actors.collector
         assert eventually(lambda: ray.get(collector.stats.remote())["train_finished"] >= 4)
-        ray.kill(ray.get_actor("inference-0"), no_restart=False)  # Ray restarts it (max_restarts)
+        ray.kill(ray.get_actor(actor_name(run.run_id, "inference-0")), no_restart=False)  # Ray restarts it
         summary = run.wait()
         counts = tracker_counts(ray, run, summary["collector"])
     finally:
@@ -515,7 +516,7 @@ def test_a_failing_learner_stops_the_run_with_its_cause_and_keeps_the_checkpoint
 # ---------------------------------------------------------------------------------- beyond one machine
 @pytest.mark.slow
 def test_losing_a_node_of_a_two_node_cluster_does_not_stop_the_run(tiny_model_dir, tmp_path):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}  # this checkout
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "scenario_two_nodes.py"), tiny_model_dir,
                            str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

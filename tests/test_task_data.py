@@ -293,11 +293,17 @@ def test_sorting_holds_out_half_the_lists_and_tests_on_distinct_ones():
     assert 0 < sum(map(is_held_out_list, mixed["items"])) < 2000
 
 
-def test_the_sorting_warm_start_never_sees_a_held_out_list():
+def test_the_sorting_warm_start_answers_are_random_orders_of_every_list():
+    """The warm start sees all lists, held-out ones too, answered in a random order: the sorted one only by chance."""
     from unstable.models.task_warmstart import task_dataset
 
-    rows = task_dataset("sorting", 3000, 3, seed=0, split="warm-start")
-    assert not any(is_held_out_list(items) for items in rows["items"])
+    rows = [row for row in task_dataset("sorting", 6000, 3, seed=0, split="warm-start") if len(set(row["items"])) == 3]
+    assert 0.4 < sum(is_held_out_list(row["items"]) for row in rows) / len(rows) < 0.6
+    rng = random.Random(0)
+    answers = [random_answer(row, rng) for row in rows]
+    assert all(sorted(a.split()) == sorted(map(str, row["items"])) for a, row in zip(answers, rows, strict=True))
+    sorted_share = sum(a == row["answer"] for a, row in zip(answers, rows, strict=True)) / len(rows)
+    assert abs(sorted_share - 1 / 6) < 0.03  # chance: one of the 3! orders
 
 
 @pytest.mark.parametrize("level", [1, 2, 3, 6])

@@ -226,6 +226,10 @@ class TransformersBackend:
 
     def _encode(self, prompt: str, max_new_tokens: int) -> tuple[list[int], int]:
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if not ids and prompt:  # AutoTokenizer loads a model folder without tokenizer files as an empty one
+            raise ValueError(f"the tokenizer of {self.config.model_name} turns the prompt into no tokens (it has "
+                             f"{len(self.tokenizer)} entries): its tokenizer files (tokenizer.json, "
+                             "tokenizer_config.json) are missing or empty; copy them into the model folder")
         if self.max_length is not None:
             room = self.max_length - len(ids)
             if room < 1:

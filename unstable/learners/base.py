@@ -38,6 +38,7 @@ from unstable.learners.config import LearnerConfig
 from unstable.learners.loop import run_training
 from unstable.learners.protocol import UpdateResult
 from unstable.records import Step, TrainBatch
+from unstable.utils.disk import writing
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,9 @@ class BaseLearner:
         """One optimiser step over ``batch``, then save ``ckpt-{version}`` and apply retention.
 
         If any loss or gradient norm is NaN/inf, nothing is stepped or saved: the gradients are
-        dropped and the result carries ``train/skipped_nonfinite = 1`` (no exception).
+        dropped and the result carries ``train/skipped_nonfinite = 1`` (no exception). A checkpoint
+        folder the filesystem refuses (read-only, full) raises
+        :class:`~unstable.utils.disk.RunDirUnwritableError`.
         """
         self._restore_pending_state()
         self._check_batch(batch)
@@ -163,10 +166,10 @@ class BaseLearner:
             self._zero_grad()
             metrics = {"train/stopped_nonfinite": 1.0}
         self.version += 1
-        self.adapter_path = str(
-            ckpt.atomic_save(ckpt.checkpoint_dir(self.config.output_dir, self.version), self._write_all)
-        )
-        ckpt.apply_retention(self.config.output_dir, self.config.keep_last, self.config.keep_every)
+        target = ckpt.checkpoint_dir(self.config.output_dir, self.version)
+        with writing(target):  # a full disk or read-only folder: one clear error (earlier checkpoints stay)
+            self.adapter_path = str(ckpt.atomic_save(target, self._write_all))
+            ckpt.apply_retention(self.config.output_dir, self.config.keep_last, self.config.keep_every)
         metrics.update({name: sum(n[name] for n in self._norms) / len(self._norms) for name in self._norms[0]})
         metrics["train/optimizer_steps"] = float(len(self._norms))
         metrics.update(self._common_metrics(steps, trained_version, start, skipped=False))

@@ -11,6 +11,8 @@ call goes through :func:`unstable.utils.calls.call`):
 * ``registry.add_checkpoint(uid=f"ckpt-{v}", path=..., iteration=v)`` (optional; with
   ``config.lineage``, ``uid=f"{lineage}-ckpt-{v}"`` and ``lineage=...``);
 * ``tracker.log(metrics: dict)`` (optional; with ``config.lineage`` the keys start ``<lineage>/``);
+* ``tracker.write_error()`` (optional): the error that stopped the tracker's writes (a full disk, a
+  read-only run directory), or ``None``; the loop raises it, so training stops with that cause;
 * ``on_checkpoint(version)`` (optional), after the checkpoint is registered;
 * ``turn_lock.acquire()`` / ``turn_lock.release()`` (optional) around each update: learners that
   share one device (several trainable models on one CPU or GPU) take turns instead of
@@ -88,6 +90,9 @@ def run_training(
         lineage = getattr(cfg, "lineage", None)
         _call_optional(tracker, "log", {f"{lineage}/{k}": v for k, v in result.metrics.items()}
                        if lineage else result.metrics)
+        unwritable = _call_optional(tracker, "write_error")  # its metrics no longer reach the disk
+        if unwritable is not None:
+            raise unwritable
         if result.skipped:
             consecutive_skips += 1
             if consecutive_skips >= cfg.max_consecutive_skips:
@@ -143,7 +148,8 @@ def _wait_for_batch(buffer: Any, cfg: Any, version: int) -> None:
         size = new_size
 
 
-def _call_optional(obj: object, method: str, *args: object, **kwargs: object) -> None:
-    """Call ``obj.method(...)`` if ``obj`` is given and has it (the hooks are optional)."""
+def _call_optional(obj: object, method: str, *args: object, **kwargs: object) -> Any:
+    """Call ``obj.method(...)`` if ``obj`` is given and has it (the hooks are optional); its answer, or ``None``."""
     if obj is not None and getattr(obj, method, None) is not None:
-        call(obj, method, *args, **kwargs)
+        return call(obj, method, *args, **kwargs)
+    return None

@@ -20,9 +20,13 @@ from unstable.run.arguments import argument_names, merge_arguments
 from unstable.run.claim import claim_run_dir, release_run_dir
 from unstable.run.config import BuildConfig, check_resume_from
 from unstable.utils.checks import check_int
+from unstable.utils.disk import RunDirUnwritableError
 from unstable.utils.paths import NAME_MAX
 
 log = logging.getLogger(__name__)
+
+WATCH_INTERVAL_S = 2.0  # how often Run.wait() asks the Tracker whether its writes still reach the disk
+
 
 def build(**kwargs: Any) -> Run:
     """Validate, start Ray (local unless ``ray_address`` names a cluster) and all actors.
@@ -89,6 +93,7 @@ class Run:
             release_run_dir(self._claim)
             raise
         self.run_dir = self.actors.run_dir
+        self.run_id = self.actors.run_id  # its actors' names start with it (unstable.run.remote.actor_name)
         self.start_version = self.actors.start_version  # > 0 when resumed from ckpt-N
         print(f"unstable: run directory {self.run_dir}"
               + (f" (resumed at learner step {self.start_version})" if cfg.resume_from else ""), flush=True)
@@ -140,7 +145,10 @@ class Run:
         An error of a learner or of the collector is raised here with its cause; the checkpoints
         written so far stay as they are. The collector's error comes first: when collection stops
         (a bug in a template, a spent failure budget) the learner can only time out waiting for
-        data, and its ``TimeoutError`` would hide the cause.
+        data, and its ``TimeoutError`` would hide the cause. A run directory that can no longer be
+        written (a learner's checkpoint, the Tracker's metrics: read-only, full) comes before both:
+        :class:`~unstable.utils.disk.RunDirUnwritableError`, raised once, naming the path and how to
+        resume, whatever else failed after it.
         """
         import ray
 
@@ -152,7 +160,10 @@ class Run:
         try:
             pending = list(self._train_refs)
             while pending:
-                ready, _ = ray.wait([*pending, self._collect_ref], num_returns=1)
+                ready, _ = ray.wait([*pending, self._collect_ref], num_returns=1, timeout=WATCH_INTERVAL_S)
+                unwritable = self._tracker_write_error()
+                if unwritable is not None:
+                    raise unwritable
                 if self._collect_ref in ready and not any(r in ready for r in pending):
                     stats = ray.get(self._collect_ref)  # raises the collector's error
                     raise RuntimeError(f"collection stopped before training finished (collector: {stats}); "
@@ -161,16 +172,30 @@ class Run:
                     pending.remove(ref)
                     try:
                         ray.get(ref)
-                    except ray.exceptions.RayError:
+                    except ray.exceptions.RayError as exc:
                         collected, _ = ray.wait([self._collect_ref], timeout=0)
-                        if collected:
+                        if collected and unwritable_cause(exc) is None:
                             ray.get(self._collect_ref)  # the collector's error is the cause: raise it instead
                         raise
             failed = False
+        except Exception as exc:  # an unwritable run directory is the cause of whatever failed after it
+            unwritable = unwritable_cause(exc) or self._tracker_write_error()
+            if unwritable is None:
+                raise
+            raise unwritable.for_run(self.run_dir) from unwritable.os_error
         finally:
             self._train_refs = []
             self._finish_collection(quiet=failed)
         return self.summary()
+
+    def _tracker_write_error(self) -> RunDirUnwritableError | None:
+        """The write the Tracker's filesystem refused, if any (``None`` too if it does not answer)."""
+        import ray
+
+        try:
+            return ray.get(self.actors.tracker.write_error.remote(), timeout=60)
+        except ray.exceptions.RayError:
+            return None
 
     def _finish_collection(self, quiet: bool = False) -> None:
         """Stop collection and save the run state; ``quiet``: an error is already on its way up."""
@@ -240,3 +265,19 @@ class Run:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def unwritable_cause(exc: BaseException) -> RunDirUnwritableError | None:
+    """The :class:`RunDirUnwritableError` that ``exc`` is or carries (inside Ray's task errors, which
+    nest when it passed through several actors, or as a cause), else ``None``."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if type(e) is RunDirUnwritableError:  # not Ray's RayTaskError subclass of it, which wraps it as .cause
+            return e
+        stack.extend(c for c in (getattr(e, "cause", None), e.__cause__, e.__context__) if isinstance(c, BaseException))
+    return None

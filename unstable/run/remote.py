@@ -12,6 +12,7 @@ any class, e.g. a user's own learner.
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import Any
 
 import ray
@@ -91,9 +92,24 @@ class RemoteBackend:
             raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
 
 
-def start_inference_backends(cfg: InferenceConfig, prefix: str = "inference") -> list[Any]:
-    """``cfg.num_actors`` backends: Ray actors named ``<prefix>-<i>`` (wrapped in
-    :class:`RemoteBackend`) when Ray is running, else local objects in this process."""
+def actor_name(run_id: str, role: str) -> str:
+    """The Ray name of a run's actor: ``<run_id>/<role>``, ``role`` being ``Tracker``, ``Buffer``
+    (``Buffer-<model>`` with several models) or ``inference-<i>``. ``run_id`` is the run's name and a
+    random suffix (:func:`new_run_id`), so two runs in one Ray cluster never share a name, not even
+    with the same run name (two ``runs_dir``, or a resume in the process that just stopped the run)."""
+    return f"{run_id}/{role}"
+
+
+def new_run_id(run_name: str) -> str:
+    """``<run_name>-<8 hex digits>``: readable in ``ray list actors``, and new for every run."""
+    return f"{run_name}-{secrets.token_hex(4)}"
+
+
+def start_inference_backends(cfg: InferenceConfig, prefix: str = "inference",
+                             run_id: str | None = None) -> list[Any]:
+    """``cfg.num_actors`` backends: Ray actors named ``<prefix>-<i>`` (``<run_id>/<prefix>-<i>`` in a
+    run, see :func:`actor_name`; wrapped in :class:`RemoteBackend`, which keeps
+    the short name for metrics) when Ray is running, else local objects in this process."""
     if not ray.is_initialized():
         return local_backends(cfg)
     kwargs = cfg.backend_arguments()
@@ -103,7 +119,8 @@ def start_inference_backends(cfg: InferenceConfig, prefix: str = "inference") ->
     for i in range(cfg.num_actors):
         name = f"{prefix}-{i}"
         handle = actor_class(InferenceActor).options(
-            name=name, num_cpus=cfg.actor_num_cpus, num_gpus=cfg.actor_num_gpus, max_concurrency=10_000,
+            name=actor_name(run_id, name) if run_id else name,
+            num_cpus=cfg.actor_num_cpus, num_gpus=cfg.actor_num_gpus, max_concurrency=10_000,
             max_restarts=cfg.max_restarts, max_task_retries=0, **placement,
         ).remote(cfg.backend, cfg.model_name, name=name, default_sampling=cfg.sampling, **kwargs)
         backends.append(RemoteBackend(handle, name=name))

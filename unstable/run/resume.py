@@ -38,6 +38,7 @@ from unstable.learners import checkpoints as ckpt
 from unstable.registry.model_registry import DEFAULT_LINEAGE
 from unstable.tracking.run_dir import CONFIG_FILE, atomic_write_json
 from unstable.utils.calls import call
+from unstable.utils.disk import writing
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,10 @@ class RunStateWriter:
             "buffers": {name: call(buffer, "state_dict") for name, buffer in self.buffers.items()},
             "stopped": self.stopped,
         }
-        atomic_write_json(os.path.join(self.run_dir, REGISTRY_FILE), state["registry"])
-        atomic_write_json(os.path.join(self.run_dir, RUN_STATE_FILE), state)
+        for name, data in ((REGISTRY_FILE, state["registry"]), (RUN_STATE_FILE, state)):
+            path = os.path.join(self.run_dir, name)
+            with writing(path, self.run_dir):  # read-only or full: one clear error (RunDirUnwritableError)
+                atomic_write_json(path, data)
 
 
 def portable_registry(registry_state: dict[str, Any], run_dir: str | os.PathLike) -> dict[str, Any]:

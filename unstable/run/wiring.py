@@ -11,6 +11,10 @@ so does the learner when that node has the CPU/GPU it needs; the inference actor
 nodes and restart (see :mod:`unstable.collection.collector`) if theirs dies. So losing a node that only runs
 inference actors costs the games in flight there, not the run. ``resume_from`` restores the run's state first
 (see :mod:`unstable.run.resume`).
+
+The named actors (Tracker, buffers, inference actors) are named per run, ``<run_id>/<role>`` (see
+:func:`~unstable.run.remote.actor_name`), so two runs in one Ray cluster, or two ``build()`` calls in
+one process, never clash; the seed's scripts name their actors themselves (``"Tracker"``), as before.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
-from unstable.run.remote import actor_class, start_inference_backends
+from unstable.run.remote import actor_class, actor_name, new_run_id, start_inference_backends
 from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffers, roll_back_registry
 from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
@@ -80,6 +84,7 @@ class Actors:
     run_dir: str
     learners: dict[str, Any]  # model name -> learner actor (one entry in a one-model run)
     buffers: dict[str, Any]  # model name -> buffer actor
+    run_id: str = ""  # the prefix of the run's actor names (see actor_name)
     turn_lock: Any = None  # the learners' TurnLock, when several share a device
     start_versions: dict[str, int] = field(default_factory=dict)  # model name -> its version at start (resumed)
     buffer_dropped_on_resume: int | None = None  # steps the previous run left in its buffers (resumed, stopped)
@@ -167,7 +172,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     if not resume and _has_checkpoints(os.path.join(run_dir, "checkpoints"), names):
         raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
                          f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
-    tracker = actor_class(Tracker).options(**light, name="Tracker").remote(
+    run_id = new_run_id(run_name)
+    tracker = actor_class(Tracker).options(**light, name=actor_name(run_id, "Tracker")).remote(
         run_name=run_name, wandb_project=cfg.tracker.wandb_project, run_dir=run_dir, use_wandb=wandb.enabled,
         wandb_mode=wandb.mode, config=cfg.to_dict(), config_file=resume is None,
         wandb_id=resume.state["tracker"].get("wandb_id") if resume and resume.state else None)
@@ -208,7 +214,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     turn_lock = None
     if several:  # they take turns on the learner's device instead of oversubscribing it
         turn_lock = actor_class(TurnLock).options(**light, max_concurrency=len(models) + 2).remote()
-    buffers = {m.name: _start_buffer(m, light, tracker, cfg.seed, lineage[m.name], several) for m in models}
+    buffers = {m.name: _start_buffer(m, light, tracker, cfg.seed, lineage[m.name], several, run_id)
+               for m in models}
     buffer_dropped = restore_buffers(resume.state, buffers) if resume else None
     if buffer_dropped is not None:
         ray.get(tracker.log.remote({"buffer/dropped_on_resume": buffer_dropped}))
@@ -233,7 +240,7 @@ def start_actors(cfg, run_name: str) -> Actors:
         pending.append((learner, algorithm_kwargs))
         learners[m.name] = learner
     # after the learners, so they have their place before the inference actors take theirs
-    backends, groups, samplings = _start_engines(models, lineage, gpus_per_actor, default_actors)
+    backends, groups, samplings = _start_engines(models, lineage, gpus_per_actor, default_actors, run_id)
     collector_buffers = {"buffers": {lineage[n]: b for n, b in buffers.items()}} if several else {
         "buffer": buffers[models[0].name]}
     collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
@@ -247,10 +254,10 @@ def start_actors(cfg, run_name: str) -> Actors:
         ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))
     return Actors(tracker, registry, scheduler, collector, backends, run_dir, learners=learners, buffers=buffers,
                   turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()},
-                  buffer_dropped_on_resume=buffer_dropped)
+                  buffer_dropped_on_resume=buffer_dropped, run_id=run_id)
 
 
-def _start_buffer(m, light: dict, tracker, seed: int, lineage: str | None, several: bool):
+def _start_buffer(m, light: dict, tracker, seed: int, lineage: str | None, several: bool, run_id: str):
     """A model's buffer actor, with its reward transforms (the defaults unless the model names its own)."""
     learner_cls = resolve_learner(m.algorithm)
     transforms = m.buffer.reward_transforms
@@ -258,7 +265,8 @@ def _start_buffer(m, light: dict, tracker, seed: int, lineage: str | None, sever
     if transforms is None and learner_cls.normalizes_advantages:
         sampling = None  # A2C/PPO/GRPO normalise their advantages themselves (per env, per group)
     buffer_cls = EpisodeBuffer if learner_cls.needs_episodes else StepBuffer
-    return actor_class(buffer_cls).options(**light, name=f"Buffer-{m.name}" if several else "Buffer").remote(
+    name = actor_name(run_id, f"Buffer-{m.name}" if several else "Buffer")
+    return actor_class(buffer_cls).options(**light, name=name).remote(
         max_buffer_size=m.buffer.size, tracker=tracker, final_reward_transformation=final,
         step_reward_transformation=step, sampling_reward_transformation=sampling,
         max_staleness=m.buffer.max_staleness, seed=seed, dedupe=True, lineage=lineage,
@@ -266,7 +274,8 @@ def _start_buffer(m, light: dict, tracker, seed: int, lineage: str | None, sever
 
 
 def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float,
-                   default_actors: int) -> tuple[list[Any], dict[str, list[int]], dict[str | None, Any]]:
+                   default_actors: int, run_id: str
+                   ) -> tuple[list[Any], dict[str, list[int]], dict[str | None, Any]]:
     """The inference actors: one group per distinct base model, set up by the first model that uses
     it (the others' adapters are served by the same engines). Returns the backends, each lineage's
     backend indices, and each lineage's sampling settings. The groups split the inference share of
@@ -284,7 +293,7 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
         engine = inference_config(first, backend, num_actors, gpus, cpus)
         prefix = "inference" if len(by_base) == 1 else f"inference-{k}"
         indices = list(range(len(backends), len(backends) + num_actors))
-        backends.extend(start_inference_backends(engine, prefix=prefix))
+        backends.extend(start_inference_backends(engine, prefix=prefix, run_id=run_id))
         for m in group:
             groups[lineage[m.name]] = indices
             samplings[lineage[m.name]] = inference_config(m, backend, num_actors, gpus_per_actor).sampling

@@ -12,6 +12,13 @@ Each game also adds timing samples (:mod:`unstable.tracking.timings`) and action
 (:mod:`unstable.tracking.diversity`), and its transcript to ``games/transcripts.jsonl``
 (:mod:`unstable.tracking.transcripts`).
 
+A write the filesystem refuses (permission denied, read-only, disk full) is not retried: the
+first one becomes :class:`~unstable.utils.disk.RunDirUnwritableError` (the path, the reason, the
+fix), logged once and kept by :meth:`Tracker.write_error`; from then on the Tracker writes no file
+and raises nothing (most calls come fire-and-forget from the collector and buffer, where an error
+would only print a traceback per call). The learner's training loop and ``Run.wait()`` ask
+:meth:`Tracker.write_error` and stop the run with it.
+
 Counters (``counts()``): ``collect/games``, ``collect/<env>/games``, ``collect/failed_games`` (the
 game raised), ``collect/games_dropped`` (its inference actor died) and the same under ``eval/``,
 ``system/failed_games_unlogged`` (failed games not written because ``logs/failed_games.jsonl`` is full);
@@ -29,6 +36,8 @@ import math
 import re
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from unstable.records import FailedGame, GameRecord
@@ -46,6 +55,7 @@ from unstable.tracking.timings import timing_samples
 from unstable.tracking.transcripts import TranscriptConfig, TranscriptWriter
 from unstable.tracking.wandb_writer import WandbWriter, import_wandb, start_wandb, wandb_plan
 from unstable.utils.checks import check_int
+from unstable.utils.disk import RunDirUnwritableError, writing
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +162,7 @@ class Tracker:
         if config is not None and config_file:
             atomic_write_json(self._dir.config_path, config)
         self._metrics = JsonlWriter(self._dir.metrics_path)
+        self._write_error: RunDirUnwritableError | None = None  # see the module docstring
         self._failed: CappedJsonlWriter | None = None
         self._transcripts = TranscriptWriter(self._dir.games, transcripts)
         self._diversity = ActionDiversity(window=diversity_window, min_games=min(10, diversity_window))
@@ -232,7 +243,7 @@ class Tracker:
         if self._dropped_after_close("log_game"):
             return
         stage = "eval" if result.spec.is_eval else "collect"
-        self._transcripts.write(result, self._learner_step)
+        self._guarded(self._transcripts.path, lambda: self._transcripts.write(result, self._learner_step))
         if isinstance(result, FailedGame):
             self._log_failed(result, stage)
             return
@@ -248,19 +259,28 @@ class Tracker:
         self._write(line)
 
     def _log_failed(self, failure: FailedGame, stage: str) -> None:
-        if self._failed is None:
-            self._failed = CappedJsonlWriter(self._dir.failed_games_path, self._failed_max_bytes)
         # an inference actor that died took the game with it: dropped, not a failure of the game
         key = f"{stage}/games_dropped" if failure.stage == "inference" else f"{stage}/failed_games"
         line = {key: self._count(key)}
-        if self._failed.write(failure_line(failure, stage, self._learner_step)):
+        written = False
+
+        def write() -> None:
+            nonlocal written
+            if self._failed is None:
+                self._failed = CappedJsonlWriter(self._dir.failed_games_path, self._failed_max_bytes)
+            written = self._failed.write(failure_line(failure, stage, self._learner_step))
+
+        self._guarded(self._dir.failed_games_path, write)
+        if written:
             logger.warning("%s", shorten(failure.describe()))
-        else:  # the log is full: count, and keep the console (and Ray's log files) quiet too
+        elif self._failed is not None and self._failed.full:  # the log is full: count, keep the console quiet
             if self._failed.unwritten == 1:
                 logger.warning("%s reached its cap of %d bytes: it keeps the first failures; later ones are only "
                                "counted (%s)", self._failed.path, self._failed_max_bytes, UNLOGGED_FAILURES)
             logger.debug("%s", shorten(failure.describe()))
             line[UNLOGGED_FAILURES] = self._count(UNLOGGED_FAILURES)
+        else:  # the filesystem refused the write (said once by _guarded)
+            logger.debug("%s", shorten(failure.describe()))
         self._write(line)
 
     def log_inference(self, actor_name: str, stats: dict[str, float]) -> None:
@@ -318,9 +338,26 @@ class Tracker:
 
     def _write(self, metrics: dict[str, Any]) -> None:
         now = time.time()
-        self._metrics.write({"time": now, "wall_s": now - self._start, "learner_step": self._learner_step, **metrics})
+        line = {"time": now, "wall_s": now - self._start, "learner_step": self._learner_step, **metrics}
+        self._guarded(self._metrics.path, lambda: self._metrics.write(line))
         if self._wandb is not None and time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
+
+    def _guarded(self, path: Path, write: Callable[[], Any]) -> None:
+        """``write()`` to ``path`` unless a write was refused before; keep (and log, once) the first
+        refusal instead of raising it (see the module docstring)."""
+        if self._write_error is not None:
+            return
+        try:
+            with writing(path, self._dir.root):
+                write()
+        except RunDirUnwritableError as exc:
+            self._write_error = exc
+            logger.error("%s. The Tracker writes nothing more; the run stops.", exc)
+
+    def write_error(self) -> RunDirUnwritableError | None:
+        """The write the filesystem refused (see the module docstring), or ``None`` while all are fine."""
+        return self._write_error
 
     def _dropped_after_close(self, method: str) -> bool:
         if self._closed:

@@ -2,9 +2,11 @@
 
 Where the data comes from (``--source auto``):
 
-* **live**: a Ray cluster runs on this machine (or at ``--address``) with the actor ``"Tracker"``
-  in namespace ``"unstable"`` (started by ``unstable.build``), and, if ``RUN_DIR`` is given, it
-  writes that run: :meth:`Tracker.get_interface_info` and the ``"Buffer"`` actor's stats;
+* **live**: a Ray cluster runs on this machine (or at ``--address``) with a Tracker actor in
+  namespace ``"unstable"``: ``"<run_id>/Tracker"`` (started by ``unstable.build``, one per run) or
+  ``"Tracker"`` (the seed's scripts). With ``RUN_DIR``, the one writing that run; without, the one
+  whose metrics were written last. :meth:`Tracker.get_interface_info` and its run's ``Buffer``
+  actor's stats (``"<run_id>/Buffer"``, or ``"Buffer"``);
 * **files**: otherwise ``RUN_DIR`` (default: the most recently written run under ``./runs``) is
   read with :class:`~unstable.tracking.run_reader.RunReader`: a run elsewhere, or finished.
 
@@ -179,18 +181,42 @@ def connect_ray(address: str | None, run_dir: Path | None) -> RaySource | None:
         if started:
             ray.shutdown()
 
-    try:
-        tracker = ray.get_actor(TRACKER_NAME, namespace=NAMESPACE)
-        live_dir = ray.get(tracker.get_run_dir.remote(), timeout=10)
-    except (ValueError, ray.exceptions.RayError):
+    live = live_trackers()
+    if run_dir is not None:
+        live = [t for t in live if Path(t[2]).resolve() == run_dir.resolve()]
+    if not live:
         return not_live()
-    if run_dir is not None and Path(live_dir).resolve() != run_dir.resolve():
-        return not_live()
+    name, tracker, live_dir = max(live, key=lambda t: _written_at(Path(t[2]) / METRICS_FILE))
     try:
-        buffer = ray.get_actor(BUFFER_NAME, namespace=NAMESPACE)
+        buffer = ray.get_actor(name[: -len(TRACKER_NAME)] + BUFFER_NAME, namespace=NAMESPACE)
     except ValueError:
         buffer = None
     return RaySource(tracker, buffer, live_dir, owns_ray=started)
+
+
+def live_trackers() -> list[tuple[str, Any, str]]:
+    """``(name, handle, run dir)`` of each live Tracker actor in :data:`NAMESPACE`: ``"Tracker"`` (the
+    seed's scripts name it) and ``"<run_id>/Tracker"`` (``unstable.build``, one per run)."""
+    import ray
+
+    found = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        name = actor["name"]
+        if actor["namespace"] != NAMESPACE or not (name == TRACKER_NAME or name.endswith(f"/{TRACKER_NAME}")):
+            continue
+        try:
+            tracker = ray.get_actor(name, namespace=NAMESPACE)
+            found.append((name, tracker, ray.get(tracker.get_run_dir.remote(), timeout=10)))
+        except (ValueError, ray.exceptions.RayError):  # it ended meanwhile
+            continue
+    return found
+
+
+def _written_at(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def open_source(args: argparse.Namespace) -> RaySource | RunReader:
@@ -201,7 +227,7 @@ def open_source(args: argparse.Namespace) -> RaySource | RunReader:
         if live is not None:
             return live
         if args.source == "ray":
-            raise ConnectionError(f"no live run: no actor {TRACKER_NAME!r} in Ray namespace {NAMESPACE!r}"
+            raise ConnectionError(f"no live run: no Tracker actor in Ray namespace {NAMESPACE!r}"
                                   + (f" writing {run_dir}" if run_dir else ""))
     if run_dir is None:
         run_dir = latest_run(args.runs_dir)
