@@ -210,6 +210,35 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
         run_quickstart(QuickstartConfig(out=str(out)), say=lambda _: None)
 
 
+def test_a_valid_task_answer_has_the_right_form_right_or_wrong():
+    from unstable.models.task_warmstart import valid_answer
+
+    row = {"items": [3, 1, 3], "level": 3, "answer": "1 3 3"}
+    assert valid_answer(row, "\\boxed{1 3 3}") and valid_answer(row, "so \\boxed{3 1 3}")
+    assert not valid_answer(row, "\\boxed{1 3}") and not valid_answer(row, "\\boxed{1 1 3}")
+    assert not valid_answer(row, "1 3 3")  # no box
+    sums = {"level": 1, "a": 4, "b": 5, "answer": "9"}
+    assert valid_answer(sums, "\\boxed{17}") and valid_answer(sums, "\\boxed{0}")
+    assert not valid_answer(sums, "\\boxed{19}") and not valid_answer(sums, "\\boxed{-1}")
+    assert not valid_answer(sums, "\\boxed{nine}")
+
+
+def test_the_task_warm_start_trains_in_rounds_until_its_answers_are_valid(tiny_model_dir, tmp_path):
+    from unstable.models.task_warmstart import TaskWarmStartConfig, task_warm_start
+
+    seen = []
+    cfg = TaskWarmStartConfig(examples=64, held_out=8, max_rounds=2, target_valid=1.0, warmup_steps=0)
+    out = task_warm_start(tiny_model_dir, tmp_path / "ws", cfg, on_round=lambda r, valid: seen.append((r, valid)))
+    rounds = json.loads((out / "warm_start.json").read_text())["rounds"]
+    assert [r["round"] for r in rounds] == [r for r, _ in seen] == [1, 2]  # one step each cannot reach 100%
+    assert all(r["examples"] == 64 and 0 <= r["held_out_valid"] < 1 for r in rounds)
+    easy = task_warm_start(tiny_model_dir, tmp_path / "easy", TaskWarmStartConfig(
+        examples=64, held_out=8, max_rounds=3, target_valid=0.0, warmup_steps=0))
+    assert len(json.loads((easy / "warm_start.json").read_text())["rounds"]) == 1  # reached at once: one round
+    with pytest.raises(ValueError, match=r"target_valid must be within \[0, 1\], got 1.5"):
+        TaskWarmStartConfig(target_valid=1.5)
+
+
 @pytest.mark.slow
 def test_task_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
     """A few GRPO steps of the single-turn job: held-out sorting lists evaluated before and after, a summary."""

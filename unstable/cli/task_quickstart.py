@@ -158,11 +158,17 @@ def run_task_quickstart(cfg: TaskQuickstartConfig | None = None, say: Any = prin
     t0 = time.perf_counter()
     say(f"[1/5] tiny model ({cfg.model_size})")
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
-    say(f"[2/5] warm start on the answer format: {cfg.warm_start.examples} {cfg.task} problems (level {cfg.level}) "
-        "answered at random")
-    model, cached = task_warm_start_path(base, cfg.warm_start,
-                                         progress=lambda s, n, loss: say(f"  step {s}/{n}: loss {loss:.3f}")
-                                         if s == n or s % 100 == 1 else None)
+    say(f"[2/5] warm start on the answer's form: rounds of {cfg.warm_start.examples} {cfg.task} problems (level "
+        f"{cfg.level}) answered at random, until it answers unseen ones validly")
+    def step_said(s: int, n: int, loss: float) -> None:
+        if s == n or s % 100 == 1:
+            say(f"  step {s}/{n}: loss {loss:.3f}")
+
+    def round_said(r: int, valid: float) -> None:
+        say(f"  round {r}: {valid:.0%} of its greedy answers to unseen problems are valid "
+            f"(target {cfg.warm_start.target_valid:.0%})")
+
+    model, cached = task_warm_start_path(base, cfg.warm_start, progress=step_said, on_round=round_said)
     say(f"  {'reused the cached' if cached else 'saved the'} warm start: {model}")
     say(f"[3/5] exact-match accuracy of the starting checkpoint on {cfg.eval_problems} held-out problems (greedy)")
     initial = evaluate_environment(str(model), env, "test", sampling=_sampling(cfg), success="correct")
