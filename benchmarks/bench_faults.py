@@ -25,7 +25,8 @@ lost* (failed + dropped, and for a killed driver the games in flight at the kill
 lost / duplicated* (sent by the collector and never received by the buffer / received twice),
 *checkpoints intact* (every ``ckpt-N`` from 1 to the last has its ``COMPLETE`` marker and its
 adapter config, weights and ``trainer_state.pt`` load, with that version), *recover (s)* (from the
-injection until the next learner step is saved, in the same run or the resumed one).
+injection until the next learner step is saved, in the same run or the resumed one; for the inference
+actor, not before the collector has it answering again).
 
     .venv/bin/python benchmarks/bench_faults.py               # every fault, 4 learner steps each
     .venv/bin/python benchmarks/bench_faults.py --quick       # CI's short version (tests/test_fault_table.py)
@@ -144,15 +145,17 @@ def books(*results: dict[str, Any]) -> tuple[int, int, int, list[str]]:
 
 
 def row(fault: str, survived: bool, outcome: str, games: int | None, traj: int | None, dup: int | None,
-        ckpts: Path | None, steps: int, recover: float | None, t0: float, unbalanced: list[str] = ()) -> dict[str, Any]:
-    """One row of the table (a run whose books do not balance did not survive, whatever else it did)."""
+        ckpts: Path | None, steps: int, recover: float | None, t0: float, unbalanced: list[str] = (),
+        ended: float | None = None) -> dict[str, Any]:
+    """One row of the table (a run whose books do not balance did not survive, whatever else it did);
+    its wall time runs from ``t0`` to ``ended`` (default: now)."""
     intact, which = check_checkpoints(ckpts, steps) if ckpts is not None else (None, "-")
     if unbalanced:
         survived, outcome = False, f"{outcome}; the books do not balance: {', '.join(unbalanced)}"
     return {"fault": fault, "survived": survived, "games lost": games, "trajectories lost": traj,
             "duplicated": dup, "checkpoints intact": intact, "checkpoints": which,
-            "recover (s)": None if recover is None else round(recover, 1), "wall (s)": round(time.time() - t0, 1),
-            "what happened": outcome}
+            "recover (s)": None if recover is None else round(recover, 1),
+            "wall (s)": round((ended or time.time()) - t0, 1), "what happened": outcome}
 
 
 # ---------------------------------------------------------------------------------- the faults
@@ -168,6 +171,7 @@ def driver_kill(b: Bench) -> dict[str, Any]:
     in_flight = c.get("train_started", 0) + c.get("eval_started", 0) - sum(
         c.get(k, 0) for k in ("train_finished", "eval_finished", "failed", "dropped", "cancelled"))
     r = b.finish(b.resume("driver-kill-resume", d.run_dir()))
+    ended = time.time()
     lived = lived()
     games, traj, dup, unbalanced = books(r)
     ok = finished(r, b.steps)
@@ -188,7 +192,7 @@ def driver_kill(b: Bench) -> dict[str, Any]:
     first_new = min((m for v, m in complete_versions(ckpts).items() if start is not None and v > start), default=None)
     return row("driver kill -9, then resume", ok, outcome, games + in_flight + lost_before(c),
                traj + traj_at_kill, dup + buf.get("duplicates", 0), ckpts, b.steps,
-               None if first_new is None else first_new - killed_at, t0, unbalanced)
+               None if first_new is None else first_new - killed_at, t0, unbalanced, ended)
 
 
 def failure(result: dict[str, Any]) -> str:
@@ -307,13 +311,18 @@ def api_errors(b: Bench) -> dict[str, Any]:
     games, traj, dup, unbalanced = books(r)
     ok = finished(r, steps)
     c = (r.get("summary") or {}).get("collector", {})
-    outcome = (f"{counts.get('500', 0)} calls got a 500 while the learner made {during['500']} steps, then "
-               f"{counts.get('hang', 0)} calls got no answer while it made {during['hang']}: {c.get('failed', 0)} "
-               f"games against it failed (counted, logged), the rest went on; healthy again after ckpt-{healed_at}, "
+    outcome = (f"{counts.get('500', 0)} calls got a 500 while the learner made {steps_text(during['500'])}, then "
+               f"{counts.get('hang', 0)} calls got no answer while it made {steps_text(during['hang'])}: "
+               f"{c.get('failed', 0)} games against it failed (counted, logged), the rest went on; healthy again "
+               f"after ckpt-{healed_at}, "
                f"{counts.get('ok', 0)} calls answered in all; "
                + ("finished" if ok else f"did not finish: {failure(r)}"))
     return row("API opponent 500s, then hangs", ok, outcome, games, traj, dup, ckpts, steps,
                recover_after(ckpts, injected), t0, unbalanced)
+
+
+def steps_text(n: int) -> str:
+    return f"{n} step{'' if n == 1 else 's'}"
 
 
 def disk_unwritable(b: Bench) -> dict[str, Any]:
@@ -406,7 +415,10 @@ def main() -> None:
                 "inject_after_step": INJECT_AFTER, "collection_workers": 8, "eval_workers": 2, "work": str(work)}
     notes = ["survived: finished its learner steps (after --resume where the fault stops the run); same name twice: "
              "one run finished and the other was refused before Ray started",
-             "recover (s): from the injection until the next learner step was saved (same run or the resumed one)",
+             "recover (s): from the injection until the next learner step was saved (same run or the resumed one; "
+             "for the inference actor, not before the collector had it answering again)",
+             "the driver kill's wall time leaves out the 90 s in which the harness watches the killed driver's "
+             "processes go away (concurrently with the resume)",
              f"wall times on {info['cores']} cores, 1-min load average {info['load_avg_1m_at_start']:.1f} at start"]
     write_result("faults", args, rows, settings, notes, info)
     sys.exit(0 if all(r["survived"] for r in rows) else 1)
