@@ -1,0 +1,49 @@
+"""The fault table's short version, as CI runs it: ``benchmarks/bench_faults.py --quick`` injects
+each of its faults into a tiny real run (a process and a local Ray of its own), and every row must
+say what the README's fault table says: the run survived (went on, or stopped with its error and
+resumed), its checkpoints load, and no trajectory was lost or doubled on its way to the buffer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+QUICK_FAULTS = {"inference actor kill -9", "learner kill -9, then resume", "checkpoints dir unwritable",
+                "same run name twice at once"}
+
+
+@pytest.mark.slow
+def test_the_quick_fault_table_survives_each_fault(tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "WANDB_MODE": "offline",
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "benchmarks/bench_faults.py", "--quick", "--out", str(tmp_path),
+                           "--work", str(tmp_path / "work")], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=900)
+    print(proc.stdout[-4000:])
+    doc = json.loads((tmp_path / "faults-quick.json").read_text())
+    rows = {r["fault"]: r for r in doc["rows"]}
+    assert set(rows) == QUICK_FAULTS, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for fault, r in rows.items():
+        assert r["survived"] is True, (fault, r["what happened"])
+        assert r["checkpoints intact"] is True and r["checkpoints"].startswith("ckpt-1..3"), (fault, r)
+        assert r["trajectories lost"] == 0 and r["duplicated"] == 0, (fault, r)
+    assert proc.returncode == 0  # the script's own verdict: every row survived
+    assert doc["machine"]["git_commit"] and doc["settings"]["learning_steps"] == 3
+
+    # the faults' own marks: what the harness saw happen, not just that the run ended
+    inference = rows["inference actor kill -9"]
+    assert "Ray restarted it (answering again)" in inference["what happened"] and inference["recover (s)"] > 0
+    for fault in ("learner kill -9, then resume", "checkpoints dir unwritable"):  # stopped with its error, resumed
+        happened = rows[fault]["what happened"]
+        assert "stopped: the run stopped" in happened and "resumed from ckpt-" in happened, (fault, happened)
+        assert rows[fault]["recover (s)"] > 0
+    twice = rows["same run name twice at once"]
+    assert "1 of 2 finished" in twice["what happened"] and "before Ray started" in twice["what happened"]
+    assert "is in use by another run" in twice["what happened"]
