@@ -600,3 +600,15 @@ def test_kill_9_then_resume_finishes_the_run_with_its_registry(ray_session, tiny
     assert versions[-1] == 6
     game_ids = [t["game_id"] for t in read_jsonl(run_dir / "games" / "transcripts.jsonl")]
     assert len(game_ids) == len(set(game_ids))  # no game id issued twice across the kill
+
+
+def test_a_dead_learner_is_one_line_naming_the_model_and_the_resume_command():
+    """Ray's ActorDiedError named the learner only deep in its text and said nothing of resuming."""
+    import pickle
+
+    from unstable.run.build import LearnerDiedError
+
+    err = pickle.loads(pickle.dumps(LearnerDiedError("alice", "/runs/duo")))  # it crosses Ray like the others
+    assert str(err) == ("the learner of model 'alice' died (killed, out of memory, or its node lost); the checkpoints "
+                        "written so far are intact: continue the run with `unstable train --resume /runs/duo`")
+    assert str(LearnerDiedError(None, "/r")).startswith("the learner died")

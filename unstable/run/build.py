@@ -70,6 +70,20 @@ def _claim_default_run_dir(cfg: BuildConfig) -> tuple[str, Any]:
     raise ValueError(f"could not find a free run directory name under {cfg.runs_dir}; give run_name")
 
 
+class LearnerDiedError(RuntimeError):
+    """A learner's actor died (``kill -9``, out of memory, its node lost): the run stops. Its
+    checkpoints so far are whole (each is written atomically), so the run resumes from the newest."""
+
+    def __init__(self, model: str | None, run_dir: str):
+        whose = "the learner" if model is None else f"the learner of model {model!r}"
+        super().__init__(f"{whose} died (killed, out of memory, or its node lost); the checkpoints written so far "
+                         f"are intact: continue the run with `unstable train --resume {run_dir}`")
+        self.model, self.run_dir = model, run_dir
+
+    def __reduce__(self):
+        return type(self), (self.model, self.run_dir)
+
+
 class Run:
     """The handle build() returns: ``start()``, ``wait()``, ``stop()``, plus the actor handles."""
 
@@ -98,6 +112,7 @@ class Run:
         print(f"unstable: run directory {self.run_dir}"
               + (f" (resumed at learner step {self.start_version})" if cfg.resume_from else ""), flush=True)
         self._train_refs: list = []
+        self._learner_of: dict = {}  # a train() ref -> its model's name, to say whose learner died
         self._collect_ref = None
         self._started = False
 
@@ -134,6 +149,7 @@ class Run:
         for name, learner in learners.items():
             if remaining[name] > 0:
                 self._train_refs.append(learner.train.remote(remaining[name]))
+                self._learner_of[self._train_refs[-1]] = name
             else:  # its buffer takes no more games: collection goes on for the others
                 ray.get(a.buffers[name].stop.remote())
         return self.wait() if block else None
@@ -176,6 +192,8 @@ class Run:
                         collected, _ = ray.wait([self._collect_ref], timeout=0)
                         if collected and unwritable_cause(exc) is None:
                             ray.get(self._collect_ref)  # the collector's error is the cause: raise it instead
+                        if isinstance(exc, ray.exceptions.ActorDiedError):
+                            raise LearnerDiedError(self._learner_of.get(ref), self.run_dir) from exc
                         raise
             failed = False
         except Exception as exc:  # an unwritable run directory is the cause of whatever failed after it
