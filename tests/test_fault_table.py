@@ -43,10 +43,10 @@ def test_the_quick_fault_table_survives_each_fault(tmp_path):
     for fault in ("learner kill -9, then resume", "checkpoints dir unwritable"):  # stopped with its error, resumed
         happened = rows[fault]["what happened"]
         assert "stopped: the run stopped" in happened and "resumed from ckpt-" in happened, (fault, happened)
+        assert rows[fault]["recover (s)"] > 0
     # one clear message each, not Ray's actor-death text or a bare PermissionError
     assert "died (killed, out of memory, or its node lost)" in rows["learner kill -9, then resume"]["what happened"]
     assert "could not write" in rows["checkpoints dir unwritable"]["what happened"]
-        assert rows[fault]["recover (s)"] > 0
     twice = rows["same run name twice at once"]
     assert "1 of 2 finished" in twice["what happened"] and "before Ray started" in twice["what happened"]
     assert "is in use by another run" in twice["what happened"]
