@@ -102,6 +102,15 @@ class Bench:
     def until_step(self, d: Driver, step: int = INJECT_AFTER) -> Path:
         """The run's checkpoints folder, once ``step`` learner steps are saved (raises if the run ended)."""
         wait_for(lambda: d.run_dir() is not None or d.poll() is not None, self.timeout_s, "the run directory")
+        if d.run_dir() is None and RAY_START_TIMEOUT in d.log_tail():
+            # Ray's own start-up timed out (a loaded machine), before the run began: start it again, once,
+            # as a user would; the fault is injected into the run, not into Ray's start
+            print(f"[faults] {d.folder.name}: Ray did not start ({RAY_START_TIMEOUT}); starting it again", flush=True)
+            d.kill_all()
+            for leftover in ("progress.jsonl", "result.json"):
+                (d.folder / leftover).unlink(missing_ok=True)
+            d.start()
+            wait_for(lambda: d.run_dir() is not None or d.poll() is not None, self.timeout_s, "the run directory")
         if d.run_dir() is None:
             raise RuntimeError(f"the run ended before it started: {d.log_tail()}")
         ckpts = Path(d.run_dir()) / "checkpoints"
@@ -119,6 +128,9 @@ class Bench:
     def close(self) -> None:
         for d in self.drivers:
             d.kill_all()
+
+
+RAY_START_TIMEOUT = "Deadline Exceeded"  # what Ray says when its node does not come up in time
 
 
 def finished(result: dict[str, Any], steps: int) -> bool:
