@@ -104,6 +104,9 @@ def test_an_opponent_adapter_that_breaks_mid_run_stops_the_run_with_its_cause(
         run.stop()
         pool.shutdown(wait=False)
     assert isinstance(error, FailureBudgetSpentError), causes(error)
-    assert "games failed in a row (max_consecutive_failures=4)" in str(error)
+    # whichever limit comes first: 4 in a row, or, when some games still finish in between (seen with
+    # the eval opponent), more than half of the last 200
+    assert ("games failed in a row (max_consecutive_failures=4)" in str(error)
+            or "games failed (max_failure_rate=0.5)" in str(error)), str(error)
     assert expected in causes(error) and expected in str(error)  # the first failure, in the message and as cause
     assert stats["failed"] >= 4
