@@ -145,7 +145,7 @@ class Run:
                                              "num_eval_workers": num_eval_workers},
                               config=self.config.to_dict() if self.config.resume_from else None)
         self._collect_ref = a.collector.collect.remote(num_collection_workers, num_eval_workers)
-        self._train_refs = []
+        self._train_refs, self._learner_of = [], {}
         for name, learner in learners.items():
             if remaining[name] > 0:
                 self._train_refs.append(learner.train.remote(remaining[name]))
