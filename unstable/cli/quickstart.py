@@ -165,7 +165,6 @@ def _transforms(cfg: QuickstartConfig) -> tuple:
 def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tuple[str, int]:
     """Self-play training through build(); returns the last checkpoint's path and the learner steps."""
     import unstable
-    from unstable.learners.checkpoints import latest_complete
 
     run = unstable.build(
         model_name=model,
@@ -196,9 +195,18 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         run_name=run_dir.name,
         seed=cfg.seed,
     )
+    return train_to_checkpoint(run, cfg.learning_steps, cfg.num_collection_workers, cfg.num_eval_workers, say)
+
+
+def train_to_checkpoint(run: Any, learning_steps: int, collection_workers: int, eval_workers: int,
+                        say: Printer) -> tuple[str, int]:
+    """Train ``run`` for ``learning_steps`` with progress lines, stop it, and return its newest complete
+    checkpoint and that checkpoint's step (the jobs evaluate it next)."""
+    from unstable.learners.checkpoints import latest_complete
+
     try:
-        run.start(cfg.learning_steps, cfg.num_collection_workers, cfg.num_eval_workers, block=False)
-        wait_with_progress(run, cfg.learning_steps, say)
+        run.start(learning_steps, collection_workers, eval_workers, block=False)
+        wait_with_progress(run, learning_steps, say)
     finally:
         run.stop()
     latest = latest_complete(Path(run.run_dir, "checkpoints"))

@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unstable.cli.progress import wait_with_progress
 from unstable.models.task_warmstart import TaskWarmStartConfig
 from unstable.utils.checks import check_int, check_positive
 
@@ -122,7 +121,7 @@ def task_environment(cfg: TaskQuickstartConfig) -> Any:
 
 def _train(model: str, env: Any, cfg: TaskQuickstartConfig, run_dir: Path, say: Any) -> tuple[str, int]:
     import unstable
-    from unstable.learners.checkpoints import latest_complete
+    from unstable.cli.quickstart import train_to_checkpoint
 
     run = unstable.build(
         model_name=model, train_envs=[env], algorithm="grpo",
@@ -133,15 +132,7 @@ def _train(model: str, env: Any, cfg: TaskQuickstartConfig, run_dir: Path, say: 
         lora_config={"lora_rank": cfg.lora_rank, "lora_alpha": cfg.lora_alpha},
         activation_checkpointing=False, gradient_checkpointing=False, wandb_project=None,
         runs_dir=str(run_dir.parent), run_name=run_dir.name, seed=cfg.seed)
-    try:
-        run.start(cfg.learning_steps, cfg.num_collection_workers, 0, block=False)
-        wait_with_progress(run, cfg.learning_steps, say)
-    finally:
-        run.stop()
-    latest = latest_complete(Path(run.run_dir, "checkpoints"))
-    if latest is None:
-        raise RuntimeError(f"training finished without a checkpoint in {run.run_dir}/checkpoints")
-    return str(latest[1]), latest[0]
+    return train_to_checkpoint(run, cfg.learning_steps, cfg.num_collection_workers, 0, say)
 
 
 def run_task_quickstart(cfg: TaskQuickstartConfig | None = None, say: Any = print) -> dict[str, Any]:
