@@ -25,13 +25,11 @@ warm start, keyed by the base model and every setting.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import random
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +41,7 @@ from unstable.environments.generated import answer_range, arithmetic_dataset, ra
 from unstable.games.extraction import last_boxed_content
 from unstable.games.templates import get_template, render_prompt
 from unstable.learners.checkpoints import atomic_save
-from unstable.models.warmstart import _Example, _fingerprint, _loss
+from unstable.models.warmstart import _Example, _loss, cached_warm_start
 from unstable.utils.checks import check_int, check_positive
 
 TASK_WARM_START_VERSION = 4
@@ -204,19 +202,6 @@ def task_warm_start_path(base_model: str | os.PathLike, cfg: TaskWarmStartConfig
                          progress: Callable[[int, int, float], None] | None = None,
                          on_round: Callable[[int, float], None] | None = None) -> tuple[Path, bool]:
     """The cached task warm start of ``base_model`` under ``cfg``, built first if missing; ``(path, cached)``."""
-    from unstable.models.tiny import _default_cache_root
-
     cfg = cfg or TaskWarmStartConfig()
-    base = Path(base_model)
-    if not (base / "config.json").is_file():
-        raise FileNotFoundError(f"warm start needs a local model directory with config.json, got {base_model!r}")
-    key = hashlib.sha256(json.dumps({"v": TASK_WARM_START_VERSION, "base": _fingerprint(base), **asdict(cfg)},
-                                    sort_keys=True).encode()).hexdigest()[:16]
-    root = Path(cache_dir) if cache_dir is not None else _default_cache_root().parent / "warm-starts"
-    path = root / f"{base.name}-{cfg.task}-{key}"
-    if (path / "warm_start.json").is_file():
-        return path, True
-    started = time.perf_counter()
-    task_warm_start(base, path, cfg, progress=progress, on_round=on_round)
-    (path / "build_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
-    return path, False
+    return cached_warm_start(base_model, asdict(cfg), TASK_WARM_START_VERSION, cfg.task, cache_dir,
+                             lambda base, path: task_warm_start(base, path, cfg, progress=progress, on_round=on_round))

@@ -343,19 +343,28 @@ def warm_start_path(base_model: str | os.PathLike, cfg: WarmStartConfig | None =
 
     Returns ``(path, cached)``; ``cached`` says whether an earlier build was reused.
     """
+    cfg = cfg or WarmStartConfig()
+    return cached_warm_start(base_model, asdict(cfg), WARM_START_VERSION, cfg.env_id, cache_dir,
+                             lambda base, path: warm_start(base, path, cfg, progress=progress))
+
+
+def cached_warm_start(base_model: str | os.PathLike, settings: dict, version: int, label: str,
+                      cache_dir: str | os.PathLike | None, build: Callable[[Path, Path], object]) -> tuple[Path, bool]:
+    """The cache both warm starts share: ``<cache>/<base>-<label>-<key>``, the key a hash of ``version``,
+    the base model's files and ``settings``; ``build(base, path)`` makes a missing one (its time is
+    kept in ``build_seconds.txt``). Returns ``(path, cached)``."""
     from unstable.models.tiny import _default_cache_root
 
-    cfg = cfg or WarmStartConfig()
     base = Path(base_model)
     if not (base / "config.json").is_file():
         raise FileNotFoundError(f"warm start needs a local model directory with config.json, got {base_model!r}")
-    key = hashlib.sha256(json.dumps({"v": WARM_START_VERSION, "base": _fingerprint(base), **asdict(cfg)},
+    key = hashlib.sha256(json.dumps({"v": version, "base": _fingerprint(base), **settings},
                                     sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir is not None else _default_cache_root().parent / "warm-starts"
-    path = root / f"{base.name}-{cfg.env_id}-{key}"
+    path = root / f"{base.name}-{label}-{key}"
     if (path / "warm_start.json").is_file():
         return path, True
     started = time.perf_counter()
-    warm_start(base, path, cfg, progress=progress)
+    build(base, path)
     (path / "build_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
     return path, False
