@@ -7,7 +7,8 @@ saved (``ckpt-1`` complete):
 
 * ``driver kill -9``: the driver process gets SIGKILL; then a new process resumes the run
   (``build(resume_from=...)``, what ``unstable train --resume`` does);
-* ``inference actor kill -9``: SIGKILL to the ``ray::InferenceActor`` process;
+* ``inference actor kill -9``: SIGKILL to the ``ray::InferenceActor`` process; that run takes at least
+  three steps after the kill, more than its buffer holds, so it needs the restarted actor;
 * ``learner kill -9``: SIGKILL to the learner's process; the run stops, then is resumed;
 * ``node lost (2-node cluster)``: a two-node local cluster (one inference actor per node), the
   worker node removed;
@@ -225,8 +226,8 @@ def recover_after(ckpts: Path, t: float) -> float | None:
     return None if after is None else after - t
 
 
-def actor_kill(b: Bench, actor: str) -> tuple[Driver, Path, float]:
-    d = b.new_run(f"{actor.lower()}-kill")
+def actor_kill(b: Bench, actor: str, job: dict[str, Any] | None = None) -> tuple[Driver, Path, float]:
+    d = b.new_run(f"{actor.lower()}-kill", job=job)
     ckpts = b.until_step(d)
     pid = wait_for(lambda: actor_pid(d, actor), 60, f"the {actor} process")
     killed_at = time.time()
@@ -235,22 +236,50 @@ def actor_kill(b: Bench, actor: str) -> tuple[Driver, Path, float]:
 
 
 def inference_kill(b: Bench) -> dict[str, Any]:
+    # The buffer holds two batches, so a run could take its last two steps on games played before the
+    # kill and never need the restarted actor: this run takes three steps after the kill at least
+    steps = max(b.steps, INJECT_AFTER + 3)
     t0 = time.time()
-    d, ckpts, killed_at = actor_kill(b, "InferenceActor")
+    d, ckpts, killed_at = actor_kill(b, "InferenceActor", job={"learning_steps": steps})
     r = b.finish(d)
     games, traj, dup, unbalanced = books(r)
-    ok = finished(r, b.steps)
+    ok = finished(r, steps)
     c = (r.get("summary") or {}).get("collector", {})
-    # back to full work: the actor answers the collector again, and a learner step is saved after the kill
-    answering = next((s["time"] for s in d.samples()
-                      if s["time"] > killed_at and s["collector"]["inference_recovered"] > 0), None)
+    answering, noticed = answered_again(d.samples(), killed_at)
     step = checkpoint_after(ckpts, killed_at)
     recover = None if answering is None or step is None else max(answering, step) - killed_at
-    outcome = (f"Ray restarted it ({'answering again' if answering else 'never seen answering again'}); "
-               f"{c.get('dropped', 0)} games in flight on it dropped, {c.get('failed', 0)} failed; "
-               + ("finished" if ok else f"did not finish: {failure(r)}"))
+    how = ("the collector routed around it until it answered again" if noticed else
+           "it answered again; the collector's calls waited for the restart" if answering else
+           "never seen answering again")
+    outcome = (f"Ray restarted it ({how}); {c.get('dropped', 0)} games in flight on it dropped, "
+               f"{c.get('failed', 0)} failed; " + ("finished" if ok else f"did not finish: {failure(r)}"))
     return row("inference actor kill -9", ok and answering is not None, outcome, games, traj, dup,
-               ckpts, b.steps, recover, t0, unbalanced)
+               ckpts, steps, recover, t0, unbalanced)
+
+
+def answered_again(samples: list[dict[str, Any]], killed_at: float) -> tuple[float | None, bool]:
+    """When the (only) inference actor was first seen answering after the kill, and whether the collector
+    noticed the restart. Seen answering: the collector's probe got an answer (``inference_recovered``), or
+    model games finished after a sample taken once the kill had landed (the killed process answers
+    nothing, so those games were served by the restarted one)."""
+    after = [s for s in samples if s["time"] > killed_at + PROGRESS_GRACE_S]
+    if not after:
+        return None, False
+    first = after[0]["collector"]
+    for s in after:
+        c = s["collector"]
+        if c["inference_recovered"] > 0:
+            return s["time"], True
+        if finished_games(c) > finished_games(first):
+            return s["time"], False
+    return None, False
+
+
+def finished_games(collector: dict[str, int]) -> int:
+    return collector.get("train_finished", 0) + collector.get("eval_finished", 0)
+
+
+PROGRESS_GRACE_S = 1.0  # a game whose last move was answered just before the kill has ended by then
 
 
 def stopped_then_resumed(b: Bench, d: Driver, name: str) -> tuple[bool, dict, dict]:
