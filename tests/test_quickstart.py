@@ -19,6 +19,7 @@ from unstable.models.warmstart import (
     _encode,
     _loss,
     answer_text,
+    lr_scale,
     random_game_positions,
     warm_start_path,
 )
@@ -154,6 +155,16 @@ def test_warm_start_trains_in_rounds_until_the_target(tiny_model_dir, tmp_path):
     assert rounds[0.0][0] == rounds[1.0][0]  # the first round does not depend on the target
     masses = [r["held_out_legal_mass"] for r in rounds[1.0]]
     assert all(0 < m < 1 for m in masses) and masses[-1] > masses[0]
+
+
+def test_the_warm_start_learning_rate_warms_up_linearly_then_decays_by_half_a_cosine_to_a_tenth():
+    # warm-up: (step + 1) / warmup; after it 0.1 + 0.45 * (1 + cos(pi * frac)), SGDR's eq. 5 with a 10% floor
+    assert lr_scale(0, 100, 30) == pytest.approx(1 / 30)
+    assert lr_scale(29, 100, 30) == pytest.approx(1.0)
+    assert lr_scale(30, 100, 30) == pytest.approx(1.0)
+    assert lr_scale(65, 100, 30) == pytest.approx(0.55)  # halfway through the decay: cos(pi / 2) = 0
+    assert lr_scale(100, 100, 30) == pytest.approx(0.1)
+    assert lr_scale(3, 10, 0) == pytest.approx(0.1 + 0.45 * (1 + math.cos(0.3 * math.pi)))
 
 
 def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):

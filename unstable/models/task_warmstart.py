@@ -41,7 +41,7 @@ from unstable.environments.generated import answer_range, arithmetic_dataset, ra
 from unstable.games.extraction import last_boxed_content
 from unstable.games.templates import get_template, render_prompt
 from unstable.learners.checkpoints import atomic_save
-from unstable.models.warmstart import _Example, _loss, cached_warm_start
+from unstable.models.warmstart import _Example, cached_warm_start, lr_scale, supervised_step
 from unstable.utils.checks import check_int, check_positive
 
 TASK_WARM_START_VERSION = 4
@@ -164,16 +164,9 @@ def task_warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, c
         model.train()
         steps = math.ceil(len(examples) / cfg.batch_size)
         for step in range(steps):  # linear warm-up, then cosine decay to 10%, in every round
-            warm = (step + 1) / cfg.warmup_steps if step < cfg.warmup_steps else None
-            frac = (step - cfg.warmup_steps) / max(1, steps - cfg.warmup_steps)
-            scale = warm if warm is not None else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
-            for group in optimizer.param_groups:
-                group["lr"] = cfg.learning_rate * scale
-            loss, _ = _loss(model, examples[step * cfg.batch_size: (step + 1) * cfg.batch_size], pad_id)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            lr = cfg.learning_rate * lr_scale(step, steps, cfg.warmup_steps)
+            loss, _ = supervised_step(model, optimizer, examples[step * cfg.batch_size: (step + 1) * cfg.batch_size],
+                                      pad_id, lr)
             if progress is not None and (step % 20 == 0 or step == steps - 1):
                 progress(step + 1, steps, float(loss.detach()))
         model.eval()

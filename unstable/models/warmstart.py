@@ -35,9 +35,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import textarena as ta
 import torch
+from torch import Tensor
 
 from unstable.games.envs import check_env_id
 from unstable.games.extraction import extract_boxed_action
@@ -279,13 +281,6 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
                                                stream="held-out")]
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     steps = math.ceil(cfg.positions / cfg.batch_size)
-
-    def lr_at(step: int) -> float:  # linear warm-up, then cosine decay to 10%, in every round
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        frac = (step - cfg.warmup_steps) / max(1, steps - cfg.warmup_steps)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
-
     rounds: list[dict[str, float]] = []
     for round_ in range(1, cfg.max_rounds + 1):
         examples = [_encode(tokenizer, cfg.prompt_template, p, end, rng, answer_cache)
@@ -293,13 +288,8 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
         rng.shuffle(examples)
         for step in range(steps):
             batch = examples[step * cfg.batch_size: (step + 1) * cfg.batch_size]
-            for group in optimizer.param_groups:
-                group["lr"] = cfg.learning_rate * lr_at(step)
-            loss, stats = _loss(model, batch, pad_id)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            lr = cfg.learning_rate * lr_scale(step, steps, cfg.warmup_steps)
+            loss, stats = supervised_step(model, optimizer, batch, pad_id, lr)
             stats = {"loss": float(loss.detach()), "legal_mass": stats["legal_mass"], "round": round_}
             if step == steps - 1:
                 legality = held_out_legality(model, held_out, pad_id, cfg.batch_size)
@@ -324,6 +314,30 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
         shutil.rmtree(out)
     atomic_save(out, write)
     return out
+
+
+def lr_scale(step: int, steps: int, warmup_steps: int) -> float:
+    """The warm starts' learning-rate factor at ``step`` (0-based) of ``steps``: a linear warm-up over
+    ``warmup_steps``, then a cosine decay from 1 to 0.1 (a half cosine, as in Loshchilov & Hutter's SGDR,
+    https://arxiv.org/abs/1608.03983, eq. 5, with a floor of 10%)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    frac = (step - warmup_steps) / max(1, steps - warmup_steps)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
+
+def supervised_step(model: Any, optimizer: torch.optim.Optimizer, batch: list[_Example], pad_id: int,
+                    lr: float) -> tuple[Tensor, dict[str, float]]:
+    """One supervised step of a warm start on ``batch`` at learning rate ``lr`` (gradients clipped to norm
+    1): the loss and :func:`_loss`'s statistics."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss, stats = _loss(model, batch, pad_id)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss, stats
 
 
 def _fingerprint(base_model: Path) -> str:
