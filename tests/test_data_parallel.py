@@ -10,15 +10,23 @@ odd, so the shards hold different numbers of steps and tokens; a step normalised
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import small_run_kwargs
 from test_learners import FAST, episodes
 
 from unstable.learners import PPOLearner, REINFORCELearner
 from unstable.learners.distributed import free_port, shard_rows
 from unstable.records import TrainBatch
+from unstable.run.config import BuildConfig
+from unstable.run.wiring import check_resources, gpu_layout
 
 # name -> (learner class, settings, steps (as the buffer hands them out), whole episodes?)
 CASES = {
@@ -133,3 +141,108 @@ def test_shards_balance_tokens_and_cover_every_row_once():
     assert sorted(r for s in shards for r in s) == list(range(7))
     assert [sum(lengths[r] for r in s) for s in shards] == [12, 12, 11]
     assert shard_rows([5], lengths, 1, 2) == []  # more ranks than rows: a rank may get none
+
+
+# ------------------------------------------------------------------------------------ settings
+def _build(tiny_model_dir, tmp_path, **overrides) -> BuildConfig:
+    return BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, **overrides))
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    ({"num_learner_workers": 0}, r"num_learner_workers must be an integer >= 1, got 0"),
+    ({"num_learner_workers": 1.5}, r"num_learner_workers must be an integer >= 1, got 1.5"),
+    ({"num_learner_workers": True}, r"num_learner_workers must be an integer >= 1, got True"),
+    ({"num_learner_workers": 17}, r"num_learner_workers \(17\) is more than the 16 steps of each optimiser step"),
+    # PPO's 2 minibatches of a 16-step batch: 8 steps per optimiser step
+    ({"num_learner_workers": 9, "algorithm": "ppo"}, r"more than the 8 steps .*minibatches 2"),
+    ({"num_learner_workers": 2, "learner_device": "mps"}, r"needs CPU or CUDA learners"),
+])
+def test_bad_learner_worker_settings_fail_before_ray(overrides, match, tiny_model_dir, tmp_path, no_ray):
+    with pytest.raises(ValueError, match=match):
+        _build(tiny_model_dir, tmp_path, **overrides)
+
+
+def test_a_learner_that_does_not_shard_its_update_is_refused(tiny_model_dir, tmp_path, no_ray):
+    from unstable.learners import BaseLearner
+
+    class Whole(BaseLearner):  # a custom learner whose _update trains on the whole batch
+        def _update(self, batch):
+            return {}
+
+    with pytest.raises(ValueError, match=r"Whole does not shard its update .*num_learner_workers=1"):
+        _build(tiny_model_dir, tmp_path, algorithm=Whole, num_learner_workers=2)
+
+
+def test_learner_workers_are_a_model_setting(tiny_model_dir, tmp_path, no_ray):
+    cfg = _build(tiny_model_dir, tmp_path, num_learner_workers=2)
+    assert cfg.num_learner_workers == cfg.models[0].num_learner_workers == 2
+    assert cfg.to_dict()["models"][0]["num_learner_workers"] == 2
+    assert _build(tiny_model_dir, tmp_path).num_learner_workers == 1
+
+
+def test_several_models_with_learner_workers_are_refused(tiny_model_dir, tmp_path, no_ray):
+    from test_multi_model import two_model_kwargs
+
+    kwargs = two_model_kwargs(tiny_model_dir, tmp_path)
+    kwargs["models"][0]["num_learner_workers"] = 2
+    with pytest.raises(ValueError, match=r"models \['alice'\] ask for num_learner_workers > 1"):
+        BuildConfig(**kwargs)
+
+
+def test_every_learner_worker_counts_against_the_cluster(tiny_model_dir, tmp_path, no_ray):
+    models = _build(tiny_model_dir, tmp_path, num_learner_workers=2).models
+    check_resources(models, {"CPU": 3.0})  # 2 learner workers and 1 inference actor, a CPU each
+    with pytest.raises(ValueError, match=r"asks Ray for 3 CPU and 0 GPU \(2 learner workers 1 CPU and 0 GPU each; "
+                                         r"1 inference actor .*lower num_learner_workers or num_inference_actors"):
+        check_resources(models, {"CPU": 2.0})
+    # on GPUs: a whole GPU per learner worker and one at least for inference
+    assert gpu_layout(3, learners=2) == (1.0, 1.0, 1)
+    check_resources(models, {"CPU": 3.0, "GPU": 3.0})
+    with pytest.raises(ValueError, match=r"asks Ray for 2 CPU and 3 GPU"):
+        check_resources(models, {"CPU": 8.0, "GPU": 2.0})
+
+
+# ---------------------------------------------------------------------------------- end to end
+RUN = textwrap.dedent("""
+    import json, os, sys, tempfile
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    sys.path.insert(0, {tests!r})
+    import ray, torch, unstable
+    from conftest import small_run_kwargs
+    from unstable.tracking import read_metrics
+
+    # a Ray of its own: 2 learner workers and 1 inference actor take 3 CPUs (the session's has 2)
+    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False,
+             _temp_dir=tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    run = unstable.build(**small_run_kwargs({model!r}, {runs!r}, "ddp", num_learner_workers=2))
+    try:
+        summary = run.start(learning_steps=2, num_collection_workers=8, num_eval_workers=0)
+        rank0, (rank1,) = run.actors.learner, run.actors.learner_workers["model"]
+        ray.get(rank0.release_followers.remote())
+        followed = ray.get(run.actors.follow_refs[0])
+        weights = lambda self: [p.detach().cpu() for p in self.policy_params]
+        same = all(torch.equal(a, b) for a, b in zip(ray.get(rank0.__ray_call__.remote(weights)),
+                                                     ray.get(rank1.__ray_call__.remote(weights))))
+    finally:
+        run.stop()
+        ray.shutdown()
+    trained = [line for line in read_metrics(run.run_dir) if "train/learner_workers" in line]
+    print(json.dumps({{"checkpoints": summary["checkpoints"], "followed": followed, "same": same,
+                      "workers": [line["train/learner_workers"] for line in trained]}}))
+""")
+
+
+@pytest.mark.slow
+def test_build_trains_with_two_learner_workers(tiny_model_dir, tmp_path):
+    """``build(num_learner_workers=2)`` trains 2 steps end to end; the worker took part in both and
+    holds rank 0's weights. In a subprocess: its Ray needs 3 CPUs, the session's has 2."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = RUN.format(tests=tests, model=tiny_model_dir, runs=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(tests))
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["checkpoints"][-2:] == ["ckpt-1", "ckpt-2"]
+    assert result["followed"] == 2
+    assert result["same"]
+    assert result["workers"] == [2.0, 2.0]

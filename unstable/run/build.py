@@ -175,8 +175,10 @@ class Run:
         failed = True
         try:
             pending = list(self._train_refs)
+            followers = list(getattr(self.actors, "follow_refs", ()))  # learner workers 1..N-1: done only on error
             while pending:
-                ready, _ = ray.wait([*pending, self._collect_ref], num_returns=1, timeout=WATCH_INTERVAL_S)
+                ready, _ = ray.wait([*pending, self._collect_ref, *followers], num_returns=1,
+                                    timeout=WATCH_INTERVAL_S)
                 unwritable = self._tracker_write_error()
                 if unwritable is not None:
                     raise unwritable
@@ -184,6 +186,12 @@ class Run:
                     stats = ray.get(self._collect_ref)  # raises the collector's error
                     raise RuntimeError(f"collection stopped before training finished (collector: {stats}); "
                                        "was the run stopped from elsewhere?")
+                for ref in [r for r in followers if r in ready]:
+                    followers.remove(ref)
+                    try:
+                        ray.get(ref)  # a learner worker's error stops the run with its cause
+                    except ray.exceptions.ActorDiedError as exc:
+                        raise LearnerDiedError(None, self.run_dir) from exc
                 for ref in [r for r in pending if r in ready]:
                     pending.remove(ref)
                     try:
