@@ -50,15 +50,20 @@ def _learner(cls, model_dir: str, out_dir: str, settings: dict):
     clip = lrn._clip_gradients
 
     def recording():  # the gradient each optimiser step clips and applies (after the ranks' sum)
-        recorded.append([p.grad.detach().clone() for _, params in lrn._param_groups().values() for p in params])
+        recorded.append([p.grad.detach().clone() for p in _weights_of(lrn)])
         return clip()
 
     lrn._clip_gradients = recording
     return lrn, recorded
 
 
+def _weights_of(lrn) -> list[torch.nn.Parameter]:
+    """Every trainable parameter (the policy's LoRA; A2C/PPO's critic LoRA and value head)."""
+    return [p for _, params in lrn._param_groups().values() for p in params]
+
+
 def _weights(lrn) -> list[torch.Tensor]:
-    return [p.detach().clone() for _, params in lrn._param_groups().values() for p in params]
+    return [p.detach().clone() for p in _weights_of(lrn)]
 
 
 def _train(lrn, recorded, steps, episodes_: bool, rank: int | None) -> dict:
@@ -81,6 +86,10 @@ def _rank(rank: int, world_size: int, port: int, model_dir: str, out_dir: str, c
     try:
         for name, (cls, settings, steps, episodes_) in cases.items():
             lrn, recorded = _learner(cls, model_dir, f"{out_dir}/{name}-{rank}", settings)
+            if rank > 0:  # other weights than rank 0's: the first batch brings rank 0's
+                with torch.no_grad():
+                    for param in _weights_of(lrn):
+                        param.add_(torch.randn_like(param))
             lrn.use_data_parallel(dp)
             torch.save(_train(lrn, recorded, steps, episodes_, rank), f"{out_dir}/{name}-rank{rank}.pt")
     finally:
@@ -108,6 +117,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, rtol: float = 1e-4) -> bool:
     return float((got - want).abs().max()) <= rtol * float(want.abs().max()) + 1e-12
 
 
+@pytest.mark.slow  # two spawned processes that import torch and transformers: ~40 s on a quiet 2-core machine
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_two_workers_take_the_single_learners_step(two_ranks, model_dir, tmp_path, name):
     cls, settings, steps, episodes_ = CASES[name]
@@ -127,6 +137,7 @@ def test_two_workers_take_the_single_learners_step(two_ranks, model_dir, tmp_pat
     assert rank0["metrics"]["train/learner_workers"] == 2
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_on_one_worker_skips_the_step_on_both(two_ranks):
     rank0, rank1 = two_ranks["nan"]
     assert rank0["metrics"]["train/skipped_nonfinite"] == 1

@@ -248,8 +248,9 @@ def start_actors(cfg, run_name: str) -> Actors:
         learner = actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus, **placement).remote(
             **common, buffer=buffer, tracker=tracker, model_registry=registry, turn_lock=turn_lock,
             on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker, buffers), **resumed)
-        # ranks 1..N-1 get rank 0's weights and optimiser states with the first batch (nothing to restore)
-        start = {k: v for k, v in resumed.items() if k != "restore_training_state"}
+        # ranks 1..N-1 get rank 0's weights and optimiser states with the first batch: they read no
+        # checkpoint (their node may not see it), and build the adapter from the run's lora_cfg
+        start = {k: v for k, v in resumed.items() if k == "initial_version"}
         workers[m.name] = [actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus).remote(**common, **start)
                            for _ in range(m.num_learner_workers - 1)]
         pending.extend((w, algorithm_kwargs) for w in [learner, *workers[m.name]])
