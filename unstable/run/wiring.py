@@ -277,7 +277,12 @@ def start_actors(cfg, run_name: str) -> Actors:
 
 def _learner_workers(models) -> int:
     """The most learner workers any model asks for (only a one-model run may ask for more than one)."""
-    return max(m.num_learner_workers for m in models)
+    return max(_workers(m) for m in models)
+
+
+def _workers(m) -> int:
+    """A model's learner workers (1 for a model declaration that does not say)."""
+    return getattr(m, "num_learner_workers", 1)
 
 
 def _join_learner_workers(rank0, others: list[Any]) -> list[Any]:
@@ -377,7 +382,7 @@ def check_resources(models, cluster: dict[str, float]) -> None:
         raise ValueError(f"learner_device={cuda[0]!r}, but the Ray cluster has no GPU "
                          f"({_amounts(cluster)}), so the learner would find no CUDA device: use 'cpu' or None, or "
                          "join a cluster with GPUs (ray_address=...)")
-    rows = [(_learner_label(m, len(models)), m.num_learner_workers, *_learner_share(learner_gpus, len(models)))
+    rows = [(_learner_label(m, len(models)), _workers(m), *_learner_share(learner_gpus, len(models)))
             for m in models]
     groups = _engine_groups(models)
     for group in groups:
@@ -398,7 +403,7 @@ def check_resources(models, cluster: dict[str, float]) -> None:
 
 
 def _learner_label(m, num_models: int) -> str:
-    n = m.num_learner_workers
+    n = _workers(m)
     who = "the learner" if n == 1 else f"{n} learner workers"
     return who if num_models == 1 else f"{who} of {m.name}"
 
