@@ -127,11 +127,14 @@ class BaseLearner(DataParallelLearner):
     def train(self, iterations: int) -> list[UpdateResult]:
         """Pull batches from ``buffer`` and update until ``iterations`` checkpoints are written.
 
-        See :func:`unstable.learners.loop.run_training` for the duck-typed hooks it calls.
+        See :func:`unstable.learners.loop.run_training` for the duck-typed hooks it calls. With
+        several learner workers this is rank 0's, while the others :meth:`follow`.
         """
         self.last_version = self.version + iterations
-        return run_training(self, iterations, buffer=self.buffer, registry=self.model_registry,
-                            tracker=self.tracker, on_checkpoint=self.on_checkpoint, turn_lock=self.turn_lock)
+        results = run_training(self, iterations, buffer=self.buffer, registry=self.model_registry,
+                               tracker=self.tracker, on_checkpoint=self.on_checkpoint, turn_lock=self.turn_lock)
+        self.release_followers()  # the other learner workers' follow() returns too
+        return results
 
     def current_lr(self) -> float:
         """The policy learning rate of the next update under ``config.lr_schedule``."""

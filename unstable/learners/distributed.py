@@ -41,7 +41,10 @@ from torch import Tensor, nn
 
 from unstable.records import Step, TrainBatch
 
-DEFAULT_TIMEOUT_S = 1800.0  # a collective waiting longer than this raises (a rank died or hangs)
+DEFAULT_TIMEOUT_S = 1800.0  # a reduction within an update waiting longer than this raises (a rank hangs)
+# ranks 1..N-1 wait for rank 0's next batch as long as rank 0 waits for the buffer (its wait_timeout_s,
+# reset whenever a game arrives, or forever): the batch broadcast gets a week
+IDLE_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def free_port() -> int:
@@ -63,7 +66,7 @@ class DataParallel:
     rank: int
     world_size: int
     device: torch.device
-    objects: Any = None  # the gloo group for Python objects (None: the default group, when it is gloo)
+    objects: Any = None  # the gloo group for Python objects (batches, metrics, log-probs)
 
     @classmethod
     def join(cls, rank: int, world_size: int, address: str, port: int, device: torch.device,
@@ -73,12 +76,11 @@ class DataParallel:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
         backend = backend_for(device)
-        if device.type == "cuda":
+        if device.type == "cuda" and device.index is not None:
             torch.cuda.set_device(device)
-        timeout = datetime.timedelta(seconds=timeout_s)
         dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank,
-                                world_size=world_size, timeout=timeout)
-        objects = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
+                                world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
+        objects = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=max(timeout_s, IDLE_TIMEOUT_S)))
         return cls(rank, world_size, device, objects)
 
     def leave(self) -> None:
@@ -188,7 +190,8 @@ class DataParallelLearner:
     # ----------------------------------------------------------------------- batches, ranks 1..N-1
     def follow(self) -> int:
         """Ranks 1..N-1: take part in each update rank 0 makes, on the batch it broadcasts, until
-        rank 0 calls :meth:`release_followers`. Returns the number of updates taken part in."""
+        rank 0 calls :meth:`release_followers` (its ``train`` does, when it returns). Returns the
+        number of updates taken part in; call it again for the next ``train``."""
         dp = self.data_parallel
         if dp is None or dp.rank == 0:
             raise RuntimeError("follow() is for learner workers of rank >= 1; call join_data_parallel first")
@@ -202,7 +205,7 @@ class DataParallelLearner:
         return updates
 
     def release_followers(self) -> None:
-        """Rank 0: end the other ranks' :meth:`follow`."""
+        """Rank 0: end the other ranks' :meth:`follow` (``train`` does, when it returns)."""
         if self.data_parallel is not None and self.data_parallel.rank == 0:
             self.data_parallel.broadcast(None)
 

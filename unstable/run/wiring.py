@@ -97,7 +97,6 @@ class Actors:
     start_versions: dict[str, int] = field(default_factory=dict)  # model name -> its version at start (resumed)
     buffer_dropped_on_resume: int | None = None  # steps the previous run left in its buffers (resumed, stopped)
     learner_workers: dict[str, list[Any]] = field(default_factory=dict)  # model name -> its ranks 1..N-1
-    follow_refs: list[Any] = field(default_factory=list)  # their follow() calls: an error there stops the run
 
     @property
     def learner(self) -> Any:
@@ -268,11 +267,12 @@ def start_actors(cfg, run_name: str) -> Actors:
         **collector_buffers, **({"backend_groups": groups, "samplings": samplings} if several else {}))
     for learner, algorithm_kwargs in pending:  # only what it names (A2C: the critic's)
         ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))
-    follow_refs = [ref for name, learner in learners.items() for ref in _join_learner_workers(learner, workers[name])]
+    for name, learner in learners.items():
+        _join_learner_workers(learner, workers[name])
     return Actors(tracker, registry, scheduler, collector, backends, run_dir, learners=learners, buffers=buffers,
                   turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()},
                   buffer_dropped_on_resume=buffer_dropped, run_id=run_id,
-                  learner_workers={name: ws for name, ws in workers.items() if ws}, follow_refs=follow_refs)
+                  learner_workers={name: ws for name, ws in workers.items() if ws})
 
 
 def _learner_workers(models) -> int:
@@ -285,15 +285,14 @@ def _workers(m) -> int:
     return getattr(m, "num_learner_workers", 1)
 
 
-def _join_learner_workers(rank0, others: list[Any]) -> list[Any]:
-    """Start the process group of a model's learner workers (at a free port on rank 0's node) and the
-    other ranks' ``follow()`` loops; returns their refs (see :mod:`unstable.learners.distributed`)."""
+def _join_learner_workers(rank0, others: list[Any]) -> None:
+    """Start the process group of a model's learner workers, at a free port on rank 0's node (see
+    :mod:`unstable.learners.distributed`; ``Run.start`` starts the other ranks' ``follow()``)."""
     if not others:
-        return []
+        return
     address, port = ray.get(rank0.__ray_call__.remote(_rendezvous))
     ranks = [rank0, *others]
     ray.get([w.join_data_parallel.remote(rank, len(ranks), address, port) for rank, w in enumerate(ranks)])
-    return [w.follow.remote() for w in others]
 
 
 def _rendezvous(_learner: Any) -> tuple[str, int]:
