@@ -4,7 +4,8 @@ The maths runs two ranks in two local processes with ``torch.distributed`` over 
 rank 0 updates on a batch, rank 1 follows, and the gradient of every optimiser step, the weights
 after it and the metrics must equal those of one learner on the same batch. The batch sizes are
 odd, so the shards hold different numbers of steps and tokens; a step normalised per shard
-(DDP's mean of per-rank means) would differ. The end-to-end run is at the bottom.
+(DDP's mean of per-rank means; Li et al. 2020, "PyTorch Distributed", VLDB) would differ, and does:
+with each shard's loss normalised by its own counts these tests fail. The end-to-end run is at the bottom.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ their shard of it. Per update:
    one all-reduce of a flat buffer). A sum of shares is the single learner's gradient on the whole part;
 4. every rank clips and steps its own AdamW on the same gradient, so the weights stay equal.
 
-This is DDP with gradient accumulation under ``no_sync`` and one reduction per step, summing instead
+This is DDP (Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data Parallel
+Training", VLDB) with gradient accumulation under ``no_sync`` and one reduction per step, summing instead
 of averaging because the normalisation is already global (``torch.nn.parallel.DistributedDataParallel``
 averages per-rank means, which differs from the single-learner step when shards hold different
 token counts). It is written by hand rather than with the DDP wrapper because the learners switch
