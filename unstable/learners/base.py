@@ -35,6 +35,7 @@ from unstable.learners import checkpoints as ckpt
 from unstable.learners import model_utils as mu
 from unstable.learners.batching import validate_steps
 from unstable.learners.config import LearnerConfig
+from unstable.learners.distributed import DataParallelLearner
 from unstable.learners.loop import run_training
 from unstable.learners.protocol import UpdateResult
 from unstable.records import Step, TrainBatch
@@ -49,7 +50,7 @@ class NonFiniteError(ArithmeticError):
     """Internal: a loss or gradient was NaN/inf; the update is skipped (never escapes ``update``)."""
 
 
-class BaseLearner:
+class BaseLearner(DataParallelLearner):
     """Trains a LoRA adapter on batches of Steps (:class:`~unstable.records.TrainBatch`).
 
     Construct with the 0.2 keyword arguments (see :class:`LearnerConfig` for every field and its
@@ -60,7 +61,10 @@ class BaseLearner:
     Subclasses implement :meth:`_update`; one that needs whole episodes in every batch (GAE) sets
     ``needs_episodes = True``, and ``unstable.build()`` then gives it an EpisodeBuffer; one that
     normalises its own advantages sets ``normalizes_advantages = True``, and ``build()`` then leaves
-    the default per-env z-scoring out of the buffer's reward transforms.
+    the default per-env z-scoring out of the buffer's reward transforms. With several learner
+    workers (``build(num_learner_workers=N)``) the copies train together as described in
+    :mod:`unstable.learners.distributed`; a learner whose ``_update`` shards its work says so with
+    ``supports_data_parallel = True``.
     """
 
     config_cls: ClassVar[type[LearnerConfig]] = LearnerConfig
@@ -123,11 +127,14 @@ class BaseLearner:
     def train(self, iterations: int) -> list[UpdateResult]:
         """Pull batches from ``buffer`` and update until ``iterations`` checkpoints are written.
 
-        See :func:`unstable.learners.loop.run_training` for the duck-typed hooks it calls.
+        See :func:`unstable.learners.loop.run_training` for the duck-typed hooks it calls. With
+        several learner workers this is rank 0's, while the others :meth:`follow`.
         """
         self.last_version = self.version + iterations
-        return run_training(self, iterations, buffer=self.buffer, registry=self.model_registry,
-                            tracker=self.tracker, on_checkpoint=self.on_checkpoint, turn_lock=self.turn_lock)
+        results = run_training(self, iterations, buffer=self.buffer, registry=self.model_registry,
+                               tracker=self.tracker, on_checkpoint=self.on_checkpoint, turn_lock=self.turn_lock)
+        self.release_followers()  # the other learner workers' follow() returns too
+        return results
 
     def current_lr(self) -> float:
         """The policy learning rate of the next update under ``config.lr_schedule``."""
@@ -147,6 +154,8 @@ class BaseLearner:
         """
         self._restore_pending_state()
         self._check_batch(batch)
+        self._share_batch(batch)  # rank 0 of several learner workers sends it to the others
+        self._nonfinite = None
         start = time.perf_counter()
         trained_version = self.version
         steps = batch.steps
@@ -166,20 +175,36 @@ class BaseLearner:
             self._zero_grad()
             metrics = {"train/stopped_nonfinite": 1.0}
         self.version += 1
+        if self.data_parallel is not None and self.data_parallel.rank > 0:  # rank 0 writes the checkpoint
+            return UpdateResult(self.version, None, self._step_metrics(metrics, steps, trained_version, start))
         target = ckpt.checkpoint_dir(self.config.output_dir, self.version)
         with writing(target):  # a full disk or read-only folder: one clear error (earlier checkpoints stay)
             self.adapter_path = str(ckpt.atomic_save(target, self._write_all))
             ckpt.apply_retention(self.config.output_dir, self.config.keep_last, self.config.keep_every)
+        return UpdateResult(self.version, self.adapter_path,
+                            self._step_metrics(metrics, steps, trained_version, start))
+
+    def _step_metrics(self, metrics: dict[str, float], steps: Sequence[Step], trained_version: int,
+                      start: float) -> dict[str, float]:
         metrics.update({name: sum(n[name] for n in self._norms) / len(self._norms) for name in self._norms[0]})
         metrics["train/optimizer_steps"] = float(len(self._norms))
         metrics.update(self._common_metrics(steps, trained_version, start, skipped=False))
-        return UpdateResult(self.version, self.adapter_path, metrics)
+        if self.data_parallel is not None:
+            metrics["train/learner_workers"] = float(self.data_parallel.world_size)
+        return metrics
 
     def _optimizer_step(self) -> None:
         """Clip the accumulated gradients, set the learning rate, step every optimiser, zero the
         gradients. :meth:`update` calls it once after ``_update``; an algorithm that takes several
         optimiser steps per batch (PPO's mini-batches and epochs) calls it itself after each one.
-        Raises ``NonFiniteError`` (nothing stepped) if a gradient norm is NaN/inf."""
+        Raises ``NonFiniteError`` (nothing stepped) if a gradient norm is NaN/inf. With several
+        learner workers the gradients are first summed over them (:mod:`unstable.learners.distributed`),
+        and all skip together if a loss on any of them was NaN/inf."""
+        if self.data_parallel is not None:
+            failed = self._sum_gradients()
+            reason, self._nonfinite = self._nonfinite, None
+            if failed:
+                raise NonFiniteError(reason or f"a loss is not finite on {failed} other learner worker(s)")
         norms = self._clip_gradients()
         lr = self.current_lr()
         for group in self.optimizer.param_groups:

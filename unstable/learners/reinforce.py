@@ -51,6 +51,17 @@ class _Totals:
     def get(self, name: str) -> float:
         return self.sums.get(name, 0.0)
 
+    @classmethod
+    def merged(cls, parts: Sequence[_Totals]) -> _Totals:
+        """The totals of several learner workers' shards: sums added, maxima taken."""
+        out = cls()
+        for part in parts:
+            for name, value in part.sums.items():
+                out.add(name, value)
+            for name, value in part.maxima.items():
+                out.max(name, value)
+        return out
+
 
 class REINFORCELearner(BaseLearner):
     """Policy gradient on a LoRA adapter with ``A = Step.reward``.
@@ -59,8 +70,12 @@ class REINFORCELearner(BaseLearner):
     reward transforms, e.g. per-env z-scoring). By default no baseline, ratio, clip or KL: the
     settings of :class:`~unstable.learners.LearnerConfig`'s "policy loss" section add them.
     Gradients are accumulated over micro-batches of ``mini_batch_size`` steps, each weighted by its
-    share of the part, so the result equals one pass over the whole part.
+    share of the part, so the result equals one pass over the whole part; with several learner
+    workers each takes a shard of every part, weighted the same way (see
+    :mod:`unstable.learners.distributed`).
     """
+
+    supports_data_parallel = True
 
     def __init__(self, model_name: str, **kwargs) -> None:
         super().__init__(model_name, **kwargs)
@@ -79,20 +94,26 @@ class REINFORCELearner(BaseLearner):
         cfg = self.config
         several_steps = cfg.epochs * cfg.minibatches > 1
         # 1. what the ratios are taken against, computed before any weight moves
-        old = self._logprobs_no_grad(steps) if several_steps and cfg.old_logprobs == "recompute" else None
-        ref = self._logprobs_no_grad(steps, reference=True) if cfg.beta > 0 else None
-        # 2. epochs of shuffled parts, one optimiser step per part
+        # (each learner worker computes its share, see unstable.learners.distributed)
+        old = self._sharded(steps, self._logprobs_no_grad) if several_steps and cfg.old_logprobs == "recompute" \
+            else None
+        ref = self._sharded(steps, lambda s: self._logprobs_no_grad(s, reference=True)) if cfg.beta > 0 else None
+        # 2. epochs of shuffled parts, one optimiser step per part; each learner worker trains on its
+        # shard of the part, its loss weighted by its share of the whole part's sequences and tokens
         totals = _Totals()
         generator = torch.Generator().manual_seed(1_000_003 * (cfg.seed or 0) + self.version)
         for epoch in range(cfg.epochs):
             for part in self._partition(len(steps), generator):
                 part_tokens = sum(kept_completion_tokens(steps[i], cfg.max_train_len) for i in part)
-                for idx in micro_batches([steps[i] for i in part], cfg.mini_batch_size):
-                    rows = [part[i] for i in idx]
+                shard = self._my_rows(steps, part)
+                for idx in micro_batches([steps[i] for i in shard], cfg.mini_batch_size):
+                    rows = [shard[i] for i in idx]
                     self._policy_backward(steps, rows, advantages, old, ref, len(part), part_tokens, epoch, totals)
                     self._auxiliary_backward(steps, rows, len(part), epoch, totals)
                 if several_steps:
                     self._optimizer_step()
+        if self.data_parallel is not None:
+            totals = _Totals.merged(self.data_parallel.all_gather(totals))
         return self._metrics(totals, len(steps), max(len(self._norms), 1))  # steps taken (1: update() takes it)
 
     def _partition(self, n: int, generator: torch.Generator) -> list[list[int]]:

@@ -2,7 +2,8 @@
 
 The nested form is what :class:`~unstable.run.config.BuildConfig` stores and ``config.json`` holds::
 
-    models: [{name, model_name, algorithm, lora, learner_device, learner: {...}, inference: {...}, buffer: {...}}]
+    models: [{name, model_name, algorithm, lora, learner_device, num_learner_workers,
+              learner: {...}, inference: {...}, buffer: {...}}]
     train_envs, eval_envs, samplers: {...}, tracker: {...}, failure_budget: {...}, api_opponents: {...},
     run_name, runs_dir, ray_address, seed, resume_from
 
@@ -22,6 +23,7 @@ MODEL = "model"  # the fields of models[0] itself
 FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
     "model_name": (MODEL, "model_name"), "algorithm": (MODEL, "algorithm"), "lora_config": (MODEL, "lora"),
     "learner_device": (MODEL, "learner_device"),
+    "num_learner_workers": (MODEL, "num_learner_workers"),
     "batch_size": ("learner", "batch_size"), "mini_batch_size": ("learner", "mini_batch_size"),
     "learning_rate": ("learner", "learning_rate"), "gradient_clipping": ("learner", "grad_clip"),
     "lr_schedule": ("learner", "lr_schedule"), "activation_checkpointing": ("learner", "activation_checkpointing"),

@@ -112,6 +112,7 @@ class Run:
         print(f"unstable: run directory {self.run_dir}"
               + (f" (resumed at learner step {self.start_version})" if cfg.resume_from else ""), flush=True)
         self._train_refs: list = []
+        self._follow_refs: list = []  # the learner workers' follow() while rank 0 trains
         self._learner_of: dict = {}  # a train() ref -> its model's name, to say whose learner died
         self._collect_ref = None
         self._started = False
@@ -145,9 +146,10 @@ class Run:
                                              "num_eval_workers": num_eval_workers},
                               config=self.config.to_dict() if self.config.resume_from else None)
         self._collect_ref = a.collector.collect.remote(num_collection_workers, num_eval_workers)
-        self._train_refs, self._learner_of = [], {}
+        self._train_refs, self._learner_of, self._follow_refs = [], {}, []
         for name, learner in learners.items():
-            if remaining[name] > 0:
+            if remaining[name] > 0:  # learner workers 1..N-1 follow rank 0 until its train() returns
+                self._follow_refs += [w.follow.remote() for w in getattr(a, "learner_workers", {}).get(name, ())]
                 self._train_refs.append(learner.train.remote(remaining[name]))
                 self._learner_of[self._train_refs[-1]] = name
             else:  # its buffer takes no more games: collection goes on for the others
@@ -175,8 +177,10 @@ class Run:
         failed = True
         try:
             pending = list(self._train_refs)
+            followers = list(getattr(self, "_follow_refs", ()))  # learner workers 1..N-1
             while pending:
-                ready, _ = ray.wait([*pending, self._collect_ref], num_returns=1, timeout=WATCH_INTERVAL_S)
+                ready, _ = ray.wait([*pending, self._collect_ref, *followers], num_returns=1,
+                                    timeout=WATCH_INTERVAL_S)
                 unwritable = self._tracker_write_error()
                 if unwritable is not None:
                     raise unwritable
@@ -184,6 +188,12 @@ class Run:
                     stats = ray.get(self._collect_ref)  # raises the collector's error
                     raise RuntimeError(f"collection stopped before training finished (collector: {stats}); "
                                        "was the run stopped from elsewhere?")
+                for ref in [r for r in followers if r in ready]:
+                    followers.remove(ref)
+                    try:
+                        ray.get(ref)  # done with rank 0's train(); an error stops the run with its cause
+                    except ray.exceptions.ActorDiedError as exc:
+                        raise LearnerDiedError(None, self.run_dir) from exc
                 for ref in [r for r in pending if r in ready]:
                     pending.remove(ref)
                     try:

@@ -180,6 +180,10 @@ class ModelConfig:
     """LoRA settings over ``DEFAULT_LORA_CFG`` (build()'s flat ``lora_config``)."""
     learner_device: str | None = None
     """The learner's device: ``None`` (cuda if available, else cpu), ``"cpu"``, ``"cuda[:N]"``, ``"mps"``."""
+    num_learner_workers: int = 1
+    """Data-parallel learner workers (``torch.distributed``: gloo on CPU, NCCL on GPUs), each taking
+    one CPU or one GPU as the single learner does; each optimiser step is theirs together and equals
+    the single learner's on the same batch. 1: one learner, as before."""
     learner: dict = field(default_factory=dict)
     """The learner's settings: fields of its config class (``batch_size``, ``grad_clip``, ``weight_decay``,
     A2C's ``gamma`` ...) and parameters of its ``initialize_algorithm``; missing ones take the defaults."""
@@ -233,6 +237,29 @@ class ModelConfig:
         if device is not None and not (isinstance(device, str) and LEARNER_DEVICE.fullmatch(device)):
             raise ValueError(f"learner_device must be None (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N' "
                              f"or 'mps', got {device!r}")
+        self._check_learner_workers(learner_cls)
+
+    def _check_learner_workers(self, learner_cls: type) -> None:
+        """Several learner workers need a learner that shards its update, a step for each of them in
+        every optimiser step, and devices torch.distributed can join (CPU or CUDA)."""
+        n = self.num_learner_workers
+        check_int("num_learner_workers", n, 1)
+        if n == 1:
+            return
+        if not getattr(learner_cls, "supports_data_parallel", False):
+            raise ValueError(f"num_learner_workers={n}, but {learner_cls.__name__} does not shard its update "
+                             "(supports_data_parallel is False): use num_learner_workers=1, or a learner built on "
+                             "REINFORCELearner.policy_gradient")
+        defaults = {f.name: f.default for f in dataclasses.fields(learner_cls.config_cls)}
+        minibatches = self.learner.get("minibatches", defaults.get("minibatches", 1))
+        smallest = self.setting("batch_size") // minibatches
+        if n > smallest:
+            raise ValueError(f"num_learner_workers ({n}) is more than the {smallest} steps of each optimiser step "
+                             f"(batch_size {self.setting('batch_size')} / minibatches {minibatches}), so some "
+                             "workers would have nothing to train on: lower num_learner_workers or raise batch_size")
+        if (self.learner_device or "").startswith(("mps", "xpu")):
+            raise ValueError(f"num_learner_workers={n} needs CPU or CUDA learners (torch.distributed's gloo or "
+                             f"NCCL), not learner_device={self.learner_device!r}: use 'cpu', 'cuda' or None")
 
     def setting(self, name: str) -> Any:
         """A learner setting build() has a flat name for, or its default."""
@@ -593,6 +620,11 @@ class BuildConfig:
         if twice:
             raise ValueError(f"models: the names {twice} are used twice; each trainable model needs its own name")
         self.models = tuple(models)
+        parallel = [m.name for m in models if m.num_learner_workers > 1]
+        if parallel and len(models) > 1:
+            raise ValueError(f"models {parallel} ask for num_learner_workers > 1, which a run with several trainable "
+                             "models does not support yet (their learners take turns on one device): train one "
+                             "model, or use num_learner_workers=1")
         self.train_envs, self.eval_envs, self.environments = _env_lists(nested.get("train_envs"),
                                                                         nested.get("eval_envs"))
         for name, cls in (("samplers", SamplerConfig), ("tracker", TrackerConfig), ("failure_budget", FailureBudget),

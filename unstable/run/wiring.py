@@ -2,7 +2,9 @@
 
 Resource layout: the Tracker, registry, scheduler, buffer and collector are light (``num_cpus=0``).
 The learner takes one CPU (and one GPU when there is one); each inference actor takes one CPU or
-one GPU. On a 2-core laptop that is one core generating and one core learning, concurrently. A run
+one GPU. With ``num_learner_workers=N`` each of the N learner workers takes what the one learner
+takes (one CPU; on GPUs one CPU and one whole GPU each, the inference actors on the GPUs left).
+On a 2-core laptop that is one core generating and one core learning, concurrently. A run
 asking for more CPUs or GPUs than the cluster has would wait forever for its actors: once Ray is up,
 and before any actor starts, :func:`check_resources` refuses it, naming the requests and the setting.
 
@@ -35,6 +37,7 @@ from unstable.games.templates import custom_templates
 from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
+from unstable.learners.distributed import free_port
 from unstable.learners.loop import TurnLock
 from unstable.models.checks import check_adapter, check_model
 from unstable.records import checkpoint_uid
@@ -61,14 +64,19 @@ def ensure_ray(address: str | None = None) -> None:
         ray.init(address="local", namespace="unstable", include_dashboard=False, log_to_driver=True)
 
 
-def gpu_layout(gpus: int) -> tuple[float, float, int]:
-    """(learner GPUs, GPUs per inference actor, number of actors) for a machine with ``gpus`` GPUs.
+def gpu_layout(gpus: int, learners: int = 1) -> tuple[float, float, int]:
+    """(GPUs per learner worker, GPUs per inference actor, number of actors) for a machine with
+    ``gpus`` GPUs and ``learners`` learner workers.
 
     No GPU: everything on CPU, one actor. One GPU: learner and one actor share it. More: one
-    for the learner, one actor on each of the others (the seed needed at least two GPUs).
+    for the learner, one actor on each of the others (the seed needed at least two GPUs). Several
+    learner workers: a GPU each, and the inference actors on the others (at least one, so that
+    :func:`check_resources` refuses a cluster with fewer than ``learners + 1`` GPUs).
     """
     if gpus <= 0:
         return 0.0, 0.0, 1
+    if learners > 1:
+        return 1.0, 1.0, max(gpus - learners, 1)
     if gpus == 1:
         return 0.5, 0.5, 1
     return 1.0, 1.0, gpus - 1
@@ -88,6 +96,7 @@ class Actors:
     turn_lock: Any = None  # the learners' TurnLock, when several share a device
     start_versions: dict[str, int] = field(default_factory=dict)  # model name -> its version at start (resumed)
     buffer_dropped_on_resume: int | None = None  # steps the previous run left in its buffers (resumed, stopped)
+    learner_workers: dict[str, list[Any]] = field(default_factory=dict)  # model name -> its ranks 1..N-1
 
     @property
     def learner(self) -> Any:
@@ -106,7 +115,8 @@ class Actors:
 
     def all(self) -> list[Any]:
         lock = [self.turn_lock] if self.turn_lock is not None else []
-        return [self.collector, *self.learners.values(), *(b.handle for b in self.inference), self.scheduler,
+        workers = [w for ws in self.learner_workers.values() for w in ws]
+        return [self.collector, *self.learners.values(), *workers, *(b.handle for b in self.inference), self.scheduler,
                 *self.buffers.values(), self.registry, self.tracker, *lock]
 
 
@@ -209,7 +219,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
 
-    learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(ray.cluster_resources()))
+    learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(ray.cluster_resources()), _learner_workers(models))
     checkpoints_dir = ray.get(tracker.get_checkpoints_dir.remote())
     turn_lock = None
     if several:  # they take turns on the learner's device instead of oversubscribing it
@@ -219,7 +229,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     buffer_dropped = restore_buffers(resume.state, buffers) if resume else None
     if buffer_dropped is not None:
         ray.get(tracker.log.remote({"buffer/dropped_on_resume": buffer_dropped}))
-    learners, pending = {}, []
+    learners, pending, workers = {}, [], {}
     for m in models:
         learner_cls, buffer = resolve_learner(m.algorithm), buffers[m.name]
         resumed = {}
@@ -230,14 +240,19 @@ def start_actors(cfg, run_name: str) -> Actors:
         placement = _near(driver_node, 1, learner_gpus)
         learner_kwargs, algorithm_kwargs = m.learner_settings(learner_cls)
         cpus, gpus = _learner_share(learner_gpus, len(models))
+        common = dict(model_name=m.model_name, lora_cfg=m.lora_cfg, **learner_kwargs,
+                      output_dir=os.path.join(checkpoints_dir, m.name) if several else checkpoints_dir,
+                      device=m.learner_device, seed=cfg.seed, lineage=lineage[m.name],
+                      keep_last=None)  # keep every adapter: lagged opponents and the registry may point at old ones
         learner = actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus, **placement).remote(
-            model_name=m.model_name, lora_cfg=m.lora_cfg, **learner_kwargs,
-            buffer=buffer, tracker=tracker, model_registry=registry,
-            output_dir=os.path.join(checkpoints_dir, m.name) if several else checkpoints_dir,
-            device=m.learner_device, seed=cfg.seed, lineage=lineage[m.name], turn_lock=turn_lock,
-            keep_last=None,  # keep every adapter: lagged opponents and the registry may still point at old ones
+            **common, buffer=buffer, tracker=tracker, model_registry=registry, turn_lock=turn_lock,
             on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker, buffers), **resumed)
-        pending.append((learner, algorithm_kwargs))
+        # ranks 1..N-1 get rank 0's weights and optimiser states with the first batch: they read no
+        # checkpoint (their node may not see it), and build the adapter from the run's lora_cfg
+        start = {k: v for k, v in resumed.items() if k == "initial_version"}
+        workers[m.name] = [actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus).remote(**common, **start)
+                           for _ in range(m.num_learner_workers - 1)]
+        pending.extend((w, algorithm_kwargs) for w in [learner, *workers[m.name]])
         learners[m.name] = learner
     # after the learners, so they have their place before the inference actors take theirs
     backends, groups, samplings = _start_engines(models, lineage, gpus_per_actor, default_actors, run_id)
@@ -252,9 +267,37 @@ def start_actors(cfg, run_name: str) -> Actors:
         **collector_buffers, **({"backend_groups": groups, "samplings": samplings} if several else {}))
     for learner, algorithm_kwargs in pending:  # only what it names (A2C: the critic's)
         ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))
+    for name, learner in learners.items():
+        _join_learner_workers(learner, workers[name])
     return Actors(tracker, registry, scheduler, collector, backends, run_dir, learners=learners, buffers=buffers,
                   turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()},
-                  buffer_dropped_on_resume=buffer_dropped, run_id=run_id)
+                  buffer_dropped_on_resume=buffer_dropped, run_id=run_id,
+                  learner_workers={name: ws for name, ws in workers.items() if ws})
+
+
+def _learner_workers(models) -> int:
+    """The most learner workers any model asks for (only a one-model run may ask for more than one)."""
+    return max(_workers(m) for m in models)
+
+
+def _workers(m) -> int:
+    """A model's learner workers (1 for a model declaration that does not say)."""
+    return getattr(m, "num_learner_workers", 1)
+
+
+def _join_learner_workers(rank0, others: list[Any]) -> None:
+    """Start the process group of a model's learner workers, at a free port on rank 0's node (see
+    :mod:`unstable.learners.distributed`; ``Run.start`` starts the other ranks' ``follow()``)."""
+    if not others:
+        return
+    address, port = ray.get(rank0.__ray_call__.remote(_rendezvous))
+    ranks = [rank0, *others]
+    ray.get([w.join_data_parallel.remote(rank, len(ranks), address, port) for rank, w in enumerate(ranks)])
+
+
+def _rendezvous(_learner: Any) -> tuple[str, int]:
+    """Run inside rank 0's actor: its node's address and a port free there."""
+    return ray.util.get_node_ip_address(), free_port()
 
 
 def _start_buffer(m, light: dict, tracker, seed: int, lineage: str | None, several: bool, run_id: str):
@@ -332,14 +375,14 @@ def check_resources(models, cluster: dict[str, float]) -> None:
     total CPUs and GPUs (``ray.cluster_resources()``). Also refuses a CUDA learner on a cluster
     without GPUs.
     """
-    learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(cluster))
+    learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(cluster), _learner_workers(models))
     cuda = [m.learner_device for m in models if (m.learner_device or "").startswith("cuda")]
     if cuda and not learner_gpus:
         raise ValueError(f"learner_device={cuda[0]!r}, but the Ray cluster has no GPU "
                          f"({_amounts(cluster)}), so the learner would find no CUDA device: use 'cpu' or None, or "
                          "join a cluster with GPUs (ray_address=...)")
-    rows = [("the learner" if len(models) == 1 else f"the learner of {m.name}", 1,
-             *_learner_share(learner_gpus, len(models))) for m in models]
+    rows = [(_learner_label(m, len(models)), _workers(m), *_learner_share(learner_gpus, len(models)))
+            for m in models]
     groups = _engine_groups(models)
     for group in groups:
         count = group[0].inference.get("num_actors") or default_actors
@@ -351,10 +394,17 @@ def check_resources(models, cluster: dict[str, float]) -> None:
     if not short:
         return
     parts = "; ".join(f"{what} {_amounts({'CPU': c, 'GPU': g})}{' each' if n > 1 else ''}" for what, n, c, g in rows)
+    workers = "num_learner_workers or " if _learner_workers(models) > 1 else ""
     raise ValueError(f"the run asks Ray for {_amounts(asked)} ({parts}), but the cluster has {_amounts(cluster)}, so "
-                     f"its actors would wait forever for {' and '.join(short)}: lower num_inference_actors "
+                     f"its actors would wait forever for {' and '.join(short)}: lower {workers}num_inference_actors "
                      "(inference['num_actors']), or give Ray more (ray.init(num_cpus=...) before build(), or a "
                      "larger cluster with ray_address=...)")
+
+
+def _learner_label(m, num_models: int) -> str:
+    n = _workers(m)
+    who = "the learner" if n == 1 else f"{n} learner workers"
+    return who if num_models == 1 else f"{who} of {m.name}"
 
 
 def _amounts(resources: dict[str, float]) -> str:
