@@ -54,7 +54,7 @@ class BaseLearner:
 
     Construct with the 0.2 keyword arguments (see :class:`LearnerConfig` for every field and its
     default), e.g. ``REINFORCELearner(model_name, lora_cfg=..., batch_size=384, ...)``.
-    ``buffer``, ``tracker``, ``model_registry``, ``on_checkpoint``, ``turn_lock`` and ``adapter_store``
+    ``buffer``, ``tracker``, ``model_registry``, ``on_checkpoint``, ``turn_lock`` and ``publish_adapters``
     are only used by :meth:`train`.
 
     Subclasses implement :meth:`_update`; one that needs whole episodes in every batch (GAE) sets
@@ -76,11 +76,11 @@ class BaseLearner:
         model_registry: Any = None,
         on_checkpoint: Any = None,
         turn_lock: Any = None,
-        adapter_store: Any = None,
+        publish_adapters: bool = False,
         **kwargs: Any,
     ) -> None:
         self.config = self.config_cls(model_name=model_name, **kwargs)
-        self.adapter_store = adapter_store  # where train() publishes each checkpoint's adapter (object store)
+        self.publish_adapters = publish_adapters  # train() sends each checkpoint's adapter files to the registry
         self.buffer, self.tracker, self.model_registry = buffer, tracker, model_registry
         self.turn_lock = turn_lock  # learners sharing a device take turns: see unstable.learners.loop
         self.on_checkpoint = on_checkpoint  # called as on_checkpoint(version) after each registered checkpoint
@@ -130,7 +130,7 @@ class BaseLearner:
         self.last_version = self.version + iterations
         return run_training(self, iterations, buffer=self.buffer, registry=self.model_registry,
                             tracker=self.tracker, on_checkpoint=self.on_checkpoint, turn_lock=self.turn_lock,
-                            adapter_store=self.adapter_store)
+                            publish_adapters=self.publish_adapters)
 
     def current_lr(self) -> float:
         """The policy learning rate of the next update under ``config.lr_schedule``."""

@@ -13,10 +13,10 @@ call goes through :func:`unstable.utils.calls.call`):
 * ``tracker.log(metrics: dict)`` (optional; with ``config.lineage`` the keys start ``<lineage>/``);
 * ``tracker.write_error()`` (optional): the error that stopped the tracker's writes (a full disk, a
   read-only run directory), or ``None``; the loop raises it, so training stops with that cause;
-* ``adapter_store.put(payload) -> handle`` (optional): the new checkpoint's adapter files
-  (:func:`~unstable.inference.adapters.read_adapter`, just written, so read from the page cache) go
-  into the store, and the registry gets the handle (``add_checkpoint(..., adapter=handle)``), from
-  which inference actors fetch the adapter without the run directory;
+* with ``publish_adapters=True``, ``add_checkpoint`` also gets the new checkpoint's adapter files
+  (``adapter=``:func:`~unstable.inference.adapters.read_adapter`, just written, so read from the page
+  cache): the registry puts them into its adapter store, from which inference actors fetch the adapter
+  without the run directory;
 * ``on_checkpoint(version)`` (optional), after the checkpoint is registered;
 * ``turn_lock.acquire()`` / ``turn_lock.release()`` (optional) around each update: learners that
   share one device (several trainable models on one CPU or GPU) take turns instead of
@@ -71,7 +71,7 @@ def run_training(
     tracker: Any = None,
     on_checkpoint: Callable[[int], Any] | None = None,
     turn_lock: Any = None,
-    adapter_store: Any = None,
+    publish_adapters: bool = False,
 ) -> list[UpdateResult]:
     """Run ``iterations`` successful updates; skipped (non-finite) batches do not count.
 
@@ -111,8 +111,8 @@ def run_training(
         results.append(result)
         _call_optional(buffer, "set_learner_version", result.version)
         published = {}
-        if adapter_store is not None and registry is not None and result.adapter_path is not None:
-            published["adapter"] = call(adapter_store, "put", read_adapter(result.adapter_path))
+        if publish_adapters and registry is not None and result.adapter_path is not None:
+            published["adapter"] = read_adapter(result.adapter_path)
         _call_optional(
             registry,
             "add_checkpoint",

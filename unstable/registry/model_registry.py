@@ -30,11 +30,12 @@ Rules (the seed's behaviour, minus its bugs):
 
 **Adapters in memory.** With an adapter store (:meth:`set_adapter_store`; the wiring gives one when
 ``checkpoint_transport="object_store"``), the registry hands inference actors what they need to fetch
-an adapter without its files: :meth:`adapter_handle` returns the handle the learner published with the
-checkpoint (``add_checkpoint(..., adapter=handle)``), or reads the files itself (past checkpoints of a
-resumed run, fixed adapter opponents: the registry runs where the run directory is) and puts them into
-the store. It keeps the handles of the :data:`MAX_STORED_ADAPTERS` most recently used adapters; an older
-one is read from disk again when asked for. Handles are never part of the saved state.
+an adapter without its files: :meth:`adapter_handle` returns the handle of the files the learner sent
+with the checkpoint (``add_checkpoint(..., adapter=payload)`` puts them into the store), or reads the
+files itself (past checkpoints of a resumed run, fixed adapter opponents: the registry runs where the
+run directory is) and puts them there. It keeps the handles of the :data:`MAX_STORED_ADAPTERS` most
+recently used adapters; an older one is read from disk again when asked for. Handles are never part
+of the saved state.
 
 ``sample_opponent`` delegates to a model sampler given by :meth:`set_sampler` (which points the
 sampler's ``model_registry`` at this object, so a registry actor never calls itself through Ray).
@@ -140,8 +141,9 @@ class ModelRegistry:
     def add_checkpoint(self, uid: str, path: str | None, iteration: int, inherit: bool = True,
                        lineage: str | None = None, adapter: Any = None) -> None:
         """Register a learner checkpoint of ``lineage`` (``None``: :data:`DEFAULT_LINEAGE`; ``path=None``:
-        base weights) and make it that lineage's current checkpoint. ``adapter``: the handle of its
-        files in the adapter store (see :meth:`adapter_handle`), when the learner published them."""
+        base weights) and make it that lineage's current checkpoint. ``adapter``: its files (an
+        :class:`~unstable.inference.adapters.AdapterPayload`) when the learner publishes them; they go
+        into the adapter store (see :meth:`adapter_handle`), if there is one."""
         if not isinstance(iteration, int) or iteration < 0:
             raise ValueError(f"iteration must be an integer >= 0, got {iteration!r}")
         lineage = DEFAULT_LINEAGE if lineage is None else lineage
@@ -156,8 +158,8 @@ class ModelRegistry:
             mu, sigma = prev.mu, min(prev.sigma * 2.0, self.TS.sigma)
         self._add(ModelEntry(uid, "checkpoint", path, iteration, False, mu, sigma, lineage=lineage))
         self._current[lineage] = uid
-        if adapter is not None and path is not None:
-            self._keep_handle(path, adapter)
+        if adapter is not None and path is not None and self._adapter_store is not None:
+            self._keep_handle(path, call(self._adapter_store, "put", adapter))
         self._push()
 
     def add_fixed(self, name: str, prior_mu: float = 25.0) -> str:
