@@ -76,6 +76,8 @@ def test_a_full_cache_swaps_the_new_tensors_into_the_oldest_slot(backend, adapte
         mem.add_adapter(second.source, second)
         assert same(outputs(mem, second.source), outputs(backend, adapters[1]))
         assert mem.stats()["adapter_swaps"] == 1 and mem.stats()["loaded_adapters"] == 1
+        assert not mem.has_adapter(first.source)  # neither its slot nor its bytes are left: fetched again
+        mem.add_adapter(first.source, first)
         assert same(outputs(mem, first.source), outputs(backend, adapters[0]))  # and back
         assert mem.stats()["adapter_swaps"] == 2
     finally:

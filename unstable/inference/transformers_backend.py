@@ -188,12 +188,12 @@ class TransformersBackend:
     # ------------------------------------------------------------------ adapters in memory
     def add_adapter(self, source: str, payload: AdapterPayload) -> None:
         """Serve requests for adapter ``source`` from ``payload`` (its files in memory), not from disk.
-        At most ``4 * max_loras`` payloads are kept (least recently added out); the inference actor
-        fetches a forgotten one again."""
+        The payloads of the ``max_loras`` most recently added adapters are kept (a slot evicted
+        meanwhile is refilled from them); the inference actor fetches an older one again."""
         with self._payload_lock:  # the event loop adds while the generate thread reads
             self._payloads[source] = payload
             self._payloads.move_to_end(source)
-            while len(self._payloads) > 4 * self.config.max_loras:
+            while len(self._payloads) > self.config.max_loras:
                 self._payloads.popitem(last=False)
 
     def has_adapter(self, source: str) -> bool:

@@ -140,7 +140,7 @@ class VLLMBackend:
         self._lock = threading.Lock()  # guards the adapter table and the counters
         self._adapters: OrderedDict[tuple[str, int], Any] = OrderedDict()
         self._lora_ids = itertools.count(1)
-        self._local: dict[str, str] = {}  # source path -> its copy in the node-local cache (add_adapter)
+        self._local: OrderedDict[str, str] = OrderedDict()  # source path -> its node-local copy (add_adapter)
         self._cache_dir: str | None = None
         self._request_ids = itertools.count()
         self._inbox: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
@@ -200,7 +200,9 @@ class VLLMBackend:
 
     def add_adapter(self, source: str, payload: AdapterPayload) -> None:
         """Serve requests for adapter ``source`` from ``payload``: its files are written once into a
-        node-local cache directory (removed by :meth:`close`), which vLLM loads like any adapter."""
+        node-local cache directory (removed by :meth:`close`), which vLLM loads like any adapter. The
+        copies of the ``4 * max_loras`` most recently added adapters are kept; the inference actor
+        fetches an older one again when it is asked for."""
         if self._cache_dir is None:
             self._cache_dir = tempfile.mkdtemp(prefix="unstable-adapters-")
         import hashlib
@@ -209,6 +211,9 @@ class VLLMBackend:
         local = payload.write_to(os.path.join(self._cache_dir, f"{os.path.basename(source.rstrip('/'))}-{digest}"))
         with self._lock:
             self._local[source] = str(local)
+            self._local.move_to_end(source)
+            while len(self._local) > 4 * self.config.max_loras:
+                shutil.rmtree(self._local.popitem(last=False)[1], ignore_errors=True)
 
     def has_adapter(self, source: str) -> bool:
         """Whether requests for ``source`` are served from the node-local copy (:meth:`add_adapter`)."""

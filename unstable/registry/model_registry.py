@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 DEFAULT_DRAW_PROBABILITY = 0.25
 DEFAULT_LINEAGE = "model"
 """The lineage of checkpoints registered without one (a one-model run; ``ModelConfig.name``'s default)."""
-MAX_STORED_ADAPTERS = 16
+MAX_STORED_ADAPTERS = 8
 """Adapter handles the registry keeps (least recently used out): enough for the current checkpoint of
 every lineage and the opponents in play; each holds an adapter's bytes in Ray's object store."""
 _OUTCOMES = ("win", "draw", "loss")
