@@ -22,6 +22,10 @@ else
 fi
 step "$PY" benchmarks/bench_learner.py "$@"
 step "$PY" benchmarks/bench_learner_workers.py "$@"
+step "$PY" benchmarks/bench_weight_sync.py "$@"
+if [ -x "$VPY" ] && "$VPY" -c 'import vllm' 2>/dev/null; then
+  step "$VPY" benchmarks/bench_weight_sync.py --backend vllm "$@"
+fi
 report_args=()
 for arg in "$@"; do [ "$arg" = "--quick" ] && report_args+=(--quick); done
 step "$PY" benchmarks/report.py "${report_args[@]}"

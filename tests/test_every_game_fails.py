@@ -88,8 +88,10 @@ def test_an_opponent_adapter_that_breaks_mid_run_stops_the_run_with_its_cause(
     else:
         settings = {"eval_envs": [unstable.EvalEnvSpec(fixed_opponent=str(adapter), **TTT)]}
         workers, counted = (4, 2), "eval_finished"
+    # "path": the adapter is loaded from its directory, so a change there reaches the games ("object_store"
+    # serves the copy the registry read when the opponent first played: a deleted directory goes unnoticed)
     run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, f"broken-{seat}", max_consecutive_failures=4,
-                                            **settings))
+                                            checkpoint_transport="path", **settings))
     pool = ThreadPoolExecutor(1)
     try:
         run.start(learning_steps=50, num_collection_workers=workers[0], num_eval_workers=workers[1], block=False)

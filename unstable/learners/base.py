@@ -55,8 +55,8 @@ class BaseLearner(DataParallelLearner):
 
     Construct with the 0.2 keyword arguments (see :class:`LearnerConfig` for every field and its
     default), e.g. ``REINFORCELearner(model_name, lora_cfg=..., batch_size=384, ...)``.
-    ``buffer``, ``tracker``, ``model_registry``, ``on_checkpoint`` and ``turn_lock`` are only used
-    by :meth:`train`.
+    ``buffer``, ``tracker``, ``model_registry``, ``on_checkpoint``, ``turn_lock`` and ``publish_adapters``
+    are only used by :meth:`train`.
 
     Subclasses implement :meth:`_update`; one that needs whole episodes in every batch (GAE) sets
     ``needs_episodes = True``, and ``unstable.build()`` then gives it an EpisodeBuffer; one that
@@ -80,9 +80,11 @@ class BaseLearner(DataParallelLearner):
         model_registry: Any = None,
         on_checkpoint: Any = None,
         turn_lock: Any = None,
+        publish_adapters: bool = False,
         **kwargs: Any,
     ) -> None:
         self.config = self.config_cls(model_name=model_name, **kwargs)
+        self.publish_adapters = publish_adapters  # train() sends each checkpoint's adapter files to the registry
         self.buffer, self.tracker, self.model_registry = buffer, tracker, model_registry
         self.turn_lock = turn_lock  # learners sharing a device take turns: see unstable.learners.loop
         self.on_checkpoint = on_checkpoint  # called as on_checkpoint(version) after each registered checkpoint
@@ -132,7 +134,8 @@ class BaseLearner(DataParallelLearner):
         """
         self.last_version = self.version + iterations
         results = run_training(self, iterations, buffer=self.buffer, registry=self.model_registry,
-                               tracker=self.tracker, on_checkpoint=self.on_checkpoint, turn_lock=self.turn_lock)
+                               tracker=self.tracker, on_checkpoint=self.on_checkpoint, turn_lock=self.turn_lock,
+                               publish_adapters=self.publish_adapters)
         self.release_followers()  # the other learner workers' follow() returns too
         return results
 

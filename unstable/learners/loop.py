@@ -13,6 +13,10 @@ call goes through :func:`unstable.utils.calls.call`):
 * ``tracker.log(metrics: dict)`` (optional; with ``config.lineage`` the keys start ``<lineage>/``);
 * ``tracker.write_error()`` (optional): the error that stopped the tracker's writes (a full disk, a
   read-only run directory), or ``None``; the loop raises it, so training stops with that cause;
+* with ``publish_adapters=True``, ``add_checkpoint`` also gets the new checkpoint's adapter files
+  (``adapter=``:func:`~unstable.inference.adapters.read_adapter`, just written, so read from the page
+  cache): the registry puts them into its adapter store, from which inference actors fetch the adapter
+  without the run directory;
 * ``on_checkpoint(version)`` (optional), after the checkpoint is registered;
 * ``turn_lock.acquire()`` / ``turn_lock.release()`` (optional) around each update: learners that
   share one device (several trainable models on one CPU or GPU) take turns instead of
@@ -28,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from unstable.inference.adapters import read_adapter
 from unstable.learners.protocol import Learner, UpdateResult
 from unstable.records import TrainBatch, checkpoint_uid
 from unstable.utils.calls import call
@@ -66,6 +71,7 @@ def run_training(
     tracker: Any = None,
     on_checkpoint: Callable[[int], Any] | None = None,
     turn_lock: Any = None,
+    publish_adapters: bool = False,
 ) -> list[UpdateResult]:
     """Run ``iterations`` successful updates; skipped (non-finite) batches do not count.
 
@@ -104,6 +110,9 @@ def run_training(
         consecutive_skips = 0
         results.append(result)
         _call_optional(buffer, "set_learner_version", result.version)
+        published = {}
+        if publish_adapters and registry is not None and result.adapter_path is not None:
+            published["adapter"] = read_adapter(result.adapter_path)
         _call_optional(
             registry,
             "add_checkpoint",
@@ -111,6 +120,7 @@ def run_training(
             path=result.adapter_path,
             iteration=result.version,
             **({"lineage": lineage} if lineage else {}),
+            **published,
         )
         if on_checkpoint is not None:  # e.g. snapshot the registry/scheduler state for resuming
             on_checkpoint(result.version)

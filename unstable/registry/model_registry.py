@@ -28,6 +28,15 @@ Rules (the seed's behaviour, minus its bugs):
   from its :class:`~unstable.records.PolicyRef`), so eval games against an unregistered baseline are
   rated; :meth:`update_ratings` with bare uids requires them registered.
 
+**Adapters in memory.** With an adapter store (:meth:`set_adapter_store`; the wiring gives one when
+``checkpoint_transport="object_store"``), the registry hands inference actors what they need to fetch
+an adapter without its files: :meth:`adapter_handle` returns the handle of the files the learner sent
+with the checkpoint (``add_checkpoint(..., adapter=payload)`` puts them into the store), or reads the
+files itself (past checkpoints of a resumed run, fixed adapter opponents: the registry runs where the
+run directory is) and puts them there. It keeps the handles of the :data:`MAX_STORED_ADAPTERS` most
+recently used adapters; an older one is read from disk again when asked for. Handles are never part
+of the saved state.
+
 ``sample_opponent`` delegates to a model sampler given by :meth:`set_sampler` (which points the
 sampler's ``model_registry`` at this object, so a registry actor never calls itself through Ray).
 """
@@ -38,12 +47,14 @@ import json
 import logging
 import math
 import os
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import trueskill
 
 from unstable.games.legal_moves import SCRIPTED_POLICIES
+from unstable.inference.adapters import read_adapter
 from unstable.records import GameRecord, PolicyKind, PolicyRef
 from unstable.utils.calls import call
 
@@ -52,6 +63,9 @@ log = logging.getLogger(__name__)
 DEFAULT_DRAW_PROBABILITY = 0.25
 DEFAULT_LINEAGE = "model"
 """The lineage of checkpoints registered without one (a one-model run; ``ModelConfig.name``'s default)."""
+MAX_STORED_ADAPTERS = 8
+"""Adapter handles the registry keeps (least recently used out): enough for the current checkpoint of
+every lineage and the opponents in play; each holds an adapter's bytes in Ray's object store."""
 _OUTCOMES = ("win", "draw", "loss")
 _TALLY = {"win": "wins", "draw": "draws", "loss": "losses"}  # outcome -> ModelEntry counter
 
@@ -114,6 +128,8 @@ class ModelRegistry:
         self._results: dict[str, dict[str, dict[str, int]]] = {}
         self._games_recorded = 0
         self._sampler: Any = None
+        self._adapter_store: Any = None
+        self._adapter_handles: OrderedDict[str, Any] = OrderedDict()  # adapter path -> its handle in the store
 
     # ----------------------------------------------------------------- adding models
     def _add(self, entry: ModelEntry) -> None:
@@ -123,9 +139,11 @@ class ModelRegistry:
         self._models[entry.uid] = entry
 
     def add_checkpoint(self, uid: str, path: str | None, iteration: int, inherit: bool = True,
-                       lineage: str | None = None) -> None:
+                       lineage: str | None = None, adapter: Any = None) -> None:
         """Register a learner checkpoint of ``lineage`` (``None``: :data:`DEFAULT_LINEAGE`; ``path=None``:
-        base weights) and make it that lineage's current checkpoint."""
+        base weights) and make it that lineage's current checkpoint. ``adapter``: its files (an
+        :class:`~unstable.inference.adapters.AdapterPayload`) when the learner publishes them; they go
+        into the adapter store (see :meth:`adapter_handle`), if there is one."""
         if not isinstance(iteration, int) or iteration < 0:
             raise ValueError(f"iteration must be an integer >= 0, got {iteration!r}")
         lineage = DEFAULT_LINEAGE if lineage is None else lineage
@@ -140,6 +158,8 @@ class ModelRegistry:
             mu, sigma = prev.mu, min(prev.sigma * 2.0, self.TS.sigma)
         self._add(ModelEntry(uid, "checkpoint", path, iteration, False, mu, sigma, lineage=lineage))
         self._current[lineage] = uid
+        if adapter is not None and path is not None and self._adapter_store is not None:
+            self._keep_handle(path, call(self._adapter_store, "put", adapter))
         self._push()
 
     def add_fixed(self, name: str, prior_mu: float = 25.0) -> str:
@@ -289,6 +309,34 @@ class ModelRegistry:
     def _push(self) -> None:
         if self.tracker is not None:
             call(self.tracker, "log_registry", self.interface_info())
+
+    # ----------------------------------------------------------------- adapters in memory
+    def set_adapter_store(self, store: Any) -> None:
+        """Serve adapters from ``store`` (``store.put(AdapterPayload) -> handle``; ``None``: from paths only)."""
+        self._adapter_store = store
+        self._adapter_handles.clear()
+
+    def adapter_handle(self, path: str) -> Any:
+        """The store's handle of the adapter at ``path`` (read and put there on first use), or ``None``
+        without a store: the inference actor then loads ``path`` from its own disk."""
+        if self._adapter_store is None:
+            return None
+        handle = self._adapter_handles.get(path)
+        if handle is None:
+            try:
+                payload = read_adapter(path)
+            except FileNotFoundError as exc:
+                raise FileNotFoundError(f"{exc} on the registry's node: the registry fills the adapter store from "
+                                        "the run directory, which must be on the driver's node") from None
+            handle = call(self._adapter_store, "put", payload)
+        self._keep_handle(path, handle)
+        return handle
+
+    def _keep_handle(self, path: str, handle: Any) -> None:
+        self._adapter_handles[path] = handle
+        self._adapter_handles.move_to_end(path)
+        while len(self._adapter_handles) > MAX_STORED_ADAPTERS:
+            self._adapter_handles.popitem(last=False)
 
     # ----------------------------------------------------------------- sampling delegation
     def set_sampler(self, sampler: Any) -> None:

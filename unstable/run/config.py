@@ -23,6 +23,7 @@ from unstable.buffers.config import BufferConfig
 from unstable.collection.failures import FailureBudget
 from unstable.games.mixture import EnvironmentMixture, is_environment
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
+from unstable.inference.adapters import resolve_transport
 from unstable.inference.config import VLLM_CONFIG_KEYS, choose_backend
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES, LearnerConfig
@@ -354,6 +355,7 @@ def _check_placement(cfg: BuildConfig) -> None:
     """Where the run goes: its directory and the Ray cluster."""
     check_str("ray_address", cfg.ray_address, allow_none=True, what="a Ray address such as 'auto' or 'ip:6379'")
     check_str("runs_dir", cfg.runs_dir, what="a directory path")
+    resolve_transport(cfg.checkpoint_transport)
     check_dir_path("runs_dir", cfg.runs_dir)
     if cfg.run_name is not None:
         check_dir_name("run_name", cfg.run_name)
@@ -592,6 +594,10 @@ class BuildConfig:
     """Where run directories go."""
     ray_address: str | None = None
     """An existing Ray cluster to join (``"auto"``, ``"ip:6379"``); ``None``: a local Ray."""
+    checkpoint_transport: str = "auto"
+    """How new adapters reach the inference actors: ``"object_store"`` (Ray's object store; no node but
+    the learner's needs the run directory), ``"path"`` (loaded from the checkpoint directory: one machine
+    or a shared filesystem), ``"auto"`` (``"object_store"``)."""
     seed: int = 0
     """Seeds the samplers, the buffer and the learner."""
     resume_from: str | None = None
@@ -635,7 +641,7 @@ class BuildConfig:
                 raise ValueError(f"{name}: {exc}") from None
             except ValueError as exc:
                 raise ValueError(_section_label(name, str(exc), flat)) from None
-        for name in ("run_name", "runs_dir", "ray_address", "seed", "resume_from"):
+        for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from"):
             setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
         check_int("seed", self.seed, 0)
         _check_placement(self)
@@ -702,7 +708,8 @@ class BuildConfig:
                                "eval_envs": [_env_dict(s) for s in self.eval_envs if not is_environment(s)]}
         out |= {name: asdict(getattr(self, name)) for name in RUN_SECTIONS}
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
-        out |= {name: getattr(self, name) for name in ("run_name", "runs_dir", "ray_address", "seed", "resume_from")}
+        out |= {name: getattr(self, name)
+                for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from")}
         return out
 
 

@@ -19,6 +19,7 @@ import ray
 from ray.exceptions import ActorDiedError, RayActorError
 
 from unstable.inference.actor import InferenceActor
+from unstable.inference.adapters import AdapterPayload
 from unstable.inference.base import (
     GenerationRequest,
     GenerationResult,
@@ -105,11 +106,33 @@ def new_run_id(run_name: str) -> str:
     return f"{run_name}-{secrets.token_hex(4)}"
 
 
+class StoredAdapter:
+    """An adapter's files in Ray's object store: the handle the registry gives inference actors.
+    The ref sits inside this object, so Ray passes it along as a ref instead of resolving it."""
+
+    def __init__(self, ref: Any):
+        self.ref = ref
+
+    async def fetch(self) -> AdapterPayload:
+        return await self.ref
+
+
+class ObjectStoreAdapters:
+    """The registry's adapter store with ``checkpoint_transport="object_store"``: ``put`` copies an
+    adapter's files into Ray's object store, owned by the caller: the registry actor, so the adapters
+    a learner publishes outlive the learner's restarts (Ray 2.56 removed ``ray.put(_owner=...)``, so
+    the learner sends the files to the registry, which puts them)."""
+
+    def put(self, payload: AdapterPayload) -> StoredAdapter:
+        return StoredAdapter(ray.put(payload))
+
+
 def start_inference_backends(cfg: InferenceConfig, prefix: str = "inference",
-                             run_id: str | None = None) -> list[Any]:
+                             run_id: str | None = None, adapter_source: Any = None) -> list[Any]:
     """``cfg.num_actors`` backends: Ray actors named ``<prefix>-<i>`` (``<run_id>/<prefix>-<i>`` in a
     run, see :func:`actor_name`; wrapped in :class:`RemoteBackend`, which keeps
-    the short name for metrics) when Ray is running, else local objects in this process."""
+    the short name for metrics) when Ray is running, else local objects in this process.
+    ``adapter_source``: the registry to fetch adapters from (see :class:`~unstable.inference.actor.InferenceActor`)."""
     if not ray.is_initialized():
         return local_backends(cfg)
     kwargs = cfg.backend_arguments()
@@ -122,6 +145,7 @@ def start_inference_backends(cfg: InferenceConfig, prefix: str = "inference",
             name=actor_name(run_id, name) if run_id else name,
             num_cpus=cfg.actor_num_cpus, num_gpus=cfg.actor_num_gpus, max_concurrency=10_000,
             max_restarts=cfg.max_restarts, max_task_retries=0, **placement,
-        ).remote(cfg.backend, cfg.model_name, name=name, default_sampling=cfg.sampling, **kwargs)
+        ).remote(cfg.backend, cfg.model_name, name=name, default_sampling=cfg.sampling,
+                 adapter_source=adapter_source, **kwargs)
         backends.append(RemoteBackend(handle, name=name))
     return backends

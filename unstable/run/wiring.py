@@ -34,6 +34,7 @@ from unstable.collection.collector import Collector
 from unstable.collection.scheduler import GameScheduler
 from unstable.games.extraction import custom_action_extractions
 from unstable.games.templates import custom_templates
+from unstable.inference.adapters import resolve_transport
 from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
@@ -44,7 +45,7 @@ from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
-from unstable.run.remote import actor_class, actor_name, new_run_id, start_inference_backends
+from unstable.run.remote import ObjectStoreAdapters, actor_class, actor_name, new_run_id, start_inference_backends
 from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffers, roll_back_registry
 from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
@@ -189,6 +190,9 @@ def start_actors(cfg, run_name: str) -> Actors:
         wandb_id=resume.state["tracker"].get("wandb_id") if resume and resume.state else None)
     run_dir = ray.get(tracker.get_run_dir.remote())
     registry = actor_class(ModelRegistry).options(**light).remote(tracker=tracker)
+    in_memory = resolve_transport(cfg.checkpoint_transport) == "object_store"
+    if in_memory:  # adapters reach inference through Ray's object store (see unstable.inference.adapters)
+        ray.get(registry.set_adapter_store.remote(ObjectStoreAdapters()))
     if resume and resume.state:
         for point in points.values():  # each model's roll-back (if any) into the one snapshot loaded
             roll_back_registry(resume.state["registry"], point.lineage or DEFAULT_LINEAGE, point.version)
@@ -246,7 +250,8 @@ def start_actors(cfg, run_name: str) -> Actors:
                       keep_last=None)  # keep every adapter: lagged opponents and the registry may point at old ones
         learner = actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus, **placement).remote(
             **common, buffer=buffer, tracker=tracker, model_registry=registry, turn_lock=turn_lock,
-            on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker, buffers), **resumed)
+            on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker, buffers), publish_adapters=in_memory,
+            **resumed)
         # ranks 1..N-1 get rank 0's weights and optimiser states with the first batch: they read no
         # checkpoint (their node may not see it), and build the adapter from the run's lora_cfg
         start = {k: v for k, v in resumed.items() if k == "initial_version"}
@@ -255,7 +260,8 @@ def start_actors(cfg, run_name: str) -> Actors:
         pending.extend((w, algorithm_kwargs) for w in [learner, *workers[m.name]])
         learners[m.name] = learner
     # after the learners, so they have their place before the inference actors take theirs
-    backends, groups, samplings = _start_engines(models, lineage, gpus_per_actor, default_actors, run_id)
+    backends, groups, samplings = _start_engines(models, lineage, gpus_per_actor, default_actors, run_id,
+                                                 adapter_source=registry if in_memory else None)
     collector_buffers = {"buffers": {lineage[n]: b for n, b in buffers.items()}} if several else {
         "buffer": buffers[models[0].name]}
     collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
@@ -317,7 +323,7 @@ def _start_buffer(m, light: dict, tracker, seed: int, lineage: str | None, sever
 
 
 def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float,
-                   default_actors: int, run_id: str
+                   default_actors: int, run_id: str, adapter_source: Any = None
                    ) -> tuple[list[Any], dict[str, list[int]], dict[str | None, Any]]:
     """The inference actors: one group per distinct base model, set up by the first model that uses
     it (the others' adapters are served by the same engines). Returns the backends, each lineage's
@@ -336,7 +342,7 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
         engine = inference_config(first, backend, num_actors, gpus, cpus)
         prefix = "inference" if len(by_base) == 1 else f"inference-{k}"
         indices = list(range(len(backends), len(backends) + num_actors))
-        backends.extend(start_inference_backends(engine, prefix=prefix, run_id=run_id))
+        backends.extend(start_inference_backends(engine, prefix=prefix, run_id=run_id, adapter_source=adapter_source))
         for m in group:
             groups[lineage[m.name]] = indices
             samplings[lineage[m.name]] = inference_config(m, backend, num_actors, gpus_per_actor).sampling

@@ -1,0 +1,51 @@
+"""A cluster without shared storage: adapters reach an inference actor whose node cannot see the run
+directory through Ray's object store (``checkpoint_transport="object_store"``, the default)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def mount_namespaces_unavailable() -> str | None:
+    """Why this machine cannot give a Ray node a private view of the runs directory (None: it can)."""
+    if shutil.which("unshare") is None:
+        return "the unshare command (util-linux) is not installed"
+    if os.geteuid() != 0:
+        return "mounting a tmpfs in a new mount namespace needs root"
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs tmpfs /mnt"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"unshare --mount failed here ({probe.stderr.strip()[:200]}): a container without CAP_SYS_ADMIN?"
+    return None
+
+
+@pytest.mark.slow
+def test_a_node_without_the_run_directory_serves_every_new_checkpoint(tiny_model_dir, tmp_path):
+    reason = mount_namespaces_unavailable()
+    if reason:
+        pytest.skip(f"cannot hide the run directory from a second Ray node: {reason}")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}  # this checkout, on both nodes
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "scenario_no_shared_storage.py"), tiny_model_dir,
+                           str(runs), "object_store"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "error" not in out, out.get("error")
+    remote = next(name for name, node in out["inference_nodes"].items() if node == out["worker_node"])
+    local = next(name for name in out["inference_nodes"] if name != remote)
+    assert out["sees_checkpoints"] == {remote: False, local: True}  # the worker node really has no run directory
+    assert out["summary"]["checkpoints"] == ["base", "ckpt-1", "ckpt-2", "ckpt-3"]
+    assert out["summary"]["collector"]["failed"] == 0
+    stats = out["inference_stats"][remote]
+    # the games it served used the learner's new checkpoints, fetched from the object store
+    assert stats["adapter_fetches"] >= 1 and stats["adapter_loads"] >= 1
+    assert stats["requests"] >= 1 and stats["failed_requests"] == 0 and stats["adapter_load_failures"] == 0

@@ -1,0 +1,97 @@
+"""LoRA adapters as bytes in memory: how a checkpoint reaches inference actors without a shared disk.
+
+An :class:`AdapterPayload` is an adapter directory's files (``adapter_config.json`` and the weights)
+read into memory. With ``checkpoint_transport="object_store"`` (see :func:`resolve_transport`) the
+learner reads the checkpoint it has just written into one, the run's wiring puts it into Ray's object
+store (owned by the registry actor, so it outlives learner restarts), and an inference actor asked
+for that adapter fetches it from there (see :class:`~unstable.inference.actor.InferenceActor`): the
+transformers backend loads the tensors straight into a PEFT adapter slot, vLLM (which loads LoRA from
+a path) writes the files once into a node-local cache directory. No node needs the run directory.
+
+Plain Python: the object store is behind the opaque handles the wiring gives the registry and the
+inference actors (:mod:`unstable.run.remote`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+CHECKPOINT_TRANSPORTS = ("auto", "object_store", "path")
+"""``path``: inference actors load adapters from the checkpoint directory (every node needs it: one
+machine, or a shared filesystem). ``object_store``: adapters travel through Ray's object store.
+``auto``: ``object_store`` (it is cheaper on one machine too; see benchmarks/README.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterPayload:
+    """One adapter's files in memory: ``source`` is where they were read (the key inference uses)."""
+
+    source: str
+    files: dict[str, bytes]
+
+    def config(self) -> dict[str, Any]:
+        return json.loads(self.files[CONFIG_FILE])
+
+    def weights_file(self) -> str:
+        return next(name for name in WEIGHT_FILES if name in self.files)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The adapter's tensors as PEFT saved them (keys without the adapter's name)."""
+        name = self.weights_file()
+        if name.endswith(".safetensors"):
+            from safetensors.torch import load
+
+            return load(self.files[name])
+        import io
+
+        import torch
+
+        return torch.load(io.BytesIO(self.files[name]), map_location="cpu", weights_only=True)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(data) for data in self.files.values())
+
+    def write_to(self, directory: str | Path) -> Path:
+        """Write the files into ``directory`` (created; an existing one is left as it is): written
+        into a temp dir beside it and renamed, so a reader never sees half of it."""
+        target = Path(directory)
+        if (target / CONFIG_FILE).is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        for name, data in self.files.items():
+            (tmp / name).write_bytes(data)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another writer got there first: theirs is the same adapter
+            for child in tmp.iterdir():
+                child.unlink()
+            tmp.rmdir()
+        return target
+
+
+def read_adapter(path: str | Path) -> AdapterPayload:
+    """The adapter at ``path`` (a PEFT adapter directory) as an :class:`AdapterPayload`."""
+    root = Path(path)
+    if not (root / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"no PEFT adapter at {str(path)!r} ({CONFIG_FILE} missing)")
+    weights = next((name for name in WEIGHT_FILES if (root / name).is_file()), None)
+    if weights is None:
+        raise FileNotFoundError(f"no adapter weights at {str(path)!r} (none of {', '.join(WEIGHT_FILES)})")
+    return AdapterPayload(str(path), {name: (root / name).read_bytes() for name in (CONFIG_FILE, weights)})
+
+
+def resolve_transport(setting: str) -> str:
+    """``"path"`` or ``"object_store"`` for a ``checkpoint_transport`` setting (validated)."""
+    if setting not in CHECKPOINT_TRANSPORTS:
+        raise ValueError(f"checkpoint_transport must be one of {', '.join(map(repr, CHECKPOINT_TRANSPORTS))}, "
+                         f"got {setting!r}")
+    return "object_store" if setting == "auto" else setting
