@@ -95,7 +95,7 @@ def test_build_checks_engine_settings_before_ray(tiny_model_dir, tmp_path, monke
     monkeypatch.setattr(unstable.run.wiring, "start_actors", lambda *a, **k: pytest.fail("actors started"))
     with pytest.raises(ValueError, match=r"vllm_config\['gpu_memory_utilization'\] must be"):
         unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, vllm_config={"gpu_memory_utilization": 2}))
-    with pytest.raises(ValueError, match=r"unknown vllm_config keys \['enforce_eagre'\] \(did you mean 'enforce_eager'"):
+    with pytest.raises(ValueError, match=r"unknown vllm_config keys \['enforce_eagre'\] \(did you mean 'enforce_eager"):
         unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, vllm_config={"enforce_eagre": True}))
     cfg = unstable.run.config.BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, vllm_config={
         "gpu_memory_utilization": 0.5, "enable_sleep_mode": True}))
