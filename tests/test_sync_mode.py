@@ -123,6 +123,9 @@ def test_sync_mode_trains_each_version_on_its_own_games_and_never_during_a_game(
         assert sampled_by == {version}  # no staleness: the batch of version v was played by v
     assert overlaps(updates, games) == []  # no game in flight during an update
     assert stats["sync_rounds"] >= 4 and turns["collector"] >= 4 and turns[""] == 4
+    # a round starts only the games its batch needs (~5 here), not 8 in flight until the buffer is full
+    # (~40 games for the 4 rounds, their extra moves evicted)
+    assert stats["train_started"] < 30
 
 
 def test_async_mode_plays_during_updates():
