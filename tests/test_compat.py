@@ -129,7 +129,7 @@ def test_api_evaluation_opponent_without_a_key_is_refused(tiny_model_dir, monkey
     ({"buffer": "x"}, TypeError, "use one form"),
     ({"step_buffer": None, "num_actors": 2}, TypeError, "step_buffer"),
     ({"num_actors": 0}, ValueError, "num_actors"),
-    ({"vllm_config": {"model": "x"}}, ValueError, "unknown vllm_config keys"),
+    ({"vllm_config": {"model": "x"}}, ValueError, r"vllm_config\[.model.\] is set by unstable itself"),
 ])
 def test_bad_legacy_collector_arguments(override, error, match, tiny_model_dir):
     with pytest.raises(error, match=match):

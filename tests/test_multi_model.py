@@ -444,8 +444,8 @@ def test_engine_groups_split_the_inference_share(gpus_per_actor, actors, gpus, c
                                                                                        range(cfg.num_actors)])
     models = [ModelConfig(name="alice", model_name=tiny_model_dir), ModelConfig(name="bob", model_name=second_base),
               ModelConfig(name="carol", model_name=tiny_model_dir, inference={"temperature": 0.5})]
-    backends, groups, samplings = wiring._start_engines(models, {m.name: m.name for m in models}, gpus_per_actor,
-                                                        actors, "run-id")
+    backends, groups, samplings, _ = wiring._start_engines(models, {m.name: m.name for m in models}, gpus_per_actor,
+                                                           actors, "run-id")
     assert [prefix for _, prefix in started] == ["inference-0", "inference-1"]
     assert all((cfg.actor_num_gpus, cfg.actor_num_cpus, cfg.num_actors) == (gpus, cpus, actors) for cfg, _ in started)
     assert groups["alice"] == groups["carol"] == list(range(actors))  # one engine, two adapters

@@ -287,6 +287,9 @@ def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, caps
         QuickstartConfig(batch_size=100, mini_batch_size=64)
     with pytest.raises(ValueError, match=r"warm_start\.env_id"):
         QuickstartConfig(warm_start=replace(WarmStartConfig(), env_id="KuhnPoker-v0-train"))
+    with pytest.raises(ValueError, match="mode='sync' trains every move on the version that played it"):
+        QuickstartConfig(mode="sync")  # max_staleness stays 8
+    QuickstartConfig(mode="sync", max_staleness=0)
     assert main(["quickstart", "--out", str(tmp_path / "q"), "--learning-steps", "0"]) == 2
     assert "learning_steps" in capsys.readouterr().err
     (tmp_path / "used").mkdir()

@@ -219,6 +219,21 @@ def test_config_errors_are_raised_before_an_engine_starts(tiny_model_dir):
         VLLMBackendConfig(tiny_model_dir, engine_kwargs={"logprobs_mode": "raw_logprobs"})
 
 
+def test_vllm_config_engine_settings_are_checked_against_the_installed_engine_args():
+    """With vLLM installed, a key unstable does not check itself passes when it is a field of vLLM's
+    EngineArgs, and a typo is refused with the closest field."""
+    from unstable.inference.config import InferenceConfig
+    from unstable.inference.engine_settings import vllm_engine_fields
+
+    fields = vllm_engine_fields()
+    assert {"gpu_memory_utilization", "enforce_eager", "enable_sleep_mode", "tensor_parallel_size"} <= fields
+    cfg = InferenceConfig.from_vllm_config({"model_name": "m", "enforce_eager": True, "max_num_batched_tokens": 512,
+                                            "disable_cascade_attn": True}, backend="vllm")
+    assert cfg.backend_arguments()["disable_cascade_attn"] is True
+    with pytest.raises(ValueError, match=r"did you mean 'disable_cascade_attn'.*EngineArgs"):
+        InferenceConfig.from_vllm_config({"model_name": "m", "disable_cascade_atn": True})
+
+
 def test_cpu_lora_fix_gives_rows_without_an_adapter_no_adapter():
     from vllm.lora.ops.torch_ops import lora_ops
     from vllm.lora.punica_wrapper import punica_cpu

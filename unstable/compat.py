@@ -46,7 +46,6 @@ import inspect
 import os
 from typing import Any
 
-import ray
 from ray.actor import ActorHandle
 
 from unstable.algorithms import Reinforce
@@ -55,7 +54,7 @@ from unstable.games.specs import DEFAULT_EVAL_OPPONENT, EvalEnvSpec, TrainEnvSpe
 from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.registry.model_registry import fixed_policy_ref
 from unstable.run.actors import Collector as _Collector
-from unstable.run.actors import ModelRegistry
+from unstable.run.actors import ModelRegistry, seed_inference_resources
 from unstable.run.remote import RemoteCapable, actor_class
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
 from unstable.samplers.model_samplers import BaseModelSampler, FixedOpponentModelSampler
@@ -275,10 +274,11 @@ def _check_collector_arguments(arguments: dict[str, Any]) -> None:
 
 
 def _inference_config(vllm_config: dict, num_actors: int) -> InferenceConfig:
-    """0.1: ``num_actors`` vLLM actors of one GPU each; one CPU each where Ray has no GPU."""
-    gpus = ray.cluster_resources().get("GPU", 0) if ray.is_initialized() else 0
-    return InferenceConfig.from_vllm_config(vllm_config, backend=choose_backend("auto"), num_actors=num_actors,
-                                            actor_num_gpus=1.0 if gpus else 0.0, actor_num_cpus=0.0 if gpus else 1.0)
+    """0.1: ``num_actors`` vLLM actors of one GPU each (the learner on another); laid out as build()
+    does (:func:`~unstable.run.wiring.inference_resources`): the GPUs left to inference split over them,
+    at most one each, and one CPU each where Ray has no GPU."""
+    return InferenceConfig.from_vllm_config(vllm_config, backend=choose_backend("auto"),
+                                            **seed_inference_resources(num_actors))
 
 
 class Collector(_Collector, metaclass=_ChecksArguments):

@@ -247,6 +247,10 @@ class BufferBase:
         """True while the buffer holds ``max_buffer_size`` Steps or more (the collector pauses)."""
         return self.size() >= self.max_buffer_size
 
+    def room(self) -> int:
+        """Steps the buffer takes before it is full (0 when full)."""
+        return max(0, self.max_buffer_size - self.size())
+
     def stop(self) -> None:
         """Tell the collector to stop launching games."""
         self._collecting = False

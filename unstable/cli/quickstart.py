@@ -77,6 +77,8 @@ class QuickstartConfig:
     """The learner: ``"reinforce"``, ``"a2c"``, ``"ppo"``, ``"grpo"`` or ``"gspo"`` (README: "Algorithms")."""
     max_staleness: int = 8
     """Drop training moves sampled more than this many learner versions ago (counted in ``buffer/dropped_stale``)."""
+    mode: str = "async"
+    """``"async"`` (collect and train at once) or ``"sync"`` (take turns; needs ``max_staleness=0``), as in build()."""
     learner: dict[str, Any] = field(default_factory=dict)
     """More learner settings, as ``build(learner={...})`` takes them (e.g. ``{"beta": 0.05}``)."""
     opponent_sampling_strategy: str = "mirror"
@@ -99,6 +101,10 @@ class QuickstartConfig:
         check_positive("learning_rate", self.learning_rate)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_int("max_staleness", self.max_staleness, 0)
+        check_choice("mode", self.mode, ("async", "sync"))
+        if self.mode == "sync" and self.max_staleness != 0:
+            raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
+                             f"max_staleness=0, got {self.max_staleness}")
         check_choice("opponent_sampling_strategy", self.opponent_sampling_strategy,
                      ("mirror", "fixed", "lagged", "match-quality"))
         if self.batch_size % self.mini_batch_size:
@@ -179,6 +185,7 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         algorithm=cfg.algorithm,
         learner=dict(cfg.learner),
         max_staleness=cfg.max_staleness,
+        mode=cfg.mode,
         batch_size=cfg.batch_size,
         mini_batch_size=cfg.mini_batch_size,
         learning_rate=cfg.learning_rate,

@@ -21,6 +21,16 @@ Back-pressure: no new *train* game starts while the buffer is full (``buffer.is_
 collection never runs far ahead of the learner; eval games keep going. ``buffer.stop()`` (sent by
 the learner when it is done) or :meth:`stop` ends collection.
 
+Sync mode (``turn_lock``, what ``build(mode="sync")`` passes): collecting and training alternate.
+The collector takes the learners' :class:`~unstable.learners.loop.TurnLock` (``try_acquire``, polled)
+before it starts a game, starts train and eval games until every buffer is full, waits for the last
+game in flight to finish, and only then releases the lock to the learner, which takes its batch,
+updates and publishes the new version before releasing it. So no game runs during an update, and
+every game of a round is played by the version the learner trains next. With one buffer, it starts
+no more train games than the batch needs: none while the games in flight are expected to fill the
+buffer's ``room()`` (at the mean number of steps per game sent so far), since the steps of games
+that finish after it is full are evicted unused.
+
 The collaborators may be plain objects or Ray actor handles (see ``unstable.utils.calls``).
 """
 
@@ -75,7 +85,7 @@ class Collector:
                  action_extractions: dict[str, Any] | None = None, buffers: dict[str, Any] | None = None,
                  backend_groups: dict[str, list[int]] | None = None,
                  samplings: dict[str, SamplingParams] | None = None, environments: dict[str, Any] | None = None,
-                 api_opponents: APIOpponentConfig | None = None):
+                 api_opponents: APIOpponentConfig | None = None, turn_lock: Any = None):
         if game_scheduler is None or (buffer is None) == (not buffers):
             raise ValueError("Collector needs a game_scheduler and either one buffer or buffers={model: buffer}")
         # registrations made in the user's process (custom_templates()): a Ray actor starts without them
@@ -115,6 +125,11 @@ class Collector:
         self.failure_budget = failure_budget or FailureBudget()
         self.api_opponents = api_opponents or APIOpponentConfig()
         self._failures = {kind: FailureCounter(self.failure_budget, kind) for kind in ("train", "eval")}
+        self.turn_lock = turn_lock  # sync mode: games run only while the collector holds it
+        self._holding = False
+        self._sent = {"games": 0, "steps": 0}  # train games sent to the one buffer, and their steps
+        if turn_lock is not None:
+            self._counts["sync_rounds"] = 0
 
     # ----------------------------------------------------------------- inference health
     def _pick_backend(self, among: list[int] | None = None) -> int | None:
@@ -276,7 +291,9 @@ class Collector:
                 full = len(paused) == len(self.buffers)
                 self._counts["paused_checks"] += bool(full)
                 serving = self._check_inference()
-                while serving and not full and len(train) < num_train_workers:
+                if self.turn_lock is not None:
+                    serving = serving and await self._sync_turn(full, len(train) + len(evals))
+                while serving and not full and len(train) < num_train_workers and await self._needs_game(len(train)):
                     spec = await acall(self.scheduler, "next_train_job", *((paused,) if paused else ()))
                     if spec is None:  # every spec's models are paused
                         break
@@ -305,8 +322,37 @@ class Collector:
             for task in train | evals | set(self._probes.values()):
                 task.cancel()
             await asyncio.gather(*train, *evals, *self._probes.values(), return_exceptions=True)
+            if self._holding:  # a learner may still be waiting for its turn
+                self._holding = False
+                await acall(self.turn_lock, "release")
         await self._report()
         return dict(self._counts)
+
+    async def _sync_turn(self, full: bool, in_flight: int) -> bool:
+        """Sync mode: whether games may start now. The collector's turn begins when it gets the lock
+        (never while a learner holds it) and ends once every buffer is full and no game is left in
+        flight; then the lock goes to the learners."""
+        if self._holding:
+            if not full:
+                return True
+            if not in_flight:  # the round's last game is in: the learners' turn
+                self._holding = False
+                self._counts["sync_rounds"] += 1
+                await acall(self.turn_lock, "release")
+            return False
+        if full:  # the learner has not taken its batch yet
+            return False
+        self._holding = bool(await acall(self.turn_lock, "try_acquire", "collector"))
+        return self._holding
+
+    async def _needs_game(self, in_flight: int) -> bool:
+        """Sync mode with one buffer: whether the round's batch needs another train game, i.e. the
+        buffer's room exceeds what the games in flight are expected to bring. Always true otherwise,
+        and until a game has been sent (nothing to expect yet)."""
+        if self.turn_lock is None or None not in self.buffers or not self._sent["games"] or not in_flight:
+            return True
+        room = await acall(self.buffers[None], "room")
+        return room > in_flight * self._sent["steps"] / self._sent["games"]
 
     async def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool, backends: list[int]) -> None:
         error = outcome if isinstance(outcome, GameFailedError) else None
@@ -333,7 +379,9 @@ class Collector:
         """Hand a finished train game to the buffer(s) of the models whose seats it collected."""
         if None in self.buffers:
             self._counts["trajectories_sent"] += len(player_trajectories(record))
-            await acall(self.buffers[None], "add_game", record)
+            steps = await acall(self.buffers[None], "add_game", record)
+            self._sent["games"] += 1
+            self._sent["steps"] += steps if isinstance(steps, int) else 0
             return
         lineages = dict.fromkeys(a.policy.lineage for a in record.spec.agents if a.collect_data)
         missing = [name for name in lineages if name not in self.buffers]

@@ -79,6 +79,20 @@ class InferenceActor:
         result = await self.backend.generate(GenerationRequest(prompt, lora_path, self.default_sampling))
         return result.sample.text
 
+    async def sleep(self, level: int = 1) -> None:
+        """Put the engine to sleep (vLLM's sleep mode) once its running requests are done; see
+        :meth:`unstable.inference.vllm_backend.VLLMBackend.sleep`."""
+        if getattr(self.backend, "sleep", None) is None:
+            raise ValueError(f"{self.name}: the {type(self.backend).__name__} has no sleep mode (the vLLM backend "
+                             "with enable_sleep_mode=True has)")
+        await asyncio.wrap_future(self.backend.sleep(level))
+
+    async def wake_up(self) -> None:
+        """Wake the engine after :meth:`sleep`; requests that waited meanwhile then run."""
+        if getattr(self.backend, "wake_up", None) is None:
+            raise ValueError(f"{self.name}: the {type(self.backend).__name__} has no sleep mode")
+        await asyncio.wrap_future(self.backend.wake_up())
+
     def stats(self) -> dict[str, Any]:
         return {"name": self.name, "adapter_fetches": self.adapter_fetches, **self.backend.stats()}
 

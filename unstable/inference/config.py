@@ -14,11 +14,14 @@ from typing import Any
 
 from unstable.inference.actor import make_backend
 from unstable.inference.base import SamplingParams
+from unstable.inference.engine_settings import (
+    SHARED_GPU_MEMORY_UTILIZATION,
+    VLLM_CONFIG_KEYS,
+    check_engine_settings,
+)
 
 log = logging.getLogger(__name__)
 
-VLLM_CONFIG_KEYS = ("model_name", "temperature", "top_p", "max_tokens", "max_parallel_seq", "max_loras",
-                    "max_model_len", "lora_config")
 _ANNOUNCED: set[str] = set()
 
 
@@ -59,15 +62,33 @@ class InferenceConfig:
     """Extra keyword arguments of the backend's constructor (e.g. dtype, device)."""
     max_restarts: int = 3
     """Ray restarts of each inference actor before it counts as dead for good."""
+    engine: dict | None = None
+    """vLLM engine settings, passed to its ``EngineArgs`` (``gpu_memory_utilization``, ``enforce_eager``,
+    ``enable_sleep_mode``, ``tensor_parallel_size``, ``dtype``, ``seed`` ...; see
+    :mod:`unstable.inference.engine_settings`). The transformers backend uses ``dtype`` only."""
 
     @classmethod
     def from_vllm_config(cls, cfg: dict, **overrides: Any) -> InferenceConfig:
-        unknown = set(cfg) - set(VLLM_CONFIG_KEYS)
-        if unknown:
-            raise ValueError(f"unknown vllm_config keys {sorted(unknown)}; known: {sorted(VLLM_CONFIG_KEYS)}")
+        """The seed's ``vllm_config``: its own keys set the fields, any other key is an engine setting
+        (checked by :func:`~unstable.inference.engine_settings.check_engine_settings`)."""
+        if not isinstance(cfg, dict):
+            raise ValueError(f"vllm_config must be a dict, got {type(cfg).__name__}")
+        ours = {k: v for k, v in cfg.items() if k in VLLM_CONFIG_KEYS}
+        engine = {k: v for k, v in cfg.items() if k not in VLLM_CONFIG_KEYS}
+        check_engine_settings(engine)
+        if "max_num_seqs" in engine:  # vLLM's name for max_parallel_seq
+            seqs = engine.pop("max_num_seqs")
+            if ours.setdefault("max_parallel_seq", seqs) != seqs:
+                raise ValueError(f"vllm_config sets max_parallel_seq={ours['max_parallel_seq']} and "
+                                 f"max_num_seqs={seqs}, which are one setting (vLLM's name and the seed's): give one")
         if "model_name" not in cfg:
             raise ValueError("vllm_config needs 'model_name'")
-        return cls(**{**cfg, **overrides})
+        return cls(**{**ours, "engine": engine or None, **overrides})
+
+    @property
+    def sleep_mode(self) -> bool:
+        """Whether the vLLM engines sleep while a learner on their GPU updates (``enable_sleep_mode``)."""
+        return self.backend == "vllm" and bool((self.engine or {}).get("enable_sleep_mode"))
 
     @property
     def sampling(self) -> SamplingParams:
@@ -76,9 +97,21 @@ class InferenceConfig:
     def backend_arguments(self) -> dict[str, Any]:
         """Keyword arguments of :func:`~unstable.inference.actor.make_backend` for this config."""
         kwargs: dict[str, Any] = {"max_batch_size": self.max_parallel_seq, "max_loras": self.max_loras}
+        engine = dict(self.engine or {})
         if self.backend == "vllm":
             kwargs.update(max_model_len=self.max_model_len,
                           max_lora_rank=(self.lora_config or {}).get("lora_rank", 32))
+            if 0 < self.actor_num_gpus < 1:  # a GPU shared with the learner: leave it the rest
+                share = round(self.actor_num_gpus * SHARED_GPU_MEMORY_UTILIZATION, 4)
+                engine.setdefault("gpu_memory_utilization", share)
+            kwargs.update(engine)
+        else:
+            if engine.get("dtype") not in (None, "auto"):
+                kwargs["dtype"] = engine.pop("dtype")
+            ignored = sorted(k for k in engine if k != "dtype")
+            if ignored and "transformers-ignores" not in _ANNOUNCED:
+                _ANNOUNCED.add("transformers-ignores")
+                log.warning("the transformers backend ignores the vLLM engine settings %s", ignored)
         kwargs.update(self.backend_kwargs or {})
         return kwargs
 

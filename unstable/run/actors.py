@@ -52,16 +52,29 @@ class InferenceActor(actor.InferenceActor, metaclass=RemoteCapable):
     __doc__ = actor.InferenceActor.__doc__
 
 
+def seed_inference_resources(num_actors: int | None = None) -> dict[str, Any]:
+    """:func:`unstable.run.wiring.inference_resources` on the running Ray cluster (no Ray: CPU)."""
+    import ray
+
+    from unstable.run.wiring import inference_resources
+
+    return inference_resources(ray.cluster_resources() if ray.is_initialized() else {}, num_actors)
+
+
 class Collector(collector.Collector, metaclass=RemoteCapable):
     """The seed's ``Collector(vllm_config, tracker, buffer, game_scheduler)``: it starts its inference
     backends (Ray actors when Ray is running, else local ones) from ``vllm_config`` or ``inference``,
-    unless ``backends`` are given. See :class:`unstable.collection.collector.Collector`."""
+    unless ``backends`` are given. From ``vllm_config`` they are laid out as build() lays them out
+    (:func:`~unstable.run.wiring.inference_resources`): on a Ray cluster with GPUs each actor gets
+    its share of them (on one GPU, half: give the hand-wired learner ``num_gpus=0.5``), else one CPU.
+    See :class:`unstable.collection.collector.Collector`."""
 
     def __init__(self, vllm_config: dict | None = None, tracker: Any = None, buffer: Any = None,
                  game_scheduler: Any = None, *, inference: InferenceConfig | None = None,
                  backends: list[Any] | None = None, **kwargs: Any):
-        if inference is None and vllm_config is not None:
-            inference = InferenceConfig.from_vllm_config(vllm_config, backend=choose_backend("auto"))
+        if inference is None and vllm_config is not None:  # the layout build() would choose on this cluster
+            inference = InferenceConfig.from_vllm_config(vllm_config, backend=choose_backend("auto"),
+                                                         **seed_inference_resources())
         if backends is None:
             if inference is None:
                 raise ValueError("Collector needs vllm_config, inference=InferenceConfig(...) or backends=[...]")

@@ -25,6 +25,7 @@ from unstable.games.mixture import EnvironmentMixture, is_environment
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.adapters import resolve_transport
 from unstable.inference.config import VLLM_CONFIG_KEYS, choose_backend
+from unstable.inference.engine_settings import ENGINE_SETTINGS, check_engine_settings
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES, LearnerConfig
 from unstable.models.checks import ModelInfo, check_adapter, check_device, check_model, check_target_modules
@@ -47,6 +48,7 @@ from unstable.utils.paths import check_dir_name, check_dir_path, check_writable_
 from unstable.utils.secrets import reject_secret_settings
 
 INFERENCE_BACKENDS = ("auto", "transformers", "vllm")
+RUN_MODES = ("async", "sync")  # build(mode=...): see BuildConfig.mode
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
@@ -148,10 +150,9 @@ def _check_lora_config(name: str, lora: Any) -> None:
 
 
 def _check_inference(inference: dict) -> None:
-    """A model's inference settings: ``backend``, ``num_actors`` and the seed's ``vllm_config`` keys."""
-    unknown = sorted(set(inference) - INFERENCE_KEYS, key=str)
-    if unknown:
-        raise ValueError(f"unknown inference keys {unknown}; known: {sorted(INFERENCE_KEYS)}")
+    """A model's inference settings: ``backend``, ``num_actors``, the seed's ``vllm_config`` keys and
+    vLLM engine settings (see :mod:`unstable.inference.engine_settings`)."""
+    check_engine_settings({k: v for k, v in inference.items() if k not in INFERENCE_KEYS}, where="inference")
     check_choice("inference['backend']", inference.get("backend", "auto"), INFERENCE_BACKENDS)
     if inference.get("backend") == "vllm":
         choose_backend("vllm")  # raises, saying how to install it, where vLLM does not import
@@ -189,8 +190,9 @@ class ModelConfig:
     """The learner's settings: fields of its config class (``batch_size``, ``grad_clip``, ``weight_decay``,
     A2C's ``gamma`` ...) and parameters of its ``initialize_algorithm``; missing ones take the defaults."""
     inference: dict = field(default_factory=dict)
-    """``backend`` ("auto", "transformers", "vllm"), ``num_actors`` (None: one per free GPU, else 1) and
-    the seed's ``vllm_config`` keys (``temperature``, ``top_p``, ``max_tokens`` ...)."""
+    """``backend`` ("auto", "transformers", "vllm"), ``num_actors`` (None: one per free GPU, else 1),
+    the seed's ``vllm_config`` keys (``temperature``, ``top_p``, ``max_tokens`` ...) and vLLM engine
+    settings (``gpu_memory_utilization``, ``enforce_eager``, ``enable_sleep_mode`` ...)."""
     buffer: Any = field(default_factory=BufferConfig)
     """A :class:`~unstable.buffers.config.BufferConfig` (or a mapping of its fields)."""
     warm_start: dict | None = None
@@ -428,7 +430,7 @@ def _flat_labels(flat: dict[str, Any]) -> dict[str, str]:
     """How a model section's check names a setting -> the flat argument the user gave it as."""
     labels = {}
     if "vllm_config" in flat:
-        labels |= {f"inference['{k}']": f"vllm_config['{k}']" for k in VLLM_CONFIG_KEYS}
+        labels |= {f"inference['{k}']": f"vllm_config['{k}']" for k in (*VLLM_CONFIG_KEYS, *ENGINE_SETTINGS)}
         labels["inference['lora_config']"] = "lora_config"  # as the seed's vllm_config check named it
         labels["inference"] = "vllm_config"
     for name, (section, key) in FLAT_ARGUMENTS.items():
@@ -602,6 +604,12 @@ class BuildConfig:
     """Seeds the samplers, the buffer and the learner."""
     resume_from: str | None = None
     """A run directory to continue (see :mod:`unstable.run.resume`)."""
+    mode: str = "async"
+    """``"async"``: games and updates run at the same time, and the learner trains on steps up to
+    ``max_staleness`` versions old. ``"sync"``: they take turns, as in Actors and classic on-policy
+    RL: the collector plays until the buffer holds a batch (``buffer_size``, default ``batch_size``),
+    waits for its last game, and starts no game while the learner updates; every step is trained by
+    the version that played it (``max_staleness=0``)."""
 
     def __init__(self, **arguments: Any) -> None:
         extra = {k: v for k, v in arguments.items() if k not in argument_names()}
@@ -641,9 +649,13 @@ class BuildConfig:
                 raise ValueError(f"{name}: {exc}") from None
             except ValueError as exc:
                 raise ValueError(_section_label(name, str(exc), flat)) from None
-        for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from"):
+        for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from", "mode"):
             setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
         check_int("seed", self.seed, 0)
+        check_choice("mode", self.mode, RUN_MODES)
+        if self.mode == "sync":
+            for i, declaration in enumerate(declarations):
+                _sync_buffer(self.models[i], declaration.get("buffer") or {}, i if "models" in arguments else None)
         _check_placement(self)
         self.resume_from = check_resume_from(self.resume_from)
         _check_run_dir(self)
@@ -708,9 +720,21 @@ class BuildConfig:
                                "eval_envs": [_env_dict(s) for s in self.eval_envs if not is_environment(s)]}
         out |= {name: asdict(getattr(self, name)) for name in RUN_SECTIONS}
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
-        out |= {name: getattr(self, name)
-                for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from")}
+        out |= {name: getattr(self, name) for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport",
+                                                       "seed", "resume_from", "mode")}
         return out
+
+
+def _sync_buffer(model: ModelConfig, given: dict, index: int | None) -> None:
+    """``mode="sync"``'s buffer: no stale step (``max_staleness=0``), and one batch (``buffer_size``
+    defaults to ``batch_size``: the collector's round ends when the buffer is full)."""
+    where = "max_staleness" if index is None else f"models[{index}].buffer.max_staleness"
+    if given.get("max_staleness", 0) != 0:
+        raise ValueError(f"{where}={given['max_staleness']!r}, but mode='sync' trains every step on the version "
+                         "that played it (max_staleness=0): leave max_staleness out, or use mode='async'")
+    model.buffer.max_staleness = 0
+    if given.get("size") is None:
+        model.buffer.size = model.setting("batch_size")
 
 
 def _env_dict(spec: Any) -> dict:

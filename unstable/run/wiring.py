@@ -39,7 +39,7 @@ from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.checkpoints import list_checkpoints
 from unstable.learners.distributed import free_port
-from unstable.learners.loop import TurnLock
+from unstable.learners.loop import SleepingEngines, TurnLock
 from unstable.models.checks import check_adapter, check_model
 from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
@@ -81,6 +81,20 @@ def gpu_layout(gpus: int, learners: int = 1) -> tuple[float, float, int]:
     if gpus == 1:
         return 0.5, 0.5, 1
     return 1.0, 1.0, gpus - 1
+
+
+def inference_resources(cluster: dict[str, float], num_actors: int | None = None) -> dict[str, Any]:
+    """How many inference actors a hand-wired collector (the seed's ``Collector(vllm_config=...)``)
+    starts and what each reserves, as :class:`~unstable.inference.config.InferenceConfig` fields, laid
+    out as build() does (:func:`gpu_layout`): no GPU, one CPU each; GPUs, the inference share of them
+    (one GPU: half of it, the learner the other half; several: all but the learner's one) split evenly
+    over ``num_actors`` (default: one per inference GPU), at most one GPU each."""
+    gpus = _gpus(cluster)
+    learner_gpus, _, default_actors = gpu_layout(gpus)
+    count = num_actors or default_actors
+    if not gpus:
+        return {"num_actors": count, "actor_num_gpus": 0.0, "actor_num_cpus": 1.0}
+    return {"num_actors": count, "actor_num_gpus": min(1.0, (gpus - learner_gpus) / count), "actor_num_cpus": 0.0}
 
 
 @dataclass
@@ -226,8 +240,10 @@ def start_actors(cfg, run_name: str) -> Actors:
     learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(ray.cluster_resources()), _learner_workers(models))
     checkpoints_dir = ray.get(tracker.get_checkpoints_dir.remote())
     turn_lock = None
-    if several:  # they take turns on the learner's device instead of oversubscribing it
-        turn_lock = actor_class(TurnLock).options(**light, max_concurrency=len(models) + 2).remote()
+    # several learners take turns on their device instead of oversubscribing it; in sync mode the
+    # collector takes turns with them
+    if several or cfg.mode == "sync":
+        turn_lock = actor_class(TurnLock).options(**light, max_concurrency=len(models) + 3).remote()
     buffers = {m.name: _start_buffer(m, light, tracker, cfg.seed, lineage[m.name], several, run_id)
                for m in models}
     buffer_dropped = restore_buffers(resume.state, buffers) if resume else None
@@ -260,8 +276,11 @@ def start_actors(cfg, run_name: str) -> Actors:
         pending.extend((w, algorithm_kwargs) for w in [learner, *workers[m.name]])
         learners[m.name] = learner
     # after the learners, so they have their place before the inference actors take theirs
-    backends, groups, samplings = _start_engines(models, lineage, gpus_per_actor, default_actors, run_id,
-                                                 adapter_source=registry if in_memory else None)
+    backends, groups, samplings, sleepers = _start_engines(models, lineage, gpus_per_actor, default_actors, run_id,
+                                                           adapter_source=registry if in_memory else None)
+    if sleepers:  # vLLM's sleep mode on the learner's GPU: the engines sleep while a learner updates
+        sleeping = SleepingEngines([b.handle for b in sleepers], lock=turn_lock)
+        ray.get([learner.set_turn_lock.remote(sleeping) for learner in learners.values()])
     collector_buffers = {"buffers": {lineage[n]: b for n, b in buffers.items()}} if several else {
         "buffer": buffers[models[0].name]}
     collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
@@ -270,7 +289,8 @@ def start_actors(cfg, run_name: str) -> Actors:
         api_opponents=cfg.api_opponents,
         prompt_templates=custom_templates(), action_extractions=custom_action_extractions(),
         environments={env.name: env for env in cfg.environments},
-        **collector_buffers, **({"backend_groups": groups, "samplings": samplings} if several else {}))
+        turn_lock=turn_lock if cfg.mode == "sync" else None, **collector_buffers,
+        **({"backend_groups": groups, "samplings": samplings} if several else {}))
     for learner, algorithm_kwargs in pending:  # only what it names (A2C: the critic's)
         ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))
     for name, learner in learners.items():
@@ -324,16 +344,18 @@ def _start_buffer(m, light: dict, tracker, seed: int, lineage: str | None, sever
 
 def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float,
                    default_actors: int, run_id: str, adapter_source: Any = None
-                   ) -> tuple[list[Any], dict[str, list[int]], dict[str | None, Any]]:
+                   ) -> tuple[list[Any], dict[str, list[int]], dict[str | None, Any], list[Any]]:
     """The inference actors: one group per distinct base model, set up by the first model that uses
     it (the others' adapters are served by the same engines). Returns the backends, each lineage's
-    backend indices, and each lineage's sampling settings. The groups split the inference share of
-    :func:`gpu_layout` between them: on CPU one CPU's worth of Ray's resources, on one GPU its
-    inference half, on several GPUs each inference GPU holds an actor of every group."""
+    backend indices, each lineage's sampling settings, and the backends to put to sleep while a
+    learner updates (vLLM with ``enable_sleep_mode`` on the learner's GPU). The groups split the
+    inference share of :func:`gpu_layout` between them: on CPU one CPU's worth of Ray's resources,
+    on one GPU its inference half, on several GPUs each inference GPU holds an actor of every group."""
     by_base = _engine_groups(models)
     backends: list[Any] = []
     groups: dict[str, list[int]] = {}
     samplings: dict[str | None, Any] = {}
+    sleepers: list[Any] = []
     for k, group in enumerate(by_base):
         first = group[0]
         backend = choose_backend(first.inference.get("backend", "auto"))
@@ -342,11 +364,17 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
         engine = inference_config(first, backend, num_actors, gpus, cpus)
         prefix = "inference" if len(by_base) == 1 else f"inference-{k}"
         indices = list(range(len(backends), len(backends) + num_actors))
-        backends.extend(start_inference_backends(engine, prefix=prefix, run_id=run_id, adapter_source=adapter_source))
+        started = start_inference_backends(engine, prefix=prefix, run_id=run_id, adapter_source=adapter_source)
+        backends.extend(started)
+        if engine.sleep_mode and 0 < gpus < 1:  # a GPU shared with the learner (gpu_layout's one-GPU case)
+            sleepers.extend(started)
+        elif engine.sleep_mode:
+            log.info("enable_sleep_mode: the inference actors of %s have GPUs of their own, so they never need to "
+                     "sleep for the learner", first.model_name)
         for m in group:
             groups[lineage[m.name]] = indices
             samplings[lineage[m.name]] = inference_config(m, backend, num_actors, gpus_per_actor).sampling
-    return backends, groups, samplings
+    return backends, groups, samplings, sleepers
 
 
 def _engine_groups(models) -> list[list]:
