@@ -147,6 +147,7 @@ class ModelPool(ModelRegistry, metaclass=_ChecksArguments):
         check_int("max_active_lora", arguments.get("max_active_lora"), 1)
 
     def get_sample_mode(self) -> str:
+        """The ``sample_mode`` this pool was built with (``"mirror"`` or ``"fixed"``)."""
         return self.sample_mode
 
     def add_checkpoint(self, path: str | None = None, iteration: int = -1, uid: str | None = None,

@@ -52,6 +52,8 @@ class InferenceActor:
         self.adapter_fetches = 0
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Complete ``request`` on the backend, first fetching its adapter from ``adapter_source`` when the
+        backend does not hold it in memory."""
         path = request.adapter_path
         if self.adapter_source is not None and path is not None and not self.backend.has_adapter(path):
             await self._fetch(path)
@@ -94,7 +96,10 @@ class InferenceActor:
         await asyncio.wrap_future(self.backend.wake_up())
 
     def stats(self) -> dict[str, Any]:
+        """The backend's counters, plus this actor's ``name`` and its number of ``adapter_fetches``."""
         return {"name": self.name, "adapter_fetches": self.adapter_fetches, **self.backend.stats()}
 
     def ready(self) -> bool:
+        """Always ``True``: an answer means the actor is up with its backend built (the collector probes a
+        restarting actor with it, through :meth:`unstable.run.remote.RemoteBackend.ready`)."""
         return True

@@ -37,9 +37,11 @@ class AdapterPayload:
     files: dict[str, bytes]
 
     def config(self) -> dict[str, Any]:
+        """The parsed ``adapter_config.json`` (PEFT's LoRA settings)."""
         return json.loads(self.files[CONFIG_FILE])
 
     def weights_file(self) -> str:
+        """The name of the weights file held (``adapter_model.safetensors`` before ``adapter_model.bin``)."""
         return next(name for name in WEIGHT_FILES if name in self.files)
 
     def state_dict(self) -> dict[str, Any]:
@@ -57,6 +59,7 @@ class AdapterPayload:
 
     @property
     def nbytes(self) -> int:
+        """The total size of the files held, in bytes."""
         return sum(len(data) for data in self.files.values())
 
     def write_to(self, directory: str | Path) -> Path:

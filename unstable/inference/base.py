@@ -33,6 +33,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
+        """Whether these settings decode greedily (``temperature == 0``)."""
         return self.temperature == 0
 
 
@@ -96,6 +97,10 @@ class InferenceDeadError(InferenceUnavailableError):
 class InferenceBackend(Protocol):
     """Serves many concurrent requests, batching them; LoRA adapters are chosen per request."""
 
-    async def generate(self, request: GenerationRequest) -> GenerationResult: ...
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Complete ``request``, batched with the other requests in flight, and return its result."""
+        ...
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]:
+        """Serving counters as plain numbers (``requests``, ``batches``, ``mean_batch_size``, ``queue_size``, ...)."""
+        ...

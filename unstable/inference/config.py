@@ -92,6 +92,8 @@ class InferenceConfig:
 
     @property
     def sampling(self) -> SamplingParams:
+        """The default :class:`~unstable.inference.base.SamplingParams`: ``temperature``, ``top_p`` and
+        ``max_tokens`` (as ``max_new_tokens``)."""
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_tokens)
 
     def backend_arguments(self) -> dict[str, Any]:

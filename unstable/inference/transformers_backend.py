@@ -270,6 +270,7 @@ class TransformersBackend:
             self._stats["adapter_evictions"] += 1
 
     def loaded_adapters(self) -> list[str]:
+        """The adapters now loaded, least recently used first: real paths, or the source of one added in memory."""
         return [path.removeprefix(MEMORY_PREFIX) for path, _ in self._adapters]
 
     # ------------------------------------------------------------------ sync core
@@ -441,6 +442,8 @@ class TransformersBackend:
                     fut.set_result(_with_queue_time(outcome, started - queued_at))
 
     def stats(self) -> dict[str, Any]:
+        """The request, batch, token and adapter counters, plus ``mean_batch_size``, ``tokens_per_second``,
+        ``loaded_adapters`` (a count) and ``queue_size`` (requests waiting for a batch)."""
         s = dict(self._stats)
         s["mean_batch_size"] = s["requests"] / s["batches"] if s["batches"] else 0.0
         s["tokens_per_second"] = s["completion_tokens"] / s["generate_seconds"] if s["generate_seconds"] else 0.0
@@ -450,6 +453,7 @@ class TransformersBackend:
         return s
 
     def close(self) -> None:
+        """Cancel the batching loops and shut the generation thread down without waiting for it."""
         for _, _, task in self._loop_state.values():
             task.cancel()
         self._loop_state.clear()

@@ -237,6 +237,8 @@ class VLLMBackend:
         return source in self._local
 
     def loaded_adapters(self) -> list[str]:
+        """The real paths of the adapters with a ``LoRARequest`` now, least recently used first (an adapter
+        added in memory by its node-local copy)."""
         with self._lock:
             return [path for path, _ in self._adapters]
 

@@ -27,6 +27,7 @@ class UpdateResult:
 
     @property
     def skipped(self) -> bool:
+        """Whether the update was skipped for a non-finite loss or gradient (``train/skipped_nonfinite``)."""
         return bool(self.metrics.get("train/skipped_nonfinite", 0))
 
 
@@ -41,4 +42,6 @@ class Learner(Protocol):
     config: Any
     version: int
 
-    def update(self, batch: TrainBatch) -> UpdateResult: ...
+    def update(self, batch: TrainBatch) -> UpdateResult:
+        """Train one step on ``batch`` and say what it produced (the new version and checkpoint, metrics)."""
+        ...

@@ -6,7 +6,8 @@ added, so the seed's "standard script" works as written::
     tracker = unstable.Tracker.options(name="Tracker").remote(run_name=..., wandb_project=...)
 
 while ``unstable.Tracker(...)`` still builds a local object. Nothing else is added, except that the
-:class:`Collector` here starts its inference backends from the seed's ``vllm_config``.
+:class:`Collector` here starts its inference backends from the seed's ``vllm_config``. At import each
+class's ``__doc__`` becomes its component's own; the one-line docstrings in the source name the component.
 """
 
 from __future__ import annotations
@@ -21,34 +22,51 @@ from unstable.run.remote import RemoteCapable, start_inference_backends
 
 
 class Tracker(tracking.Tracker, metaclass=RemoteCapable):
+    """:class:`~unstable.tracking.Tracker`, which ``Tracker.remote(...)`` starts as a Ray actor."""
+
     __doc__ = tracking.Tracker.__doc__
 
 
 class ModelRegistry(registry.ModelRegistry, metaclass=RemoteCapable):
+    """:class:`~unstable.registry.ModelRegistry`, which ``ModelRegistry.remote(...)`` starts as a Ray actor."""
+
     __doc__ = registry.ModelRegistry.__doc__
 
 
 class GameScheduler(scheduler.GameScheduler, metaclass=RemoteCapable):
+    """:class:`~unstable.collection.scheduler.GameScheduler`, which ``GameScheduler.remote(...)`` starts as a Ray
+    actor."""
+
     __doc__ = scheduler.GameScheduler.__doc__
 
 
 class StepBuffer(buffers.StepBuffer, metaclass=RemoteCapable):
+    """:class:`~unstable.buffers.StepBuffer`, which ``StepBuffer.remote(...)`` starts as a Ray actor."""
+
     __doc__ = buffers.StepBuffer.__doc__
 
 
 class EpisodeBuffer(buffers.EpisodeBuffer, metaclass=RemoteCapable):
+    """:class:`~unstable.buffers.EpisodeBuffer`, which ``EpisodeBuffer.remote(...)`` starts as a Ray actor."""
+
     __doc__ = buffers.EpisodeBuffer.__doc__
 
 
 class REINFORCELearner(learners.REINFORCELearner, metaclass=RemoteCapable):
+    """:class:`~unstable.learners.REINFORCELearner`, which ``REINFORCELearner.remote(...)`` starts as a Ray actor."""
+
     __doc__ = learners.REINFORCELearner.__doc__
 
 
 class A2CLearner(learners.A2CLearner, metaclass=RemoteCapable):
+    """:class:`~unstable.learners.A2CLearner`, which ``A2CLearner.remote(...)`` starts as a Ray actor."""
+
     __doc__ = learners.A2CLearner.__doc__
 
 
 class InferenceActor(actor.InferenceActor, metaclass=RemoteCapable):
+    """:class:`~unstable.inference.actor.InferenceActor`, which ``InferenceActor.remote(...)`` starts as a Ray actor."""
+
     __doc__ = actor.InferenceActor.__doc__
 
 

@@ -255,6 +255,10 @@ class Run:
             log.warning("could not save the run state after an error: %s", exc)
 
     def summary(self) -> dict:
+        """What the run holds now: ``run_dir``, the ``checkpoints`` (uids, each model's oldest first), the
+        collector's and the first buffer's stats, every model's buffer stats under ``buffers`` with several
+        models, and for a resumed run ``resume`` (the version it started from and the steps the previous run
+        left in its buffers, ``None`` if that run was killed)."""
         import ray
 
         a = self.actors

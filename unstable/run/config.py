@@ -342,6 +342,8 @@ class ModelConfig:
         return {**DEFAULT_LORA_CFG, **(self.lora or {})}
 
     def to_dict(self) -> dict:
+        """The model's settings as JSON-able values (one entry of ``config.json``'s ``models``): the
+        algorithm by its learner's name, custom ``reward_transforms`` only by their repr."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["algorithm"] = learner_name(resolve_learner(self.algorithm))
         out["learner"], out["inference"] = dict(self.learner), dict(self.inference)
@@ -705,6 +707,7 @@ class BuildConfig:
 
     @property
     def lora(self) -> dict:
+        """The first model's LoRA settings (:attr:`ModelConfig.lora_cfg`)."""
         return self.models[0].lora_cfg
 
     def learner_settings(self, learner_cls: type) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -745,6 +748,8 @@ def _env_dict(spec: Any) -> dict:
 
 
 def check_resume_from(path: Any) -> str | None:
+    """``path`` as an absolute path (``None`` stays ``None``); raises ``ValueError`` unless it is the
+    directory of an earlier run, one holding ``checkpoints/``."""
     if path is None:
         return None
     if not isinstance(path, str | os.PathLike) or not os.path.isdir(os.path.join(path, "checkpoints")):

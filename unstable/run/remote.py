@@ -55,9 +55,12 @@ class RemoteCapable(type):
     """Metaclass: ``Cls(...)`` builds a local object; ``Cls.remote(...)`` starts a Ray actor."""
 
     def remote(cls, *args: Any, **kwargs: Any) -> Any:
+        """Start the class as a Ray actor with ``args`` and ``kwargs``; returns its actor handle."""
         return actor_class(cls).remote(*args, **kwargs)
 
     def options(cls, **options: Any) -> Any:
+        """The Ray actor class with Ray's actor ``options`` (``name=``, ``num_gpus=``, ...); ``.remote(...)``
+        on it starts the actor."""
         return actor_class(cls).options(**options)
 
 
@@ -72,12 +75,16 @@ class RemoteBackend:
         self.name = name
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
+        """The actor's :meth:`~unstable.inference.actor.InferenceActor.generate`; raises
+        :class:`InferenceUnavailableError` if the actor died or is restarting."""
         try:
             return await self.handle.generate.remote(request)
         except RayActorError as exc:
             raise InferenceUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
 
     async def stats(self) -> dict[str, Any]:
+        """The actor's :meth:`~unstable.inference.actor.InferenceActor.stats`; raises
+        :class:`InferenceUnavailableError` if the actor died or is restarting."""
         try:
             return await self.handle.stats.remote()
         except RayActorError as exc:
@@ -114,6 +121,7 @@ class StoredAdapter:
         self.ref = ref
 
     async def fetch(self) -> AdapterPayload:
+        """The adapter's :class:`~unstable.inference.adapters.AdapterPayload`, read from the object store."""
         return await self.ref
 
 
@@ -124,6 +132,8 @@ class ObjectStoreAdapters:
     the learner sends the files to the registry, which puts them)."""
 
     def put(self, payload: AdapterPayload) -> StoredAdapter:
+        """Copy ``payload`` into Ray's object store, owned by the calling process (the registry actor), and
+        return its handle."""
         return StoredAdapter(ray.put(payload))
 
 

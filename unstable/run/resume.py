@@ -127,6 +127,7 @@ class ResumePoint:
 
     @property
     def checkpoints_dir(self) -> Path:
+        """The checkpoints' directory: ``checkpoints/``, or ``checkpoints/<lineage>/`` for one model of several."""
         root = self.run_dir / "checkpoints"
         return root / self.lineage if self.lineage else root
 

@@ -99,6 +99,9 @@ def inference_resources(cluster: dict[str, float], num_actors: int | None = None
 
 @dataclass
 class Actors:
+    """The handles of one run's Ray actors as :func:`start_actors` started them, with the version each model
+    starts at and, when resumed, the steps the previous run left in its buffers."""
+
     tracker: Any
     registry: Any
     scheduler: Any
@@ -129,6 +132,8 @@ class Actors:
         return max(self.start_versions.values(), default=0)
 
     def all(self) -> list[Any]:
+        """Every actor handle of the run, the collector first and the tracker (then the turn lock) last:
+        the order :meth:`~unstable.run.build.Run.stop` kills them in."""
         lock = [self.turn_lock] if self.turn_lock is not None else []
         workers = [w for ws in self.learner_workers.values() for w in ws]
         return [self.collector, *self.learners.values(), *workers, *(b.handle for b in self.inference), self.scheduler,

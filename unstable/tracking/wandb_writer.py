@@ -120,6 +120,7 @@ class WandbWriter:
 
     @property
     def project(self) -> str:
+        """The W&B project the run logs to."""
         return self.run.project
 
     def info(self) -> dict[str, Any]:
