@@ -3,6 +3,7 @@ only: the update's loss and gradients are those of one padded pass over the whol
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -12,7 +13,7 @@ from conftest import VOCAB, make_sample
 
 from unstable.algorithms import logits_entropy, target_logprobs, token_entropy, token_logprobs
 from unstable.learners import A2CLearner, GRPOLearner, GSPOLearner, PPOLearner, REINFORCELearner
-from unstable.learners.batching import collate, kept_completion_tokens, kept_length, micro_batches
+from unstable.learners.batching import MAX_PADDING, collate, kept_completion_tokens, kept_length, micro_batches
 from unstable.records import Step, TrainBatch
 
 FAST = {"gradient_checkpointing": False, "activation_checkpointing": False, "seed": 0, "lora_cfg": {"lora_rank": 4},
@@ -47,13 +48,14 @@ def lengths_steps(lengths: list[int]) -> list[Step]:
     return [step_of(1, n - 1) for n in lengths]
 
 
-def test_micro_batches_group_similar_lengths_under_the_longest_steps_budget():
-    steps = lengths_steps([10, 3, 7, 2, 9, 4, 4, 1])
-    # budget 2 x 10 tokens: the short steps share one pass, the long ones are paired or alone
-    assert micro_batches(steps, 2) == [[7, 3, 1, 5, 6], [2, 4], [0]]
-    # cut to 5 tokens first: budget 2 x 5
-    assert micro_batches(steps, 2, max_train_len=5) == [[7, 3, 1], [5, 6], [0, 2], [4]]
-    assert micro_batches(steps, 8) == [[7, 3, 1, 5, 6, 2, 4, 0]]  # one padded pass, as a batch of 8
+def test_micro_batches_group_similar_lengths_under_a_token_budget():
+    steps = lengths_steps([100, 30, 70, 20, 90, 40, 40, 10, 95, 98, 38, 69])
+    # at most 2 x 100 tokens a pass, padding at most 10 %: 10, 20, 30 and 38 each differ too much
+    assert micro_batches(steps, 2) == [[7], [3], [1], [10, 5, 6], [11, 2], [4, 8], [9, 0]]
+    # a budget of the whole batch: the long steps share one pass (padding 17 of 400 tokens)
+    assert micro_batches(steps, 12) == [[7], [3], [1], [10, 5, 6], [11, 2], [4, 8, 9, 0]]
+    # cut to 50 tokens first: six steps of 50, two a pass (budget 2 x 50); 40 + 50 is padded by 10 %
+    assert micro_batches(steps, 2, max_train_len=50) == [[7], [3], [1], [10, 5], [6, 0], [2, 4], [8, 9], [11]]
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 8])
@@ -62,11 +64,13 @@ def test_micro_batches_cover_every_step_once_within_budget(size):
     steps = lengths_steps([rng.randint(1, 60) for _ in range(37)])
     cut = micro_batches(steps, size)
     assert sorted(i for part in cut for i in part) == list(range(len(steps)))
-    longest = max(kept_length(s, None) for s in steps)
+    length = [kept_length(s, None) for s in steps]
     for part in cut:
-        assert len(part) * max(kept_length(steps[i], None) for i in part) <= size * longest
-    assert len(cut) <= math.ceil(len(steps) / size)  # never more passes than fixed-size micro-batches
-    assert all(len(part) >= size for part in cut[:-1])
+        padded = len(part) * max(length[i] for i in part)
+        assert padded <= size * max(length)
+        assert sum(length[i] for i in part) >= (1 - MAX_PADDING) * padded
+    spans = [(min(length[i] for i in part), max(length[i] for i in part)) for part in cut]
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # sorted: similar lengths together
 
 
 # ---------------------------------------------------------------------------------- maths

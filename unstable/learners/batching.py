@@ -130,16 +130,20 @@ def kept_length(step: Step, max_train_len: int | None) -> int:
     return total if max_train_len is None else min(total, max_train_len)
 
 
-def micro_batches(steps: Sequence[Step], size: int, max_train_len: int | None = None) -> list[list[int]]:
-    """Indices of ``steps`` cut into micro-batches by length: each holds at most ``size`` times the
-    longest step's tokens, padding included, so no micro-batch is larger than ``size`` of the
-    longest steps (what a micro-batch of ``mini_batch_size`` steps could cost before), and shorter
-    steps share a forward pass with more of their kind.
+MAX_PADDING = 0.1
+"""A micro-batch closes before padding would make up more than this share of its tokens."""
 
-    The steps are sorted by length and filled greedily, so each micro-batch pads to its own longest
-    step, and every micro-batch but the last holds at least ``size`` steps (so there are at most
-    ``ceil(len(steps) / size)``). The losses divide by whole-batch normalisers, so how the steps
-    are cut changes neither the loss nor the gradient, only the padding and the number of passes.
+
+def micro_batches(steps: Sequence[Step], size: int, max_train_len: int | None = None) -> list[list[int]]:
+    """Indices of ``steps`` cut into micro-batches of similar length, each padded to its own longest.
+
+    The steps are sorted by length and taken in turn; a micro-batch closes before the next step
+    would take it past ``size`` times the longest step's tokens, padding included (so no pass is
+    larger than a micro-batch of ``size`` of the longest steps, what ``mini_batch_size`` bounds),
+    or make padding more than :data:`MAX_PADDING` of it. Short steps thus share a pass with more of
+    their kind, and a batch of mixed lengths is not padded to its longest step. The losses divide
+    by whole-batch normalisers, so how the steps are cut changes neither the loss nor the gradient,
+    only the padding and the number of passes.
     """
     if size < 1:
         raise ValueError(f"micro-batch size must be >= 1, got {size}")
@@ -148,11 +152,14 @@ def micro_batches(steps: Sequence[Step], size: int, max_train_len: int | None = 
     order = sorted(range(len(steps)), key=lengths.__getitem__)
     batches: list[list[int]] = []
     current: list[int] = []
+    real = 0
     for i in order:  # ascending, so lengths[i] is the padded width once step i joins
-        if current and (len(current) + 1) * lengths[i] > budget:
+        padded = (len(current) + 1) * lengths[i]
+        if current and (padded > budget or real + lengths[i] < (1 - MAX_PADDING) * padded):
             batches.append(current)
-            current = []
+            current, real = [], 0
         current.append(i)
+        real += lengths[i]
     if current:
         batches.append(current)
     return batches

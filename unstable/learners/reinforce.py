@@ -8,7 +8,8 @@ Read top to bottom: :meth:`REINFORCELearner._update` takes the advantages, then
    log-probs the backend recorded (``"behaviour"``); and the reference policy's when ``beta > 0``;
 2. ``epochs`` passes over the batch, each split into ``minibatches`` shuffled parts, one optimiser
    step per part; each part is accumulated in micro-batches of steps of similar length, at most
-   ``mini_batch_size`` times the longest step's tokens each (:func:`~unstable.learners.batching.micro_batches`):
+   ``mini_batch_size`` times the longest step's tokens and 10 % padding each
+   (:func:`~unstable.learners.batching.micro_batches`):
    forward on the sampled tokens, log-probs at each sample's own temperature taken only at the
    completion positions, importance weights against the behaviour log-probs, and the loss of
    :func:`unstable.algorithms.policy_loss`, then backward.
@@ -61,8 +62,8 @@ class REINFORCELearner(BaseLearner):
     reward transforms, e.g. per-env z-scoring). By default no baseline, ratio, clip or KL: the
     settings of :class:`~unstable.learners.LearnerConfig`'s "policy loss" section add them.
     Gradients are accumulated over micro-batches (steps of similar length, at most
-    ``mini_batch_size`` times the longest step's tokens each); the losses divide by the whole
-    part's normalisers, so the result equals one pass over the whole part.
+    ``mini_batch_size`` times the longest step's tokens and 10 % padding each); the losses divide
+    by the whole part's normalisers, so the result equals one pass over the whole part.
     """
 
     def __init__(self, model_name: str, **kwargs) -> None:
