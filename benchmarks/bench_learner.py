@@ -222,23 +222,31 @@ def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
     for name in names:
         ratio = [i / w for i, w in zip(wall[IDEAL], wall[name], strict=True)]
         ratio_cpu = [i / w for i, w in zip(cpu[IDEAL], cpu[name], strict=True)]
-        q1, _, q3 = statistics.quantiles(ratio, n=4) if len(ratio) > 1 else (ratio[0],) * 3
+        q1, _, q3 = quartiles(ratio)
+        c1, _, c3 = quartiles(ratio_cpu)
         row = {"arch": arch, "variant": name, "s/update": statistics.median(wall[name]),
                "CPU-s/update": statistics.median(cpu[name]),
                "real tok/s": real / statistics.median(wall[name]),
                "trained tok/s": trained / statistics.median(wall[name]),
                "real tok/CPU-s": real / statistics.median(cpu[name]),
                "x ideal (median)": statistics.median(ratio), "x ideal IQR": f"{q1:.2f}-{q3:.2f}",
-               "x ideal CPU (median)": statistics.median(ratio_cpu), "rounds": len(ratio)}
+               "x ideal CPU (median)": statistics.median(ratio_cpu), "x ideal CPU IQR": f"{c1:.2f}-{c3:.2f}",
+               "rounds": len(ratio)}
         if cuda:
             row["peak over held MiB"] = max(peak[name])
         rows_out.append(row)
     facts = {"real_tokens": real, "trained_tokens": trained, "padded_tokens_one_batch": padded,
              "micro_batches_after": [len(c) for c in cut],
              "prompt_lens": sorted(len(s.prompt_ids) for s in steps),
-             "completion_lens": sorted(len(s.completion_ids) for s in steps)}
+             "completion_lens": sorted(len(s.completion_ids) for s in steps),
+             "seconds_per_round": {n: {"wall": [round(t, 4) for t in wall[n]], "cpu": [round(t, 4) for t in cpu[n]]}
+                                   for n in names}}
     out.cleanup()
     return rows_out, facts
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    return tuple(statistics.quantiles(values, n=4)) if len(values) > 1 else (values[0],) * 3
 
 
 def main() -> None:
@@ -289,7 +297,7 @@ def main() -> None:
              "averages): trust the ratios and CPU-s more than single wall times."]
     write_result("learner" + (f"-{args.device}" if args.device == "cuda" else ""), args, rows, settings, notes,
                  info=info)
-    print(json.dumps(facts, indent=None)[:2000])
+    print(json.dumps({a: {k: v for k, v in f.items() if k != "seconds_per_round"} for a, f in facts.items()}))
 
 
 if __name__ == "__main__":
