@@ -137,7 +137,10 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+SLOW_CASES = ("a2c", "ppo")  # ~20 s each on the shared CPU: a critic pass per micro-batch, PPO's four steps
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES else c for c in CASES])
 def test_bucketed_update_equals_one_padded_pass(model_dir, tmp_path, case):
     """Mini-batch 1 (steps bucketed by length, head on completion positions only) against one padded
     micro-batch per optimiser step with the logits of every position: the same gradient at every
