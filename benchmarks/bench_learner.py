@@ -1,155 +1,252 @@
-"""(c) Learner: tokens/s per REINFORCELearner update vs a bare forward+backward, and peak memory.
+"""(c) Learner: real (non-pad) tokens/s of a learner update vs the same tokens trained with no padding.
 
-One batch of ``--batch`` synthetic Steps, each ``--seq-len`` tokens of which the last
-``--completion`` are the sampled completion (the loss targets). Two variants on the same padded
-batch (``unstable.learners.batching.collate``), the same base model and the same LoRA adapter
-(the run default: rank 32, alpha 32 on q,k,v,o,gate,up,down; gradient checkpointing off):
+The batch is ``--batch`` steps from real game turns: TicTacToe and KuhnPoker games played by
+random legal moves (TextArena), each turn's observation rendered with the ``qwen3-zs`` template and
+tokenised with the model's tokenizer (prompts of ~150-550 tokens, growing with the turn); turns are
+drawn at random from the games. Completion lengths are drawn from a log-normal (median
+``--completion-median`` tokens, sigma ``--completion-sigma``) cut at ``--max-new-tokens`` (a
+generation stops there: the skewed lengths of reasoning turns, some cut at the cap); their ids are
+random. Everything is deterministic from ``--seed``. The same base model and LoRA adapter (the run
+default: rank 32, alpha 32 on q,k,v,o,gate,up,down) serve every variant:
 
-* ``REINFORCELearner.update``: the whole update as a run does it (validation, forward over the
-  completion positions' logits, float32 log-prob head with activation checkpointing, REINFORCE loss,
-  backward, gradient clipping, AdamW, checkpoint written to disk);
-* ``bare fwd+bwd``: ``model(input_ids).logits`` -> log-softmax -> masked mean of the completion
-  tokens' log-probs -> ``backward()``; nothing else.
+* ``update``: ``REINFORCELearner.update`` as a run does it (validation, micro-batches of steps of
+  similar length, forward, LM head and float32 log-prob head on the completion positions only with
+  activation checkpointing, REINFORCE loss, backward, clipping, AdamW, checkpoint written to disk);
+* ``update, padded (before)``: the same update with the code of commit ``--before`` (micro-batches
+  of ``mini_batch_size`` steps padded to their longest, logits, log-probs and entropy from the
+  earliest completion position of the micro-batch on), loaded from git into this process;
+* ``ideal: bare fwd+bwd, one step a pass``: each step alone (no padding, no other step in its
+  attention), LM head on its completion positions, log-softmax, masked mean, ``backward()``;
+  nothing else: no optimiser, no checkpoint. The ideal the update is measured against;
+* ``bare fwd+bwd, packed rows``: the same, with the steps of each of the update's micro-batches
+  concatenated into one row, position ids restarting per step (transformers then builds a
+  block-diagonal mask: no cross-attention, but dense attention over the whole row on CPU SDPA).
 
-Each (model, variant) runs in its own process so that its memory is its own. Peak memory during
-the updates: resident memory sampled every 2 ms on CPU (``ru_maxrss``, also reported, includes
-the peak of loading the model), ``torch.cuda.max_memory_allocated`` on GPU; "peak over model"
-subtracts the memory held once the model is loaded, before the first update.
+All variants run in **one process, interleaved**: each round runs every variant once, in an order
+rotated from round to round, after one untimed warm-up round. The ratio ``update / ideal`` is taken
+within each round (so both saw the same contention) and reported as the median and interquartile
+range over the rounds; CPU seconds (``time.process_time``) per call are reported too (less affected
+by other jobs on a shared machine). "Real tokens" are the tokens of the steps (prompt + completion,
+no padding); "trained tokens" only the completion tokens the loss is taken on.
 
-    .venv/bin/python benchmarks/bench_learner.py                  # 1m and 10m, ~1.5 minutes
+    .venv/bin/python benchmarks/bench_learner.py                  # 1m and 10m, ~10 minutes on 2 cores
     .venv/bin/python benchmarks/bench_learner.py --quick          # seconds
     python benchmarks/bench_learner.py --device cuda --arch qwen3-0.6b   # GPU, bf16 base weights
 
-CPU runs use ``torch.set_num_threads(--threads)`` (default 1) in each process.
+CPU runs use ``torch.set_num_threads(--threads)`` (default 1). On CUDA each call also reports its
+``torch.cuda.max_memory_allocated`` over the memory held before it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import types
 
-from common import add_common_args, machine, median, model_dir, peak_rss_mib, quiet_libraries, write_result
+from common import ROOT, add_common_args, machine, model_dir, quiet_libraries, write_result
 
 LORA = {"lora_rank": 32, "lora_alpha": 32, "lora_dropout": 0.0,
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
-VARIANTS = ("REINFORCELearner.update", "bare fwd+bwd")
+ENVS = ("TicTacToe-v0-train", "KuhnPoker-v0-train")
+BEFORE = "ca68e4a"  # the last commit whose learner padded micro-batches to their longest step
+UPDATE, BEFORE_UPDATE, IDEAL, PACKED = ("update", "update, padded (before)", "ideal: bare fwd+bwd, one step a pass",
+                                        "bare fwd+bwd, packed rows")
 
 
-def synthetic_steps(n: int, seq_len: int, completion: int, vocab: int, seed: int = 0) -> list:
-    import random
+# ------------------------------------------------------------------------------------- the batch
+def game_prompts(tokenizer, seed: int, games: int) -> list[tuple[str, list[int]]]:
+    """``(env_id, prompt ids)`` of every turn of ``games`` random games, alternating the envs."""
+    import textarena as ta
+
+    from unstable.games.templates import render_prompt
+    from unstable.policies.scripted import legal_moves
+
+    state = random.getstate()  # TextArena's reset() reseeds the global RNG
+    turns = []
+    try:
+        for g in range(games):
+            env_id = ENVS[g % len(ENVS)]
+            rng = random.Random(f"{seed}/{g}")
+            env = ta.make(env_id)
+            env.reset(num_players=2, seed=seed * 1000 + g)
+            done = False
+            while not done:
+                player_id, obs = env.get_observation()
+                turns.append((env_id, tokenizer(render_prompt("qwen3-zs", obs), add_special_tokens=False)["input_ids"]))
+                done, _ = env.step(action=rng.choice(legal_moves(env_id, env, player_id)))
+            env.close()
+    finally:
+        random.setstate(state)
+    return turns
+
+
+def game_steps(path: str, n: int, seed: int, median_len: float, sigma: float, max_new: int) -> list:
+    """``n`` Steps: prompts of real game turns, completion lengths log-normal, cut at ``max_new``."""
+    from transformers import AutoTokenizer
 
     from unstable.records import Sample, Step
 
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    turns = game_prompts(tokenizer, seed, games=max(8, n))
     rng = random.Random(seed)
     steps = []
-    for i in range(n):
-        ids = [rng.randrange(vocab) for _ in range(seq_len)]
-        cut = seq_len - completion
-        sample = Sample(tuple(ids[:cut]), tuple(ids[cut:]), (-1.0,) * completion, "length", 1.0, 1.0, 0)
-        steps.append(Step(env_id="TicTacToe-v0-train", game_id=i, player_id=i % 2, turn_index=0, sample=sample,
-                          reward=rng.choice((-1.0, 1.0)),
-                          final_reward=1.0, policy_version=0, format_ok=True, invalid=False, is_last=True))
+    for i, (env_id, prompt) in enumerate(rng.sample(turns, n)):
+        drawn = max(1, round(rng.lognormvariate(math.log(median_len), sigma)))
+        length = min(drawn, max_new)
+        completion = tuple(rng.randrange(3, tokenizer.vocab_size) for _ in range(length))
+        finish = "length" if drawn >= max_new else "stop"
+        sample = Sample(tuple(prompt), completion, (-1.0,) * length, finish, 1.0, 1.0, 0)
+        steps.append(Step(env_id=env_id, game_id=i, player_id=i % 2, turn_index=0, sample=sample,
+                          reward=rng.choice((-1.0, 1.0)), final_reward=1.0, policy_version=0, format_ok=True,
+                          invalid=False, is_last=True))
     return steps
 
 
-def child(args: argparse.Namespace) -> dict:
-    """Measure one (arch, variant) in this process; returns its row."""
-    import psutil
+# ------------------------------------------------------------------------------------ variants
+def learner_before(commit: str):
+    """``REINFORCELearner`` with the micro-batching and forward of ``commit`` (from git), on today's base."""
+    def module(path: str, name: str) -> types.ModuleType:
+        source = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True,
+                                check=True).stdout
+        mod = types.ModuleType(name)
+        sys.modules[name] = mod  # dataclasses look their module up there
+        exec(compile(source, f"{commit}:{path}", "exec"), mod.__dict__)  # our own history
+        return mod
+
+    batching = module("unstable/learners/batching.py", "batching_before")
+    reinforce = module("unstable/learners/reinforce.py", "reinforce_before")
+    for name in ("TokenBatch", "collate", "kept_completion_tokens", "micro_batches"):
+        setattr(reinforce, name, getattr(batching, name))
+    return reinforce.REINFORCELearner
+
+
+def bare_pass(model, device, micro_rows: list[list[list[int]]], prompt_lens: list[list[int]], packed: bool):
+    """A callable: forward+backward over the steps, one pass per step (``packed=False``) or per
+    micro-batch concatenated into one row; the LM head only at completion positions."""
+    import torch
+
+    from unstable.learners import model_utils as mu
+
+    passes = []
+    for rows, plens in zip(micro_rows, prompt_lens, strict=True):
+        pairs = list(zip(rows, plens, strict=True))
+        groups = [pairs] if packed else [[pair] for pair in pairs]
+        for group in groups:
+            ids = [t for r, _ in group for t in r]
+            positions = [i for r, _ in group for i in range(len(r))]
+            where, start = [], 0
+            for r, p in group:
+                where.extend(range(start + p - 1, start + len(r) - 1))  # positions that predict a completion token
+                start += len(r)
+            ids_t = torch.tensor([ids], device=device)
+            passes.append((ids_t, torch.tensor([positions], device=device), torch.tensor(where, device=device),
+                           ids_t[0, torch.tensor(where, device=device) + 1]))
+    body, head = mu.decoder_body(model), model.get_output_embeddings()
+
+    def step() -> None:
+        for ids, positions, where, targets in passes:
+            kwargs = {"position_ids": positions} if packed else {}
+            hidden = body(input_ids=ids, use_cache=False, **kwargs).last_hidden_state[0, where]
+            logp = head(hidden).float().log_softmax(-1).gather(-1, targets[:, None])
+            (-logp.mean()).backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
     import torch
 
     from unstable.learners import REINFORCELearner
     from unstable.learners import model_utils as mu
-    from unstable.learners.batching import collate
+    from unstable.learners.batching import collate, kept_length, micro_batches
     from unstable.records import TrainBatch
 
     torch.set_num_threads(args.threads)
-    path = model_dir(args.arch)
+    path = model_dir(arch)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
-    steps = synthetic_steps(args.batch, args.seq_len, args.completion, vocab=2048)  # the tokenizer's ids
-    with tempfile.TemporaryDirectory(prefix="bench-learner-") as out:
-        if args.variant == VARIANTS[0]:
-            learner = REINFORCELearner(path, lora_cfg=LORA, batch_size=args.batch, mini_batch_size=args.batch,
-                                       learning_rate=1e-5, output_dir=out, device=str(device), keep_last=1,
-                                       gradient_checkpointing=args.gradient_checkpointing,
-                                       activation_checkpointing=True, seed=0)
-            learner.initialize_algorithm(max_train_len=None, max_generation_len=args.completion)
-            train_batch = TrainBatch.from_steps(steps)
-
-            def step() -> None:
-                learner.update(train_batch)
-        else:
-            torch.manual_seed(0)
-            base = mu.load_base_model(path, device, mu.resolve_dtype(None, device), args.gradient_checkpointing)
-            model = mu.attach_policy_adapter(base, LORA, None).to(device)
-            model.train()
-            batch = collate(steps, None, mu.pad_token_id(base))
-            ids, attn = batch.input_ids.to(device), batch.attention_mask.to(device)
-            mask = batch.completion_mask[:, 1:].to(device)
-
-            def step() -> None:
-                logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()
-                logp = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-                loss = -(logp * mask).sum() / mask.sum()
-                loss.backward()
-                model.zero_grad(set_to_none=True)
-
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            loaded = torch.cuda.memory_allocated() / 2**20
-        else:
-            loaded = psutil.Process().memory_info().rss / 2**20
-        sampler = RssSampler() if not cuda else None
-        times, cpu = [], []
-        for i in range(args.warmup + args.steps):
-            t0, c0 = time.perf_counter(), time.process_time()
-            step()
+    steps = game_steps(path, args.batch, args.seed, args.completion_median, args.completion_sigma,
+                       args.max_new_tokens)
+    real = sum(kept_length(s, None) for s in steps)
+    trained = sum(len(s.completion_ids) for s in steps)
+    batch = TrainBatch.from_steps(steps)
+    opts = dict(lora_cfg=LORA, batch_size=args.batch, mini_batch_size=args.mini_batch, learning_rate=1e-5,
+                device=str(device), keep_last=1, gradient_checkpointing=False, activation_checkpointing=True, seed=0)
+    out = tempfile.TemporaryDirectory(prefix="bench-learner-")
+    learners = {UPDATE: REINFORCELearner(path, output_dir=f"{out.name}/after", **opts)}
+    if not args.no_before:
+        learners[BEFORE_UPDATE] = learner_before(args.before)(path, output_dir=f"{out.name}/before", **opts)
+    for lrn in learners.values():
+        lrn.initialize_algorithm(max_train_len=None, max_generation_len=args.max_new_tokens)
+    torch.manual_seed(0)
+    base = mu.load_base_model(path, device, mu.resolve_dtype(None, device), False)
+    model = mu.attach_policy_adapter(base, LORA, None).to(device)
+    model.train()
+    cut = micro_batches(steps, args.mini_batch)
+    rows = [[list(steps[i].prompt_ids) + list(steps[i].completion_ids) for i in idx] for idx in cut]
+    plens = [[len(steps[i].prompt_ids) for i in idx] for idx in cut]
+    calls = {name: (lambda lrn=lrn: lrn.update(batch)) for name, lrn in learners.items()}
+    calls[IDEAL] = bare_pass(model, device, rows, plens, packed=False)
+    if not args.no_packed:
+        calls[PACKED] = bare_pass(model, device, rows, plens, packed=True)
+    names = list(calls)
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    peak: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(args.rounds + 1):  # round 0 warms up
+        for name in names[r % len(names):] + names[: r % len(names)]:
             if cuda:
                 torch.cuda.synchronize()
-            if i >= args.warmup:
-                times.append(time.perf_counter() - t0)
-                cpu.append(time.process_time() - c0)
-        peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else sampler.stop()
-    update_s = median(times)
-    tokens = args.batch * args.seq_len
-    trained = args.batch * args.completion
-    return {"arch": args.arch, "variant": args.variant, "batch x seq": f"{args.batch}x{args.seq_len}",
-            "s/update": update_s, "CPU-s/update": median(cpu), "tok/s": tokens / update_s,
-            "trained tok/s": trained / update_s,
-            "peak MiB": peak, "peak over model MiB": peak - loaded, "updates": len(times),
-            "memory": "cuda max_memory_allocated" if cuda else "sampled RSS",
-            "ru_maxrss MiB": peak_rss_mib()}
+                torch.cuda.reset_peak_memory_stats()
+                held = torch.cuda.memory_allocated()
+            t0, c0 = time.perf_counter(), time.process_time()
+            calls[name]()
+            if cuda:
+                torch.cuda.synchronize()
+            if r:
+                wall[name].append(time.perf_counter() - t0)
+                cpu[name].append(time.process_time() - c0)
+                if cuda:
+                    peak[name].append((torch.cuda.max_memory_allocated() - held) / 2**20)
+        print(f"{arch} round {r}: " + ", ".join(f"{n} {wall[n][-1]:.3f}s" for n in names if wall[n]), flush=True)
+    padded = collate(steps, None, 0).input_ids.numel()
+    rows_out = []
+    for name in names:
+        ratio = [i / w for i, w in zip(wall[IDEAL], wall[name], strict=True)]
+        ratio_cpu = [i / w for i, w in zip(cpu[IDEAL], cpu[name], strict=True)]
+        q1, _, q3 = quartiles(ratio)
+        c1, _, c3 = quartiles(ratio_cpu)
+        row = {"arch": arch, "variant": name, "s/update": statistics.median(wall[name]),
+               "CPU-s/update": statistics.median(cpu[name]),
+               "real tok/s": real / statistics.median(wall[name]),
+               "trained tok/s": trained / statistics.median(wall[name]),
+               "real tok/CPU-s": real / statistics.median(cpu[name]),
+               "x ideal (median)": statistics.median(ratio), "x ideal IQR": f"{q1:.2f}-{q3:.2f}",
+               "x ideal CPU (median)": statistics.median(ratio_cpu), "x ideal CPU IQR": f"{c1:.2f}-{c3:.2f}",
+               "rounds": len(ratio)}
+        if cuda:
+            row["peak over held MiB"] = max(peak[name])
+        rows_out.append(row)
+    facts = {"real_tokens": real, "trained_tokens": trained, "padded_tokens_one_batch": padded,
+             "micro_batches_after": [len(c) for c in cut],
+             "prompt_lens": sorted(len(s.prompt_ids) for s in steps),
+             "completion_lens": sorted(len(s.completion_ids) for s in steps),
+             "seconds_per_round": {n: {"wall": [round(t, 4) for t in wall[n]], "cpu": [round(t, 4) for t in cpu[n]]}
+                                   for n in names}}
+    out.cleanup()
+    return rows_out, facts
 
 
-class RssSampler:
-    """Peak resident memory while the updates run, sampled every 2 ms by a thread (``ru_maxrss``
-    cannot tell: it also holds the peak of loading the model). Spikes shorter than that can be missed."""
-
-    def __init__(self, interval_s: float = 0.002):
-        import threading
-
-        import psutil
-
-        self._proc, self._interval, self.peak = psutil.Process(), interval_s, 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._done.is_set():
-            self.peak = max(self.peak, self._proc.memory_info().rss)
-            self._done.wait(self._interval)
-
-    def stop(self) -> float:
-        """Stop sampling; the peak in MiB."""
-        self._done.set()
-        self._thread.join()
-        return self.peak / 2**20
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    return tuple(statistics.quantiles(values, n=4)) if len(values) > 1 else (values[0],) * 3
 
 
 def main() -> None:
@@ -157,59 +254,51 @@ def main() -> None:
     add_common_args(parser)
     parser.add_argument("--arch", default=None, help="comma-separated: 1m, 10m, qwen3-0.6b (default 1m,10m)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    parser.add_argument("--batch", type=int, default=None, help="Steps per update (default 8)")
-    parser.add_argument("--seq-len", type=int, default=None, help="tokens per Step (default 256)")
-    parser.add_argument("--completion", type=int, default=None, help="completion tokens per Step (default 64)")
-    parser.add_argument("--steps", type=int, default=None, help="timed updates (default 5, after 1 warm-up)")
+    parser.add_argument("--batch", type=int, default=None, help="steps per update (default 16)")
+    parser.add_argument("--mini-batch", type=int, default=None, help="the learner's mini_batch_size (default 4)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="completion cap (and max_generation_len)")
+    parser.add_argument("--completion-median", type=float, default=64.0, help="median completion length drawn")
+    parser.add_argument("--completion-sigma", type=float, default=0.8, help="log-normal sigma of completion lengths")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds (default 12, after 1 warm-up)")
+    parser.add_argument("--seed", type=int, default=0, help="games, turns and lengths drawn")
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU")
-    parser.add_argument("--gradient-checkpointing", action="store_true", help="HF per-layer checkpointing")
-    parser.add_argument("--child", nargs=2, metavar=("ARCH", "VARIANT"), help=argparse.SUPPRESS)
+    parser.add_argument("--before", default=BEFORE, help="commit of the padded learner compared against")
+    parser.add_argument("--no-before", action="store_true", help="leave out the padded learner of --before")
+    parser.add_argument("--no-packed", action="store_true", help="leave out the packed-rows bare pass")
     args = parser.parse_args()
-    args.batch = args.batch or (2 if args.quick else 8)
-    args.seq_len = args.seq_len or (64 if args.quick else 256)
-    args.completion = args.completion or (16 if args.quick else 64)
-    args.steps = args.steps or (2 if args.quick else 5)
-    args.warmup = 1
-    if args.child:
-        quiet_libraries()
-        args.arch, args.variant = args.child
-        print("RESULT " + json.dumps(child(args)), flush=True)
-        return
+    args.batch = args.batch or (4 if args.quick else 16)
+    args.mini_batch = args.mini_batch or (2 if args.quick else 4)
+    args.rounds = args.rounds or (2 if args.quick else 12)
+    if args.quick:
+        args.max_new_tokens = min(args.max_new_tokens, 32)
+        args.completion_median = min(args.completion_median, 16.0)
+    if args.batch % args.mini_batch:
+        raise SystemExit(f"--batch ({args.batch}) must be a multiple of --mini-batch ({args.mini_batch})")
+    quiet_libraries()
     archs = (args.arch or ("1m" if args.quick else "1m,10m")).split(",")
     info = machine()
-    rows = []
+    rows, facts = [], {}
     for arch in archs:
-        model_dir(arch)  # build once, outside the measured processes
-        for variant in VARIANTS:
-            cmd = [sys.executable, __file__, "--child", arch, variant, "--batch", str(args.batch), "--seq-len",
-                   str(args.seq_len), "--completion", str(args.completion), "--steps", str(args.steps),
-                   "--threads", str(args.threads)]
-            if args.device:
-                cmd += ["--device", args.device]
-            if args.gradient_checkpointing:
-                cmd.append("--gradient-checkpointing")
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-            if proc.returncode or not lines:
-                sys.stderr.write(proc.stdout + proc.stderr)
-                raise SystemExit(f"{arch} / {variant} failed (exit {proc.returncode})")
-            rows.append(json.loads(lines[-1].removeprefix("RESULT ")))
-    for row in rows:
-        bare = next(r for r in rows if r["arch"] == row["arch"] and r["variant"] == VARIANTS[1])
-        row["x bare time"] = row["s/update"] / bare["s/update"]
-        row["x bare CPU"] = row["CPU-s/update"] / bare["CPU-s/update"]
-    settings = {"archs": archs, "batch": args.batch, "seq_len": args.seq_len, "completion": args.completion,
-                "timed_updates": args.steps, "warmup_updates": args.warmup, "lora": LORA,
-                "gradient_checkpointing": args.gradient_checkpointing, "activation_checkpointing": True,
-                "torch_threads": args.threads, "device": args.device or ("cuda" if info.get("gpu") else "cpu")}
-    notes = ["tok/s counts every token of the batch (prompt + completion); trained tok/s only the completion "
-             "tokens the loss is taken on.", "s/update is the median over the timed updates; "
-             "x bare time = s/update / the bare forward+backward's; x bare CPU the same in CPU-s/update.",
-             "CPU-s/update: CPU time of the process (all threads) per update; much below s/update means "
-             "other jobs held the cores (or the update waited on disk)."]
+        arch_rows, facts[arch] = measure(args, arch)
+        rows += arch_rows
+    settings = {"archs": archs, "batch": args.batch, "mini_batch_size": args.mini_batch, "envs": list(ENVS),
+                "template": "qwen3-zs", "max_new_tokens": args.max_new_tokens,
+                "completion_lengths": f"lognormal(median {args.completion_median}, sigma {args.completion_sigma}), "
+                                      f"cut at {args.max_new_tokens}",
+                "seed": args.seed, "timed_rounds": args.rounds, "warmup_rounds": 1, "lora": LORA,
+                "gradient_checkpointing": False, "activation_checkpointing": True, "torch_threads": args.threads,
+                "device": args.device or ("cuda" if info.get("gpu") else "cpu"), "before_commit": args.before,
+                "batch_facts": facts}
+    notes = ["real tok/s counts the steps' tokens (prompt + completion, no padding); trained tok/s the completion "
+             "tokens only.", "x ideal = s/update of the ideal (each step alone, no padding, no optimiser or "
+             "checkpoint) / s/update of the variant, taken within each round, then the median and interquartile "
+             "range over the rounds; x ideal CPU the same with CPU seconds.",
+             "All variants ran interleaved in one process; the machine may have been shared (see the load "
+             "averages): trust the ratios and CPU-s more than single wall times."]
     write_result("learner" + (f"-{args.device}" if args.device == "cuda" else ""), args, rows, settings, notes,
                  info=info)
+    print(json.dumps({a: {k: v for k, v in f.items() if k != "seconds_per_round"} for a, f in facts.items()}))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

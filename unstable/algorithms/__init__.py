@@ -10,7 +10,8 @@ losses of its micro-batches add up to the batch's.
 From :mod:`~unstable.algorithms.policy_gradient`:
 
 * :func:`token_logprobs`, :func:`token_entropy`: per-token log-probs / entropies from logits,
-  at the sampling temperature.
+  at the sampling temperature; :func:`target_logprobs`, :func:`logits_entropy`: the same for
+  logits already gathered at the scored positions (``[N, V]``, no shift).
 * :func:`masked_sum`, :func:`masked_mean`: reductions over the masked tokens.
 * :func:`kl_penalty`: the k1 / k2 / k3 per-token estimators of ``KL(pi_theta || pi_ref)``.
 * :func:`importance_weights`: truncated or masked IS weights, behaviour policy -> pi_old.
@@ -41,10 +42,12 @@ from unstable.algorithms.policy_gradient import (
     aggregate,
     importance_weights,
     kl_penalty,
+    logits_entropy,
     masked_mean,
     masked_sum,
     policy_loss,
     reinforce_loss,
+    target_logprobs,
     token_entropy,
     token_logprobs,
 )
@@ -58,11 +61,13 @@ __all__ = [
     "group_normalize",
     "importance_weights",
     "kl_penalty",
+    "logits_entropy",
     "masked_mean",
     "masked_sum",
     "normalize",
     "policy_loss",
     "reinforce_loss",
+    "target_logprobs",
     "token_entropy",
     "token_logprobs",
     "value_loss",

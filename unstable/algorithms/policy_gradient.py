@@ -67,6 +67,44 @@ def token_entropy(logits: Tensor, temperature: float | Tensor = 1.0) -> Tensor:
     return -(logp.exp() * logp).sum(dim=-1)
 
 
+def target_logprobs(logits: Tensor, targets: Tensor, temperature: float | Tensor = 1.0) -> Tensor:
+    """Log-probability of ``targets[i]`` under ``softmax(logits[i] / temperature)``, with no shift.
+
+    The packed form of :func:`token_logprobs`: ``logits`` ``[N, V]`` are already the predictions of
+    the ``N`` tokens ``targets`` ``[N]`` (e.g. only the completion positions of a padded batch, so
+    the vocabulary projection and the float32 log-softmax skip prompt and padding positions).
+    ``temperature`` is a float or one per token, ``[N]``, > 0. Returns ``[N]`` float32, computed
+    as ``gather - logsumexp`` like :func:`token_logprobs`, whose values it equals position by position.
+    """
+    scaled = _scaled_rows(logits, temperature)
+    return scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+
+
+def logits_entropy(logits: Tensor, temperature: float | Tensor = 1.0) -> Tensor:
+    """Entropy of ``softmax(logits[i] / temperature)`` for ``logits`` ``[N, V]``, with no shift
+    (the packed form of :func:`token_entropy`); ``temperature`` a float or ``[N]``. Returns ``[N]``."""
+    logp = torch.log_softmax(_scaled_rows(logits, temperature), dim=-1)
+    logp = logp.clamp(min=torch.finfo(logp.dtype).min)  # p = 0 adds 0 * (finite) = 0, not NaN
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+def _scaled_rows(logits: Tensor, temperature: float | Tensor) -> Tensor:
+    """``logits`` ``[N, V]`` in float32 divided by the temperature (a float or one per row)."""
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [N, V] (one row per scored token), got shape {tuple(logits.shape)}")
+    scaled = logits.float()
+    if isinstance(temperature, Tensor):
+        if temperature.shape != (logits.shape[0],):
+            raise ValueError(f"temperature must be a float or one per row, shape ({logits.shape[0]},); "
+                             f"got shape {tuple(temperature.shape)}")
+        if bool((temperature <= 0).any()):
+            raise ValueError("temperature must be > 0 (for greedy samples pass 1.0)")
+        return scaled / temperature.to(device=scaled.device, dtype=scaled.dtype)[:, None]
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (for greedy samples pass 1.0), got {temperature}")
+    return scaled if temperature == 1.0 else scaled / temperature
+
+
 def masked_sum(values: Tensor, mask: Tensor, dim: int | None = -1) -> Tensor:
     """Sum of ``values`` where ``mask`` is true (bool or 0/1) along ``dim`` (all of them if None).
 

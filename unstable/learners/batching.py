@@ -2,7 +2,8 @@
 
 No text is re-tokenised: ``input_ids = prompt_ids + completion_ids``. Sequences are right-padded
 (real tokens never attend to padding in a causal model, so padding cannot change their log-probs)
-and cut to their first ``max_train_len`` tokens.
+and cut to their first ``max_train_len`` tokens. :func:`micro_batches` groups steps of similar
+length under a token budget, so little of a forward pass is padding.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ class TokenBatch:
         return [values[b, self.completion_mask[b]].detach().cpu() for b in range(values.shape[0])]
 
     @property
+    def target_mask(self) -> Tensor:
+        """``[B, T - 1]``, the layout of :func:`~unstable.algorithms.token_logprobs`' output: true at
+        column ``t`` when the token ``input_ids[b, t + 1]`` that position ``t`` predicts is a kept
+        completion token."""
+        return self.completion_mask[:, 1:]
+
+    @property
     def first_target(self) -> int:
         """Earliest position holding a completion token in any row (>= 1)."""
         return int(self.prompt_lens.min().clamp(min=1))
@@ -69,9 +77,7 @@ def validate_steps(steps: Sequence[Step], vocab_size: int) -> None:
 def kept_completion_tokens(step: Step, max_train_len: int | None) -> int:
     """Completion tokens of ``step`` that :func:`collate` keeps after cutting ``prompt + completion``
     to its first ``max_train_len`` tokens (what a learner trains on)."""
-    total = len(step.prompt_ids) + len(step.completion_ids)
-    kept = total if max_train_len is None else min(total, max_train_len)
-    return max(kept - len(step.prompt_ids), 0)
+    return max(kept_length(step, max_train_len) - len(step.prompt_ids), 0)
 
 
 def collate(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> TokenBatch:
@@ -118,10 +124,42 @@ def collate_prompts(steps: Sequence[Step], max_train_len: int | None, pad_id: in
     return input_ids, attention_mask
 
 
-def micro_batches(steps: Sequence[Step], size: int) -> list[list[int]]:
-    """Indices of ``steps`` in chunks of ``size``, similar lengths together (less padding).
+def kept_length(step: Step, max_train_len: int | None) -> int:
+    """Tokens of ``step`` that :func:`collate` keeps (``prompt + completion`` cut to ``max_train_len``)."""
+    total = len(step.prompt_ids) + len(step.completion_ids)
+    return total if max_train_len is None else min(total, max_train_len)
 
-    The order of micro-batches does not change the accumulated gradient, only the padding.
+
+MAX_PADDING = 0.1
+"""A micro-batch closes before padding would make up more than this share of its tokens."""
+
+
+def micro_batches(steps: Sequence[Step], size: int, max_train_len: int | None = None) -> list[list[int]]:
+    """Indices of ``steps`` cut into micro-batches of similar length, each padded to its own longest.
+
+    The steps are sorted by length and taken in turn; a micro-batch closes before the next step
+    would take it past ``size`` times the longest step's tokens, padding included (so no pass is
+    larger than a micro-batch of ``size`` of the longest steps, what ``mini_batch_size`` bounds),
+    or make padding more than :data:`MAX_PADDING` of it. Short steps thus share a pass with more of
+    their kind, and a batch of mixed lengths is not padded to its longest step. The losses divide
+    by whole-batch normalisers, so how the steps are cut changes neither the loss nor the gradient,
+    only the padding and the number of passes.
     """
-    order = sorted(range(len(steps)), key=lambda i: len(steps[i].prompt_ids) + len(steps[i].completion_ids))
-    return [order[i : i + size] for i in range(0, len(order), size)]
+    if size < 1:
+        raise ValueError(f"micro-batch size must be >= 1, got {size}")
+    lengths = [kept_length(s, max_train_len) for s in steps]
+    budget = size * max(lengths, default=0)
+    order = sorted(range(len(steps)), key=lengths.__getitem__)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    real = 0
+    for i in order:  # ascending, so lengths[i] is the padded width once step i joins
+        padded = (len(current) + 1) * lengths[i]
+        if current and (padded > budget or real + lengths[i] < (1 - MAX_PADDING) * padded):
+            batches.append(current)
+            current, real = [], 0
+        current.append(i)
+        real += lengths[i]
+    if current:
+        batches.append(current)
+    return batches

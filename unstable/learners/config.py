@@ -40,7 +40,9 @@ class LearnerConfig:
     batch_size: int = 384
     """Steps per optimiser step (what ``train`` pulls from the buffer)."""
     mini_batch_size: int = 1
-    """Steps per forward/backward; ``batch_size // mini_batch_size`` micro-steps are accumulated."""
+    """Size of a forward/backward: a micro-batch holds at most ``mini_batch_size`` times the longest
+    step's tokens, padding included. Steps of similar length are grouped (shorter ones share a
+    pass) and a micro-batch is at most 10 % padding; gradients are accumulated over them."""
     learning_rate: float = 1e-5
     """AdamW learning rate of the policy adapter (see ``lr_schedule``)."""
     lr_schedule: str = "constant"

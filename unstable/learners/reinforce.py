@@ -7,9 +7,12 @@ Read top to bottom: :meth:`REINFORCELearner._update` takes the advantages, then
    optimiser step when there will be several (``old_logprobs="recompute"``), or the behaviour
    log-probs the backend recorded (``"behaviour"``); and the reference policy's when ``beta > 0``;
 2. ``epochs`` passes over the batch, each split into ``minibatches`` shuffled parts, one optimiser
-   step per part; each part is accumulated in micro-batches of ``mini_batch_size`` steps: forward on
-   the sampled tokens, log-probs at each sample's own temperature, importance weights against the
-   behaviour log-probs, and the loss of :func:`unstable.algorithms.policy_loss`, then backward.
+   step per part; each part is accumulated in micro-batches of steps of similar length, at most
+   ``mini_batch_size`` times the longest step's tokens and 10 % padding each
+   (:func:`~unstable.learners.batching.micro_batches`):
+   forward on the sampled tokens, log-probs at each sample's own temperature taken only at the
+   completion positions, importance weights against the behaviour log-probs, and the loss of
+   :func:`unstable.algorithms.policy_loss`, then backward.
 
 With the defaults (one epoch, one part, no clip, no correction, ``loss_type="dr_grpo"``) this is
 exactly the REINFORCE gradient ``-A * log pi(completion | prompt) / max_generation_len``.
@@ -24,9 +27,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from unstable.algorithms import importance_weights, kl_penalty, policy_loss, token_entropy, token_logprobs
+from unstable.algorithms import importance_weights, kl_penalty, logits_entropy, policy_loss, target_logprobs
 from unstable.learners import model_utils as mu
 from unstable.learners.base import BaseLearner
 from unstable.learners.batching import TokenBatch, collate, kept_completion_tokens, micro_batches
@@ -69,9 +72,10 @@ class REINFORCELearner(BaseLearner):
     The advantage is each step's ``reward`` as the buffer shaped it (final, step and sampling
     reward transforms, e.g. per-env z-scoring). By default no baseline, ratio, clip or KL: the
     settings of :class:`~unstable.learners.LearnerConfig`'s "policy loss" section add them.
-    Gradients are accumulated over micro-batches of ``mini_batch_size`` steps, each weighted by its
-    share of the part, so the result equals one pass over the whole part; with several learner
-    workers each takes a shard of every part, weighted the same way (see
+    Gradients are accumulated over micro-batches (steps of similar length, at most
+    ``mini_batch_size`` times the longest step's tokens and 10 % padding each); the losses divide
+    by the whole part's normalisers, so the result equals one pass over the whole part; with several
+    learner workers each takes a shard of every part, normalised the same way (see
     :mod:`unstable.learners.distributed`).
     """
 
@@ -106,7 +110,7 @@ class REINFORCELearner(BaseLearner):
             for part in self._partition(len(steps), generator):
                 part_tokens = sum(kept_completion_tokens(steps[i], cfg.max_train_len) for i in part)
                 shard = self._my_rows(steps, part)
-                for idx in micro_batches([steps[i] for i in shard], cfg.mini_batch_size):
+                for idx in micro_batches([steps[i] for i in shard], cfg.mini_batch_size, cfg.max_train_len):
                     rows = [shard[i] for i in idx]
                     self._policy_backward(steps, rows, advantages, old, ref, len(part), part_tokens, epoch, totals)
                     self._auxiliary_backward(steps, rows, len(part), epoch, totals)
@@ -139,20 +143,23 @@ class REINFORCELearner(BaseLearner):
         and ``part_tokens`` completion tokens), backward, and its statistics into ``totals``."""
         cfg = self.config
         micro = collate([steps[i] for i in rows], cfg.max_train_len, self.pad_id)
-        # 1. forward: log-probs of the sampled tokens at each sample's temperature
-        logits, start = self._forward_logits(micro)
-        ids = micro.input_ids[:, start:].to(self.device)
-        temperature = micro.temperature.to(self.device)
+        # 1. forward: log-probs of the sampled tokens at each sample's temperature, the LM head and
+        # its float32 log-softmax taken only at the positions that predict a kept completion token
+        mask = micro.target_mask.to(self.device)  # [B, T - 1]: column t scores token t + 1
+        where = mask.nonzero(as_tuple=True)
+        logits = self._completion_logits(micro, where)  # [N, V], row-major over `where`
+        targets = micro.input_ids[:, 1:].to(self.device)[where]
+        temperature = micro.temperature.to(self.device)[where[0]]
         if cfg.activation_checkpointing:  # recompute the float32 head in backward instead of keeping it
-            token_logp = torch.utils.checkpoint.checkpoint(token_logprobs, logits, ids, temperature,
-                                                           use_reentrant=False)
+            packed_logp = torch.utils.checkpoint.checkpoint(target_logprobs, logits, targets, temperature,
+                                                            use_reentrant=False)
         else:
-            token_logp = token_logprobs(logits, ids, temperature)
-        mask = micro.completion_mask[:, start + 1 :].to(self.device)
-        behaviour = micro.behaviour_logp[:, start + 1 :].to(self.device)
+            packed_logp = target_logprobs(logits, targets, temperature)
+        token_logp = _unpack(packed_logp, where, mask.shape)
+        behaviour = micro.behaviour_logp[:, 1:].to(self.device)
         # 2. the old policy: recomputed before the first step, the behaviour policy, or this forward
         if old is not None:
-            old_logp = micro.scatter([old[i] for i in rows])[:, start + 1 :].to(self.device)
+            old_logp = micro.scatter([old[i] for i in rows])[:, 1:].to(self.device)
         elif cfg.old_logprobs == "behaviour":
             old_logp = behaviour
         else:
@@ -168,14 +175,13 @@ class REINFORCELearner(BaseLearner):
                 totals.add("is_ratio_sum", float(is_stats["ratio_mean"]) * tokens)
                 totals.max("is_ratio_max", is_stats["ratio_max"])
                 totals.add("is_filtered_sum", float(is_stats["frac_truncated_or_masked"]) * tokens)
-        ref_logp = micro.scatter([ref[i] for i in rows])[:, start + 1 :].to(self.device) if ref is not None else None
+        ref_logp = micro.scatter([ref[i] for i in rows])[:, 1:].to(self.device) if ref is not None else None
         entropy = None
         if cfg.entropy_coef > 0:
-            entropy = token_entropy(logits, temperature)
+            entropy = _unpack(logits_entropy(logits, temperature), where, mask.shape)
         elif epoch == 0:
             with torch.no_grad():
-                entropy_only = token_entropy(logits.detach(), temperature)
-            totals.add("entropy_sum", (entropy_only * mask).sum())
+                totals.add("entropy_sum", logits_entropy(logits.detach(), temperature).sum())
         # 4. the loss and its backward
         loss, stats = policy_loss(
             token_logp, old_logp, advantages[rows].to(self.device), mask,
@@ -230,17 +236,33 @@ class REINFORCELearner(BaseLearner):
         return metrics
 
     # ---------------------------------------------------------------------------- forward passes
-    def _forward_logits(self, micro: TokenBatch) -> tuple[Tensor, int]:
-        """Logits from the first position that predicts a completion token, and that position."""
-        start = micro.first_target - 1
+    def _completion_logits(self, micro: TokenBatch, where: tuple[Tensor, Tensor]) -> Tensor:
+        """Logits ``[N, V]`` at the positions ``where = (rows, columns)`` of ``micro`` only.
+
+        A forward pre-hook hands the LM head just those hidden states, so prompt and padding
+        positions never reach the vocabulary projection (whatever the model does after its head,
+        such as a logit soft-cap, still runs). A model that computes its logits without calling
+        its output-embedding module gets them cut with ``logits_to_keep`` and indexed instead.
+        """
         input_ids = micro.input_ids.to(self.device)
-        kwargs = {"logits_to_keep": input_ids.shape[1] - start} if self._logits_to_keep else {}
-        logits = self.model(
-            input_ids=input_ids, attention_mask=micro.attention_mask.to(self.device), use_cache=False, **kwargs
-        ).logits
-        if not self._logits_to_keep:
-            logits = logits[:, start:]
-        return logits, start
+        width = input_ids.shape[1]
+        keep = width - (micro.first_target - 1)  # logits_to_keep: from the first predicting position
+        offset = width - keep if self._logits_to_keep else 0  # column of the first hidden state kept
+        rows, cols = where
+        selected: list[bool] = []
+
+        def select(_module: nn.Module, args: tuple) -> tuple:
+            selected.append(True)
+            return (args[0][rows, cols - offset].unsqueeze(0), *args[1:])
+
+        kwargs = {"logits_to_keep": keep} if self._logits_to_keep else {}
+        handle = self.model.get_output_embeddings().register_forward_pre_hook(select)
+        try:
+            logits = self.model(input_ids=input_ids, attention_mask=micro.attention_mask.to(self.device),
+                                use_cache=False, **kwargs).logits
+        finally:
+            handle.remove()
+        return logits[0] if selected else logits[rows, cols - offset]
 
     @torch.no_grad()
     def _logprobs_no_grad(self, steps: Sequence[Step], reference: bool = False) -> list[Tensor]:
@@ -248,14 +270,15 @@ class REINFORCELearner(BaseLearner):
         (``reference_adapter``, else the base model with the adapter disabled), on the CPU."""
         cfg = self.config
         out: list[Tensor] = [torch.empty(0)] * len(steps)
-        for idx in micro_batches(steps, cfg.mini_batch_size):
+        for idx in micro_batches(steps, cfg.mini_batch_size, cfg.max_train_len):
             micro = collate([steps[i] for i in idx], cfg.max_train_len, self.pad_id)
+            mask = micro.target_mask
+            where = tuple(w.to(self.device) for w in mask.nonzero(as_tuple=True))
             with self._reference_policy() if reference else nullcontext():
-                logits, start = self._forward_logits(micro)
-            logp = token_logprobs(logits, micro.input_ids[:, start:].to(self.device), micro.temperature.to(self.device))
-            full = torch.zeros(micro.completion_mask.shape, dtype=torch.float32)
-            full[:, start + 1 :] = logp.cpu()
-            for i, values in zip(idx, micro.gather(full), strict=True):
+                logits = self._completion_logits(micro, where)
+            logp = target_logprobs(logits, micro.input_ids[:, 1:].to(self.device)[where],
+                                   micro.temperature.to(self.device)[where[0]]).cpu()
+            for i, values in zip(idx, logp.split(mask.sum(dim=1).tolist()), strict=True):  # row-major
                 out[i] = values
         return out
 
@@ -274,3 +297,8 @@ class REINFORCELearner(BaseLearner):
             yield
         finally:
             self.model.set_adapter(mu.POLICY_ADAPTER)
+
+
+def _unpack(values: Tensor, where: tuple[Tensor, Tensor], shape: torch.Size) -> Tensor:
+    """``values`` (one per position of ``where``) laid out in a zero ``[B, T]`` tensor, keeping the graph."""
+    return torch.zeros(shape, dtype=values.dtype, device=values.device).index_put(where, values)
