@@ -46,6 +46,9 @@ from unstable.utils.paths import check_dir_name, check_dir_path, check_writable_
 from unstable.utils.secrets import reject_secret_settings
 
 INFERENCE_BACKENDS = ("auto", "transformers", "vllm")
+# build()'s defaults of its flat inference settings (num_actors None: one per free GPU, else 1;
+# temperature None: vllm_config's, else the inference config's)
+INFERENCE_DEFAULTS = {"backend": "auto", "num_actors": None, "temperature": None}
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
@@ -634,8 +637,7 @@ class BuildConfig:
         if section == "learner":
             return model.setting(key) if key else model.learner
         if section == "inference":
-            defaults = {"backend": "auto", "num_actors": None, "temperature": None}
-            return model.inference.get(key, defaults[key]) if key else model.inference
+            return model.inference.get(key, INFERENCE_DEFAULTS[key]) if key else model.inference
         if section == "buffer":
             return getattr(model.buffer, key)
         return getattr(getattr(self, section), key)
