@@ -87,3 +87,12 @@ def test_the_version_is_defined_once():
     assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev\d+|rc\d+)?", unstable.__version__)
     changelog = (REPO / "CHANGELOG.md").read_text()
     assert "## Unreleased" in changelog and f"## {unstable.__version__}" in changelog
+
+
+def test_the_public_api_has_docstrings():
+    """interrogate over ``unstable/`` with the settings in ``pyproject.toml`` (public modules, classes,
+    functions and methods): at least 95% have a docstring, so the API reference says what each does."""
+    proc = subprocess.run([sys.executable, "-m", "interrogate", "-v", "unstable"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "RESULT: PASSED (minimum: 95.0%" in proc.stdout
