@@ -1,9 +1,9 @@
 """The command line, as a user runs it."""
 
 import re
-from pathlib import Path
 
 import pytest
+from doc_examples import code_blocks
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from unstable.cli.commands import main
@@ -45,7 +45,7 @@ def test_eval_refuses_a_baseline_the_game_lacks(capsys):
     assert "'nash' cannot play 'TicTacToe-v0-train'" in err and "random, heuristic, optimal" in err
 
 
-README_BLOCKS = re.findall(r"```python\n(.*?)```", (Path(__file__).parents[1] / "README.md").read_text(), re.S)
+README_BLOCKS = code_blocks("python")  # the README's and the docs pages' examples, each once
 
 
 def test_readme_game_example_runs(monkeypatch, tmp_path):

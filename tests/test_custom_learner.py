@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import pytest
 from conftest import make_sample, small_run_kwargs
+from doc_examples import section_block
 
 import unstable
 from unstable.learners import A2CLearner, BaseLearner, REINFORCELearner, register_learner, resolve_learner
@@ -17,13 +17,12 @@ from unstable.records import Step, TrainBatch
 from unstable.run.build import BuildConfig
 from unstable.tracking import read_metrics
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "algorithms.md"
 
 
 def readme_example() -> str:
-    """The first python block of the README's "Add your own learner" section, verbatim."""
-    section = README.read_text(encoding="utf-8").split("### Add your own learner", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    """The first python block of the docs' "Add your own learner" section, verbatim."""
+    return section_block(README, "## Add your own learner")
 
 
 @pytest.fixture(scope="module")

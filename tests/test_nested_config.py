@@ -151,11 +151,10 @@ def test_an_old_flat_config_json_still_resumes(tiny_model_dir, tmp_path, monkeyp
 
 
 def test_the_readme_nested_yaml_builds(tiny_model_dir, tmp_path):
-    import re
-    from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "models:" in b]
+    from doc_examples import code_blocks
+
+    (block,) = [b for b in code_blocks("yaml") if "models:" in b]
     path = tmp_path / "readme.yaml"
     path.write_text(block.replace("model_name: tiny", f"model_name: {tiny_model_dir}") + f"runs_dir: {tmp_path}\n")
     cfg = BuildConfig(**load_config(str(path))[0])

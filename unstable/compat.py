@@ -9,8 +9,8 @@ The 0.1 package page's training script runs unchanged through these:
                                                                        scheduled by a model sampler
 ``pool.add_checkpoint(path=None, iteration=-1)``                       ``add_checkpoint(uid="base",
                                                                        path=None, iteration=0)``
-``Collector(num_actors=2, step_buffer=b, model_pool=p, ...,``          ``Collector(vllm_config, tracker,
-``training_envs=[(env_id, n, template)], evaluation_envs=[...],``      buffer, game_scheduler)`` with a
+``Collector(num_actors=2, step_buffer=b, model_pool=p, ...,``          ``Collector(vllm_config, tracker,``
+``training_envs=[(env_id, n, template)], evaluation_envs=[...],``      ``buffer, game_scheduler)`` with a
 ``evaluation_opponent=name)``                                          ``GameScheduler`` built from them
 ``collector.collect(num_workers=384, num_eval_workers=16)``            ``collect(num_train_workers, ...)``
 ``StandardLearner(..., algorithm=unstable.algorithms.Reinforce())``    a ``REINFORCELearner(...)``

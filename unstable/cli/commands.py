@@ -315,6 +315,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``unstable`` parser: a subcommand per job, each with its handler in ``fn``."""
     parser = argparse.ArgumentParser(prog="unstable", description=__doc__)
     opponent_help = (f"a scripted baseline ({describe_scripted_baselines()}), a LoRA adapter directory, "
                      "or an API model name")
@@ -426,6 +427,8 @@ def _quiet_libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``unstable ...``: run the subcommand and return its exit status; bad input (a ``ValueError``) or a path
+    that cannot be read or written (an ``OSError``) prints one line on stderr and returns 2."""
     args = build_parser().parse_args(argv)
     if args.command not in ("dashboard", "replay", "plot"):  # these never load a model: start fast
         _quiet_libraries()

@@ -45,6 +45,8 @@ def wait_with_progress(run: Any, total: int, say: Printer, every_s: float = 5.0)
 
 
 def train_line(info: dict, total: int, elapsed: float) -> str:
+    """One progress line from the Tracker's interface ``info``: learner step of ``total``, ``elapsed`` seconds,
+    games collected, each model's loss, and the invalid move rate and mean sampled eval win rate when known."""
     means = {k: v for group in info["means"].values() for k, v in group.items()}
     games = sum(info["games_per_env"].get("collect", {}).values())
     parts = [f"  learner step {info['learner_step']:>3}/{total}", f"{elapsed:5.0f}s", f"{games} games"]

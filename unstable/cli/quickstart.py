@@ -317,4 +317,6 @@ def _fmt(result: Any) -> str:
 
 
 def default_out_dir(runs_dir: str = "runs") -> str:
+    """A run directory under ``runs_dir`` named after the local time (``quickstart-YYYYmmdd-HHMMSS``); not created
+    here."""
     return os.path.join(runs_dir, time.strftime("quickstart-%Y%m%d-%H%M%S"))

@@ -97,6 +97,7 @@ class Participant:
 
     @property
     def trains(self) -> bool:
+        """Whether this seat learns: yes unless a fixed ``policy`` plays it."""
         return self.policy is None
 
 
@@ -140,6 +141,7 @@ class Environment:
         return self.name
 
     def eval_env_id(self, eval_set: str) -> str:
+        """The name metrics and transcripts use for the episodes of ``eval_set``: ``<name>-<eval_set>``."""
         return f"{self.name}-{eval_set}"
 
     @property
@@ -153,6 +155,7 @@ class Environment:
         return self.train_size() > 0
 
     def train_size(self) -> int:
+        """The number of train items (0: eval-only)."""
         raise NotImplementedError
 
     def eval_sizes(self) -> dict[str, int]:
@@ -228,4 +231,5 @@ class EvalSet:
 
     @property
     def env_id(self) -> str:
+        """The name metrics and transcripts use for this set's episodes (:meth:`Environment.eval_env_id`)."""
         return self.environment.eval_env_id(self.name)

@@ -49,6 +49,8 @@ class CollaborativeEnvironment(TaskEnvironment):
                          prompt_template=prompt_template, action_extraction=action_extraction, weight=weight, seed=seed)
 
     def observation(self, seat: Participant, task: str, conversation: Sequence[Mapping[str, Any]]) -> str:
+        """What ``seat`` sees on its turn: its system prompt (if any), the task, the conversation so far as
+        ``name: message`` lines, and that it is its turn."""
         said = [f"{m['name']}: {m['content']}" for m in conversation[1:]]
         parts = [seat.system_prompt] if seat.system_prompt else []
         parts += [f"Task: {task}", "Conversation so far:\n" + ("\n".join(said) if said else "(nothing yet)"),
@@ -56,6 +58,8 @@ class CollaborativeEnvironment(TaskEnvironment):
         return "\n\n".join(parts)
 
     async def play(self, spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecord:
+        """Play one conversation (the speaking order drawn from the round spec with the game's seed), score it as
+        the module docstring says and return its :class:`~unstable.records.GameRecord`."""
         started = time.perf_counter()
         row = self.row(spec)
         task = self.prompt.render(row)

@@ -60,17 +60,24 @@ class ParallelEnvironment(TaskEnvironment):
 
     @property
     def solvers(self) -> tuple[Participant, ...]:
+        """The answering seats: every participant but the combiner seat (the last one), if there is one."""
         return self.participants[:-1] if isinstance(self.combiner, Participant) else self.participants
 
     def observation(self, seat: Participant, task: str) -> str:
+        """What an answering ``seat`` sees: its system prompt (if any), then the task."""
         return f"{seat.system_prompt}\n\n{task}" if seat.system_prompt else task
 
     def combiner_observation(self, task: str, answers: Sequence[str]) -> str:
+        """What the combiner seat sees: its system prompt (if any), the task, the numbered ``answers`` and the request
+        to combine them."""
         numbered = "\n".join(f"{i + 1}. {a}" for i, a in enumerate(answers))
         head = f"{self.combiner.system_prompt}\n\n" if self.combiner.system_prompt else ""
         return f"{head}Task: {task}\n\nAnswers:\n{numbered}\n\nCombine them into one final answer."
 
     async def play(self, spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecord:
+        """Ask every solver at once, combine their answers, score each answer and the combined one (see the module
+        docstring) and return the :class:`~unstable.records.GameRecord`; ``TypeError`` when a combiner function
+        returns something other than a string."""
         started = time.perf_counter()
         row = self.row(spec)
         task = self.prompt.render(row)

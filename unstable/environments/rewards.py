@@ -1,5 +1,7 @@
 """Reward functions: plain callables that score completions, with dataset fields injected by parameter name.
 
+For example::
+
     @reward_function(weight=0.5)                       # completion kind: gets prompt and completion
     def exact(completion: str, answer: str) -> float:  # `answer` is the dataset item's field
         return float(completion.strip() == answer)

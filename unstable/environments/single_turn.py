@@ -74,9 +74,11 @@ class TaskEnvironment(Environment):
                                                            kinds=self.reward_kinds, where=f"{where}'s {label}")
 
     def train_size(self) -> int:
+        """The number of train rows (0 without ``train_data``: eval-only)."""
         return 0 if self.train_data is None else len(self.train_data)
 
     def eval_sizes(self) -> dict[str, int]:
+        """Each eval set's name and number of rows."""
         return {name: len(data) for name, data in self.eval_data.items()}
 
     def row(self, spec: GameSpec) -> dict[str, Any]:
@@ -97,6 +99,9 @@ class TaskEnvironment(Environment):
     @staticmethod
     def record(spec: GameSpec, turns: Sequence[Turn], scores: Mapping[int, RewardScores],
                started: float) -> GameRecord:
+        """The :class:`~unstable.records.GameRecord` of an episode: each seat's final reward is its score's total,
+        whose parts go to ``game_info[seat]["reward_components"]``; ``started`` is ``time.perf_counter()`` at the
+        episode's start."""
         return GameRecord(spec=spec, turns=tuple(turns),
                           final_rewards={pid: s.total for pid, s in scores.items()},
                           game_info={pid: {"reward_components": dict(s.components)} for pid, s in scores.items()},
@@ -127,16 +132,20 @@ class SingleTurnEnvironment(TaskEnvironment):
                          prompt_template=prompt_template, action_extraction=action_extraction, weight=weight, seed=seed)
 
     def eval_seats(self) -> tuple[Participant, ...]:
+        """``eval_samples`` seats with the train seats' model and system prompt."""
         first = self.participants[0]
         return tuple(Participant(f"sample-{i}", model=first.model, system_prompt=first.system_prompt)
                      for i in range(self.eval_samples))
 
     def observation(self, row: Mapping[str, Any]) -> str:
+        """The text every seat sees for ``row``: the system prompt (if any), then the task prompt."""
         system = self.participants[0].system_prompt
         task = self.prompt.render(row)
         return f"{system}\n\n{task}" if system else task
 
     async def play(self, spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecord:
+        """Ask every seat the row's prompt at once, score each answer with the reward functions and return the
+        :class:`~unstable.records.GameRecord`."""
         started = time.perf_counter()
         row = self.row(spec)
         observation = self.observation(row)

@@ -41,9 +41,12 @@ class EnvironmentEvalResult:
     wall_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict (intervals as lists)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
 
     def line(self) -> str:
+        """One line for the terminal: the success rate with its 95% interval, then rows, distinct answers and mean
+        reward."""
         lo, hi = self.success_ci95
         rows = f"{self.episodes} rows, {self.distinct_answers} distinct answers, mean reward {self.mean_reward:.3f}"
         return f"{self.success_rate:.3f} [{lo:.3f}, {hi:.3f}] ({rows})"

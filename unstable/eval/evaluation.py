@@ -127,12 +127,15 @@ class EvalResult:
     failures: tuple[str, ...] = field(default=())  # one line per failed game, with its seed
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready dicts: seats as string keys, non-finite floats (the rates of a seat with no
+        finished game) as ``None``."""
         d = asdict(self)
         d["per_seat"] = {str(seat): asdict(s) for seat, s in self.per_seat.items()}
         return _json_safe(d)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EvalResult:
+        """The result back from :meth:`to_dict`'s JSON (``None`` statistics read as NaN)."""
         d = dict(d)
         d["overall"] = _stats_from_dict(d["overall"])
         d["per_seat"] = {int(seat): _stats_from_dict(s) for seat, s in d["per_seat"].items()}
@@ -160,6 +163,7 @@ class EvalResult:
         return table
 
     def print(self) -> None:
+        """Print :meth:`table` to the terminal."""
         from rich.console import Console
 
         Console().print(self.table())
@@ -199,9 +203,12 @@ class EvalJob:
 
     @property
     def model_ref(self) -> PolicyRef:
+        """The evaluated model's :class:`~unstable.records.PolicyRef` (uid ``"model"``, with ``adapter``)."""
         return PolicyRef(uid="model", kind="checkpoint", adapter_path=self.adapter)
 
     def game_spec(self, i: int) -> GameSpec:
+        """The spec of game ``i``: the model in seat ``i % num_players`` (seats rotate), the opponent in the others,
+        seed ``seed + i``."""
         from unstable.registry.model_registry import fixed_policy_ref
 
         seat = i % self.num_players

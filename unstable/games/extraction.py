@@ -33,6 +33,9 @@ MAX_ACTION_CHARS = 1000
 
 @dataclass(frozen=True, slots=True)
 class Extraction:
+    """What an extraction made of a completion: the ``action`` sent to the game, and ``format_ok``, whether the
+    answer was in the expected format (a box, for the built-in extractions)."""
+
     action: str
     format_ok: bool
 
@@ -178,6 +181,7 @@ def register_action_extraction(name: str, fn: ExtractionFn, *, overwrite: bool =
 
 
 def get_action_extraction(name: str) -> ExtractionFn:
+    """The extraction registered under ``name``; ``ValueError`` listing the known ones when there is none."""
     try:
         return _EXTRACTORS[name]
     except KeyError:

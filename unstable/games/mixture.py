@@ -35,6 +35,8 @@ class EnvironmentMixture:
 
     @classmethod
     def of(cls, *items: Any) -> EnvironmentMixture:
+        """A mixture of ``items`` in order, a mixture's parts taken in its place; ``TypeError`` for anything but
+        environments (or their eval sets) and train or eval specs, ``ValueError`` for two environments of one name."""
         parts: list[Any] = []
         for item in items:
             if isinstance(item, EnvironmentMixture):
@@ -58,6 +60,7 @@ class EnvironmentMixture:
 
     @property
     def environments(self) -> tuple[Any, ...]:
+        """The parts from ``unstable.environments`` (not TextArena specs), in order."""
         return tuple(p for p in self.parts if is_environment(p))
 
     def train_parts(self) -> tuple[Any, ...]:

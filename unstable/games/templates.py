@@ -20,6 +20,9 @@ _REASON_THEN_BOX = "Please reason step by step, and put your final answer within
 
 @dataclass(frozen=True, slots=True)
 class PromptTemplate:
+    """A registered template: its ``name``, the ``render`` function from observation to prompt and a one-line
+    ``description``; calling it renders."""
+
     name: str
     render: TemplateFn
     description: str = ""
@@ -121,6 +124,7 @@ def register_template(name: str, template: TemplateFn | str, *, description: str
 
 
 def get_template(name: str) -> PromptTemplate:
+    """The template registered under ``name``; ``ValueError`` listing the known ones when there is none."""
     try:
         return _TEMPLATES[name]
     except KeyError:
@@ -128,10 +132,12 @@ def get_template(name: str) -> PromptTemplate:
 
 
 def available_templates() -> list[str]:
+    """The names of the registered templates, sorted."""
     return sorted(_TEMPLATES)
 
 
 def render_prompt(name: str, observation: str) -> str:
+    """``observation`` rendered by the template registered under ``name``."""
     return get_template(name)(observation)
 
 

@@ -43,6 +43,8 @@ def resolve_model_name(name: str, *, seed: int = 0) -> str:
 
 
 def read_json(path: str, what: str) -> dict:
+    """The JSON object in ``path``; ``ValueError``, prefixed by ``what``, when the file cannot be read as JSON or
+    holds something other than an object."""
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)

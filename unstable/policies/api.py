@@ -84,6 +84,8 @@ class APIPolicy:
         self.client = AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
 
     async def act(self, ctx: TurnContext) -> PolicyOutput:
+        """Ask the API to answer ``ctx.observation`` under the system prompt, retrying as the module docstring says,
+        and extract the move from the redacted reply; :class:`APIPolicyError` when the call fails for good."""
         from openai import APIConnectionError, APIStatusError, APITimeoutError
 
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": ctx.observation}]

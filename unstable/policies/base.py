@@ -60,4 +60,6 @@ class Policy(Protocol):
 
     ref: PolicyRef
 
-    async def act(self, ctx: TurnContext) -> PolicyOutput: ...
+    async def act(self, ctx: TurnContext) -> PolicyOutput:
+        """The move for the turn ``ctx`` describes; :class:`PolicyError` when the model behind the seat cannot
+        answer."""

@@ -32,6 +32,7 @@ class ScriptedPolicy:
         self.choose = choose
 
     async def act(self, ctx: TurnContext) -> PolicyOutput:
+        """The chooser's move for ``ctx``, as both the action and the completion text."""
         move = self.choose(ctx)
         return PolicyOutput(action=move, format_ok=True, completion_text=move)
 

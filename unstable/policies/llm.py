@@ -36,6 +36,9 @@ class LLMPolicy:
         self.sampling = sampling or SamplingParams()
 
     async def act(self, ctx: TurnContext) -> PolicyOutput:
+        """Render the observation, generate with the backend and extract the move; ``gen_seconds`` counts the time
+        queued too. A backend error becomes a :class:`~unstable.policies.base.PolicyError`, except
+        ``InferenceUnavailableError`` (the server is gone), which propagates as it is."""
         prompt = self.template(ctx.observation)
         request = GenerationRequest(prompt, self.ref.adapter_path, self.sampling, self.ref.version)
         try:

@@ -35,6 +35,7 @@ class RandomLegalPolicy:
         self.ref = PolicyRef(uid=uid, kind="scripted")
 
     async def act(self, ctx: TurnContext) -> PolicyOutput:
+        """A legal move drawn uniformly from ``ctx.rng``, as both the action and the completion text."""
         moves = legal_moves(ctx.env_id, ctx.env, ctx.player_id)
         move = ctx.rng.choice(moves)
         return PolicyOutput(action=move, format_ok=True, completion_text=move)

@@ -49,6 +49,9 @@ from unstable.utils.secrets import reject_secret_settings
 
 INFERENCE_BACKENDS = ("auto", "transformers", "vllm")
 RUN_MODES = ("async", "sync")  # build(mode=...): see BuildConfig.mode
+# build()'s defaults of its flat inference settings (num_actors None: one per free GPU, else 1;
+# temperature None: vllm_config's, else the inference config's)
+INFERENCE_DEFAULTS = {"backend": "auto", "num_actors": None, "temperature": None}
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
@@ -686,8 +689,7 @@ class BuildConfig:
         if section == "learner":
             return model.setting(key) if key else model.learner
         if section == "inference":
-            defaults = {"backend": "auto", "num_actors": None, "temperature": None}
-            return model.inference.get(key, defaults[key]) if key else model.inference
+            return model.inference.get(key, INFERENCE_DEFAULTS[key]) if key else model.inference
         if section == "buffer":
             return getattr(model.buffer, key)
         return getattr(getattr(self, section), key)

@@ -68,6 +68,7 @@ class BaseEnvSampler:
         return ",".join(dict.fromkeys(spec.env_id for spec in self.train_env_specs))
 
     def has_eval(self) -> bool:
+        """Whether there is anything to evaluate (eval specs or eval sets)."""
         return bool(self.eval_env_specs)
 
     def sample(self, kind: Kind = "train", where: Callable[[TrainEnvSpec | EvalEnvSpec], bool] | None = None

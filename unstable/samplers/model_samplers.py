@@ -56,9 +56,12 @@ class BaseModelSampler:
         self.rng = random.Random(rng_seed)
 
     def get_current_ckpt(self, lineage: str | None = None) -> PolicyRef:
+        """The :class:`~unstable.records.PolicyRef` of ``lineage``'s current checkpoint (``None``: the registry's
+        first lineage)."""
         return call(self.model_registry, "policy_ref", None, lineage)
 
     def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        """The opponent of a seat of ``lineage``; here its current checkpoint (mirror self-play)."""
         return self.get_current_ckpt(lineage)
 
 
@@ -69,6 +72,7 @@ class FixedOpponentModelSampler(BaseModelSampler):
     """Uniform over the registry's fixed models (API models, scripted baselines)."""
 
     def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        """A fixed model drawn uniformly; ``ValueError`` when the registry has none."""
         fixed = call(self.model_registry, "fixed_uids")
         if not fixed:
             raise ValueError("no fixed opponents registered; call registry.add_fixed(name=...) first")
@@ -94,6 +98,9 @@ class LaggedModelSampler(BaseModelSampler):
         self.lag, self.window = lag, window
 
     def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        """The checkpoint of ``lineage`` ``lag`` versions before its newest (the oldest when there are fewer), or one
+        drawn uniformly from the ``window`` before its newest (the newest when it is the only one); ``RuntimeError``
+        when it has no checkpoint yet."""
         if lineage is None:
             lineage = (call(self.model_registry, "lineages") or [None])[0]
         uids = call(self.model_registry, "checkpoint_uids", lineage)
@@ -133,6 +140,8 @@ class MatchQualityModelSampler(BaseModelSampler):
         return {uid: w / total for uid, w in weights.items()}
 
     def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        """An opponent drawn from :meth:`probabilities`, or ``lineage``'s current checkpoint when there is no other
+        model."""
         probs = self.probabilities(lineage)
         if not probs:
             return self.get_current_ckpt(lineage)
@@ -154,6 +163,7 @@ class PoolModelSampler(BaseModelSampler):
         return others + list(call(self.model_registry, "fixed_uids"))
 
     def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        """An opponent drawn uniformly from :meth:`pool`, or ``lineage``'s current checkpoint when the pool is empty."""
         pool = self.pool(lineage)
         if not pool:
             return self.get_current_ckpt(lineage)

@@ -38,10 +38,12 @@ def _mean(values: list[float]) -> float:
 
 
 def train_prefix(env_id: str) -> str:
+    """The key prefix of the metrics of train games in ``env_id``: ``collect/<env_id>``."""
     return f"collect/{env_id}"
 
 
 def eval_prefix(env_id: str, opponent: str) -> str:
+    """The key prefix of the metrics of eval games in ``env_id`` against ``opponent``: ``eval/<env_id>/<opponent>``."""
     return f"eval/{env_id}/{opponent}"
 
 

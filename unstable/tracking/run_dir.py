@@ -50,6 +50,9 @@ class RunDir:
 
     @classmethod
     def create(cls, run_name: str, run_dir: str | os.PathLike | None = None) -> RunDir:
+        """Make the folder (``run_dir``, default ``runs/<run_name>``) and its sub-folders, keeping what is there,
+        and return it with an absolute ``root``; ``ValueError`` when ``run_name`` cannot name a folder and no
+        ``run_dir`` is given."""
         if run_dir is None:
             if not run_name or os.sep in run_name or run_name in (".", ".."):
                 raise ValueError(f"run_name {run_name!r} cannot name a folder; pass run_dir=... explicitly")
@@ -61,30 +64,37 @@ class RunDir:
 
     @property
     def checkpoints(self) -> Path:
+        """``checkpoints/``: the LoRA adapters the learner writes."""
         return self.root / "checkpoints"
 
     @property
     def logs(self) -> Path:
+        """``logs/``: ``failed_games.jsonl`` and the scheduler's logs."""
         return self.root / "logs"
 
     @property
     def games(self) -> Path:
+        """``games/``: the game transcripts."""
         return self.root / "games"
 
     @property
     def registry(self) -> Path:
+        """``registry/``: the rating snapshots."""
         return self.root / "registry"
 
     @property
     def metrics_path(self) -> Path:
+        """``metrics.jsonl``: one line per Tracker log call."""
         return self.root / METRICS_FILE
 
     @property
     def config_path(self) -> Path:
+        """``config.json``: the run's configuration."""
         return self.root / CONFIG_FILE
 
     @property
     def failed_games_path(self) -> Path:
+        """``logs/failed_games.jsonl``, capped at :data:`FAILED_GAMES_MAX_BYTES`."""
         return self.logs / FAILED_GAMES_FILE
 
 
@@ -117,6 +127,7 @@ class JsonlWriter:
         self._file.flush()
 
     def close(self) -> None:
+        """Close the file (a second call does nothing)."""
         if not self._file.closed:
             self._file.close()
 
@@ -142,6 +153,7 @@ class CappedJsonlWriter(JsonlWriter):
 
     @property
     def full(self) -> bool:
+        """Whether a line has been left out: from then on nothing more is written."""
         return self.unwritten > 0
 
     def write(self, obj: dict[str, Any]) -> bool:  # type: ignore[override]

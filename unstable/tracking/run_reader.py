@@ -52,6 +52,10 @@ class JsonlTail:
         self._inode: int | None = None
 
     def read(self) -> list[dict[str, Any]]:
+        """The complete lines appended since the last call, parsed; a half-written last line waits for the next call.
+
+        Empty while the file does not exist; a replaced or truncated file is read from its start. A corrupt line is
+        skipped with a warning and counted in ``bad_lines``."""
         try:
             st = self.path.stat()
         except FileNotFoundError:

@@ -146,6 +146,7 @@ class TranscriptWriter:
         self._open()
 
     def close(self) -> None:
+        """Close the current file, if open; the next :meth:`write` opens it again."""
         if self._file is not None and not self._file.closed:
             self._file.close()
         self._file = None

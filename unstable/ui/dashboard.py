@@ -41,10 +41,12 @@ def fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
 
 
 def pct(value: Any) -> str:
+    """A fraction as a whole percentage (0.25 -> ``25%``), or ``-`` when missing or not finite."""
     return fmt(None if value is None else 100 * value, ".0f", "%")
 
 
 def duration(seconds: Any) -> str:
+    """Whole seconds as ``1h05m`` (from an hour on) or ``4m07s``, or ``-`` when missing."""
     if seconds is None:
         return "-"
     seconds = int(seconds)
@@ -110,6 +112,8 @@ def _per_env(means: dict[str, float], namespace: str) -> dict[str, dict[str, flo
 
 # ----------------------------------------------------------------------------- panels
 def header(info: dict) -> Text:
+    """The top lines: run name, source (Ray or files), learner step, elapsed time, age of the last write and the
+    W&B link, then the run directory and the time of day."""
     text = Text()
     text.append(" unstable ", style="bold black on bright_cyan")
     text.append(f"  run {info.get('run_name') or '?'}", style="bold")
@@ -128,6 +132,8 @@ def header(info: dict) -> Text:
 
 
 def inference_panel(info: dict) -> Panel:
+    """Tokens per second, queue, batch size and requests of each inference actor, then each GPU's and the
+    machine's usage and the run's processes (the ones known)."""
     title, style = "Inference", "green"
     actors = info.get("inference") or {}
     system = info.get("system") or {}
@@ -154,6 +160,8 @@ def inference_panel(info: dict) -> Panel:
 
 
 def collection_panel(info: dict) -> Panel:
+    """Games played and failed and games per second, then per environment the outcome, format and invalid-move
+    rates of train games and, per opponent, of eval games."""
     title, style = "Collection", "blue"
     counts = info.get("counts") or {}
     train = _per_env(_means(info, "collect"), "collect")
@@ -290,6 +298,8 @@ def trueskill_panel(info: dict, top: int = 12, width: int = 28) -> Panel:
 
 
 def heatmap_panel(info: dict, top_n: int = 8) -> Panel:
+    """How many games each pair of the ``top_n`` most-played models played against each other, shaded from none
+    (dark blue) to the most (red)."""
     title, style = f"Match counts (top {top_n})", "red"
     registry = info.get("registry") or {}
     matches = registry.get("match_counts") or {}
@@ -319,6 +329,8 @@ def _heat(level: float) -> Style:
 
 
 def diversity_panel(info: dict, top: int = 6) -> Panel:
+    """Per environment: the actions' entropy, the share of unique moves and n-grams, and the ``top`` most
+    frequent moves with their shares."""
     title, style = "Action diversity", "cyan"
     envs = info.get("diversity") or {}
     means = _per_env(_means(info, "collect"), "collect")
@@ -347,6 +359,8 @@ class Dashboard:
         self.info = info
 
     def rows(self) -> list[tuple[Panel, ...]]:
+        """The panels in display order, grouped in rows of one or two (a row of two is side by side only on a wide
+        terminal)."""
         i = self.info
         learners = [learner_panel(i, name) for name in model_names(i)] or [learner_panel(i)]
         panels = [inference_panel(i), *learners]  # a learner panel per model, two to a row

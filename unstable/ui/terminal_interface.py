@@ -52,6 +52,10 @@ class RaySource:
         self._config: dict | None = None
 
     def info(self) -> dict[str, Any]:
+        """The Tracker's interface info with the Buffer's stats, the step series kept here and the run's config.
+
+        Once an actor cannot be reached, this and every later call read the run's files instead (and a Ray
+        connection this source opened is shut down)."""
         import ray
 
         if self.fallback is not None:
@@ -114,6 +118,8 @@ class SystemSampler:
         psutil.cpu_percent(None)  # the first call only starts the measurement
 
     def gpus(self) -> list[dict[str, Any]]:
+        """Per NVIDIA GPU: index, name, utilisation (%), memory used and total (GB) and power (W; ``None`` where the
+        board does not report it). Needs NVML (``self.nvml`` not ``None``)."""
         nvml, out = self.nvml, []
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -129,6 +135,8 @@ class SystemSampler:
         return out
 
     def ray_workers(self) -> dict[str, Any]:
+        """The number of this machine's ``ray::`` processes, their summed CPU percent (since the previous call) and
+        their resident memory (GB)."""
         cpu = rss = 0.0
         alive = {}
         for proc in psutil.process_iter(["name"]):
@@ -145,6 +153,8 @@ class SystemSampler:
         return {"count": len(alive), "cpu_percent": cpu, "rss_gb": rss / 1e9}
 
     def sample(self) -> dict[str, Any]:
+        """The machine's CPU percent (since the previous call), cores and memory used and total (GB), with
+        ``gpus`` when NVML is there and ``procs`` when watching the Ray workers."""
         memory = psutil.virtual_memory()
         out: dict[str, Any] = {
             "cpu_percent": psutil.cpu_percent(None),
@@ -239,6 +249,7 @@ def open_source(args: argparse.Namespace) -> RaySource | RunReader:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """``parser`` (a new one when ``None``) with the dashboard's arguments added."""
     parser = parser or argparse.ArgumentParser(prog="python -m unstable.terminal_interface", description=__doc__,
                                                formatter_class=argparse.RawDescriptionHelpFormatter)
     return add_dashboard_arguments(parser)
@@ -271,6 +282,8 @@ def run(args: argparse.Namespace, console: Console | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m unstable.ui.terminal_interface``: run the dashboard; when there is no run to show, or an
+    argument is bad, print one line on stderr and return 2."""
     args = build_parser().parse_args(argv)
     try:
         return run(args)
