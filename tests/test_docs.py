@@ -96,3 +96,18 @@ def test_the_public_api_has_docstrings():
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "RESULT: PASSED (minimum: 95.0%" in proc.stdout
+
+
+def test_the_readme_is_short_and_links_into_the_docs():
+    """The README is the pitch, the two set-up commands, a short example and links: every relative link
+    resolves, and every page of the site is linked."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if not link.startswith("http")]
+    assert all((REPO / link).exists() for link in local), [link for link in local if not (REPO / link).exists()]
+    pages = {str(p.relative_to(REPO)) for p in [*DOCS.glob("*.md"), *DOCS.glob("tutorials/*.md"),
+                                                DOCS / "reference" / "index.md"]}
+    assert pages - {"docs/index.md", "docs/changelog.md"} <= set(local), sorted(pages - set(local))  # CHANGELOG.md itself
+    assert readme.count("```bash") == 3 and len(readme.splitlines()) < 120
+    assert "bash scripts/install.sh && .venv/bin/unstable quickstart" in readme
+    assert "bash scripts/install.sh --dev && .venv/bin/python -m pytest" in readme
