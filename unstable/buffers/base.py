@@ -221,6 +221,11 @@ class BufferBase:
             for traj in player_trajectories(record, lineage=self.lineage)
         )
 
+    def add_games(self, records: list[GameRecord], policy_version: int | None = None) -> int:
+        """:meth:`add_game` for each record, in order: one call (one Ray round trip) for a batch of
+        finished games; returns the number of Steps produced."""
+        return sum(self.add_game(record, policy_version) for record in records)
+
     def is_stale(self, step: Step) -> bool:
         """True when ``step.policy_version < learner_version - max_staleness``.
 
@@ -246,6 +251,10 @@ class BufferBase:
     def is_full(self) -> bool:
         """True while the buffer holds ``max_buffer_size`` Steps or more (the collector pauses)."""
         return self.size() >= self.max_buffer_size
+
+    def collection_state(self) -> tuple[bool, bool]:
+        """``(continue_collection(), is_full())`` in one call, which is what the collector polls."""
+        return self.continue_collection(), self.is_full()
 
     def stop(self) -> None:
         """Tell the collector to stop launching games."""

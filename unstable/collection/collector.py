@@ -14,12 +14,22 @@ with ``stage="inference"`` and are counted as ``dropped`` (never as failed, neve
 buffer, never retried); no new game goes to it until it answers again. If every actor is dead for
 good (restarts used up), or none has answered for ``unavailable_timeout_s``, :meth:`collect` raises,
 and so does any error of the buffer or scheduler: the run stops with the cause instead of waiting.
-``trajectories_sent`` counts the player trajectories handed to ``buffer.add_game`` (the buffer
+``trajectories_sent`` counts the player trajectories handed to ``buffer.add_games`` (the buffer
 counts what it received; the two must agree).
+
+Batches. What crosses to the other components goes in batches, so a run on Ray pays a few round
+trips per batch, not several per game: finished games are held back and sent together, train games
+to the buffer(s) (``add_games``), every result to the scheduler (``update_many``, which rates them
+in the registry in one call) and to the tracker (``log_games``, not awaited), once ``flush_games``
+games are held or the oldest has waited ``flush_interval_s``, and always when collection stops,
+also on an error (nothing finished is lost). New games are asked for several at a time
+(``next_train_jobs``). A collaborator without the batched method is called once per game.
 
 Back-pressure: no new *train* game starts while the buffer is full (``buffer.is_full()``), so
 collection never runs far ahead of the learner; eval games keep going. ``buffer.stop()`` (sent by
-the learner when it is done) or :meth:`stop` ends collection.
+the learner when it is done) or :meth:`stop` ends collection. The buffers' state is asked
+(``collection_state``, one call for both) at most every ``state_refresh_s`` and after each batch
+sent to them.
 
 The collaborators may be plain objects or Ray actor handles (see ``unstable.utils.calls``).
 """
@@ -40,7 +50,7 @@ from unstable.policies.api import APIOpponentConfig
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
 from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, player_trajectories
-from unstable.utils.calls import acall, fire
+from unstable.utils.calls import acall, fire, has_method
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +76,10 @@ class Collector:
 
     ``api_opponents`` (an :class:`~unstable.policies.api.APIOpponentConfig`) sets the timeout and
     retries of the seats played over an API.
+
+    ``flush_games`` and ``flush_interval_s`` bound how long a finished game is held back before it
+    is sent (see the module docstring; ``flush_games=1`` sends each game at once), and
+    ``state_refresh_s`` how old the buffers' full/stopped state may be.
     """
 
     def __init__(self, tracker: Any = None, buffer: Any = None, game_scheduler: Any = None, *,
@@ -75,7 +89,8 @@ class Collector:
                  action_extractions: dict[str, Any] | None = None, buffers: dict[str, Any] | None = None,
                  backend_groups: dict[str, list[int]] | None = None,
                  samplings: dict[str, SamplingParams] | None = None, environments: dict[str, Any] | None = None,
-                 api_opponents: APIOpponentConfig | None = None):
+                 api_opponents: APIOpponentConfig | None = None, flush_games: int = 32,
+                 flush_interval_s: float = 0.2, state_refresh_s: float = 0.05):
         if game_scheduler is None or (buffer is None) == (not buffers):
             raise ValueError("Collector needs a game_scheduler and either one buffer or buffers={model: buffer}")
         # registrations made in the user's process (custom_templates()): a Ray actor starts without them
@@ -115,6 +130,20 @@ class Collector:
         self.failure_budget = failure_budget or FailureBudget()
         self.api_opponents = api_opponents or APIOpponentConfig()
         self._failures = {kind: FailureCounter(self.failure_budget, kind) for kind in ("train", "eval")}
+        if isinstance(flush_games, bool) or not isinstance(flush_games, int) or flush_games < 1:
+            raise ValueError(f"flush_games must be an int >= 1 (1 sends each finished game at once), "
+                             f"got {flush_games!r}")
+        for name, value in (("flush_interval_s", flush_interval_s), ("state_refresh_s", state_refresh_s)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        self.flush_games, self.flush_interval_s, self.state_refresh_s = flush_games, flush_interval_s, state_refresh_s
+        # finished games held back until the next flush: train records per buffer, every result for
+        # the scheduler and the tracker
+        self._held: dict[str | None, list[GameRecord]] = {name: [] for name in self.buffers}
+        self._held_results: list[GameRecord | FailedGame] = []
+        self._held_since: float | None = None
+        self._state: tuple[tuple[str | None, ...], bool] = ((), False)
+        self._state_at: float | None = None  # when the buffers' state was last asked (None: ask now)
 
     # ----------------------------------------------------------------- inference health
     def _pick_backend(self, among: list[int] | None = None) -> int | None:
@@ -245,15 +274,48 @@ class Collector:
                                f"this collector was not given (environments: {sorted(self.environments)})") from None
 
     async def _paused(self) -> tuple[tuple[str | None, ...], bool]:
-        """The models whose buffers are full or stopped, and whether every buffer is stopped."""
+        """The models whose buffers are full or stopped, and whether every buffer is stopped; asked
+        again only when the last answer is ``state_refresh_s`` old or a batch went to the buffers."""
+        now = time.monotonic()
+        if self._state_at is not None and now - self._state_at < self.state_refresh_s:
+            return self._state
         paused, stopped = [], 0
         for name, buffer in self.buffers.items():
-            if not await acall(buffer, "continue_collection"):
+            if has_method(buffer, "collection_state"):
+                collecting, full = await acall(buffer, "collection_state")
+            else:
+                collecting = await acall(buffer, "continue_collection")
+                full = collecting and await acall(buffer, "is_full")
+            if not collecting:
                 paused.append(name)
                 stopped += 1
-            elif await acall(buffer, "is_full"):
+            elif full:
                 paused.append(name)
-        return tuple(paused), stopped == len(self.buffers)
+        self._state, self._state_at = (tuple(paused), stopped == len(self.buffers)), time.monotonic()
+        return self._state
+
+    async def _train_jobs(self, n: int, paused: tuple[str | None, ...]) -> list[GameSpec]:
+        """Up to ``n`` train specs from the scheduler, in one call when it can batch them."""
+        if has_method(self.scheduler, "next_train_jobs"):
+            return await acall(self.scheduler, "next_train_jobs", n, *((paused,) if paused else ()))
+        specs = []
+        while len(specs) < n:
+            spec = await acall(self.scheduler, "next_train_job", *((paused,) if paused else ()))
+            if spec is None:  # every spec's models are paused
+                break
+            specs.append(spec)
+        return specs
+
+    async def _eval_jobs(self, n: int) -> list[GameSpec]:
+        if has_method(self.scheduler, "next_eval_jobs"):
+            return await acall(self.scheduler, "next_eval_jobs", n)
+        specs = []
+        while len(specs) < n:
+            spec = await acall(self.scheduler, "next_eval_job")
+            if spec is None:
+                break
+            specs.append(spec)
+        return specs
 
     # ----------------------------------------------------------------- main loop
     async def collect(self, num_train_workers: int, num_eval_workers: int | None = 0) -> dict[str, int]:
@@ -276,39 +338,55 @@ class Collector:
                 full = len(paused) == len(self.buffers)
                 self._counts["paused_checks"] += bool(full)
                 serving = self._check_inference()
-                while serving and not full and len(train) < num_train_workers:
-                    spec = await acall(self.scheduler, "next_train_job", *((paused,) if paused else ()))
-                    if spec is None:  # every spec's models are paused
-                        break
-                    train.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
-                    self._counts["train_started"] += 1
-                while serving and len(evals) < num_eval_workers:
-                    spec = await acall(self.scheduler, "next_eval_job")
-                    if spec is None:
-                        break
-                    evals.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
-                    self._counts["eval_started"] += 1
+                if serving and not full and len(train) < num_train_workers:
+                    for spec in await self._train_jobs(num_train_workers - len(train), paused):
+                        train.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
+                        self._counts["train_started"] += 1
+                if serving and len(evals) < num_eval_workers:
+                    for spec in await self._eval_jobs(num_eval_workers - len(evals)):
+                        evals.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
+                        self._counts["eval_started"] += 1
                 if not train and not evals:
+                    await self._flush()  # nothing in flight to wait for: send what is held now
                     await asyncio.sleep(0.05)  # paused and idle: wait for the learner to drain the buffer
                     continue
-                done, _ = await asyncio.wait(train | evals, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(train | evals, timeout=self._wait_s(),
+                                             return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     is_train = task in train
                     (train if is_train else evals).discard(task)
                     result, used = task.result()
-                    await self._handle(result, is_train, used)
+                    self._handle(result, is_train, used)
+                if self._flush_due():
+                    await self._flush()
                 if loop.time() - last_stats > self.stats_every_s:
                     last_stats = loop.time()
                     await self._report()
-        finally:  # also on an error: no game or probe keeps running in the background
-            self._counts["cancelled"] += len(train) + len(evals)  # in flight when collection stopped
-            for task in train | evals | set(self._probes.values()):
-                task.cancel()
-            await asyncio.gather(*train, *evals, *self._probes.values(), return_exceptions=True)
+        except BaseException:  # an error, a spent budget, a cancel: the games that finished still go out
+            await self._stop_games(train, evals)
+            try:
+                await self._flush()
+            except Exception as exc:  # the error that stopped collection is the one to raise
+                log.error("could not send the %d finished games held back when collection stopped: %r",
+                          len(self._held_results), exc)
+            raise
+        await self._stop_games(train, evals)
+        await self._flush()
         await self._report()
         return dict(self._counts)
 
-    async def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool, backends: list[int]) -> None:
+    async def _stop_games(self, train: set[asyncio.Task], evals: set[asyncio.Task]) -> None:
+        """Cancel what is still in flight (counted as cancelled) and the probes: nothing keeps running."""
+        self._counts["cancelled"] += len(train) + len(evals)
+        for task in train | evals | set(self._probes.values()):
+            task.cancel()
+        await asyncio.gather(*train, *evals, *self._probes.values(), return_exceptions=True)
+        train.clear()
+        evals.clear()
+
+    def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool, backends: list[int]) -> None:
+        """Count a finished game and hold it back for the next :meth:`_flush`; raises once the
+        failure budget is spent (the game that spent it is held and sent too)."""
         error = outcome if isinstance(outcome, GameFailedError) else None
         result = outcome.failure if isinstance(outcome, GameFailedError) else outcome
         if isinstance(result, FailedGame):
@@ -321,19 +399,18 @@ class Collector:
             log.warning(result.describe())
         elif is_train:
             self._counts["train_finished"] += 1
-            await self._send(result)
+            self._hold_for_buffers(result)
         else:
             self._counts["eval_finished"] += 1
-        await acall(self.scheduler, "update", result)
-        if self.tracker is not None:
-            fire(self.tracker, "log_game", result)
+        self._held_results.append(result)
+        if self._held_since is None:
+            self._held_since = time.monotonic()
         self._failures["train" if is_train else "eval"].record(error)  # raises once the budget is spent
 
-    async def _send(self, record: GameRecord) -> None:
-        """Hand a finished train game to the buffer(s) of the models whose seats it collected."""
+    def _hold_for_buffers(self, record: GameRecord) -> None:
+        """Hold a finished train game for the buffer(s) of the models whose seats it collected."""
         if None in self.buffers:
-            self._counts["trajectories_sent"] += len(player_trajectories(record))
-            await acall(self.buffers[None], "add_game", record)
+            self._held[None].append(record)
             return
         lineages = dict.fromkeys(a.policy.lineage for a in record.spec.agents if a.collect_data)
         missing = [name for name in lineages if name not in self.buffers]
@@ -341,10 +418,55 @@ class Collector:
             raise RuntimeError(f"game {record.game_id} collected seats of {missing}, which have no buffer here "
                                f"(buffers: {sorted(self.buffers)}); the scheduler and the collector disagree")
         for name in lineages:
-            sent = len(player_trajectories(record, lineage=name))
-            self._counts["trajectories_sent"] += sent
+            self._held[name].append(record)
+
+    def _flush_due(self) -> bool:
+        return bool(self._held_results) and (len(self._held_results) >= self.flush_games or
+                                             time.monotonic() - self._held_since >= self.flush_interval_s)
+
+    def _wait_s(self) -> float:
+        """How long to wait for a game to finish: at most until the held games are due."""
+        if self._held_since is None:
+            return 0.5
+        return min(0.5, max(0.0, self._held_since + self.flush_interval_s - time.monotonic()))
+
+    async def _flush(self) -> None:
+        """Send the held games: train games to their buffers, then every result to the scheduler,
+        then to the tracker. Each batch leaves the hold before it is sent, so it is never sent twice;
+        when a send raises, what was not sent yet stays held (for the flush at the end)."""
+        for name in self.buffers:
+            if self._held[name]:
+                records, self._held[name] = self._held[name], []
+                await self._send(name, records)
+                self._state_at = None  # the buffer may be full now: ask again before starting games
+        if not self._held_results:
+            return
+        results, self._held_results, self._held_since = self._held_results, [], None
+        if has_method(self.scheduler, "update_many"):
+            await acall(self.scheduler, "update_many", results)
+        else:
+            for result in results:
+                await acall(self.scheduler, "update", result)
+        if self.tracker is None:
+            return
+        if has_method(self.tracker, "log_games"):
+            fire(self.tracker, "log_games", results)
+        else:
+            for result in results:
+                fire(self.tracker, "log_game", result)
+
+    async def _send(self, name: str | None, records: list[GameRecord]) -> None:
+        """Hand finished train games to the buffer of model ``name`` (``None``: the one buffer)."""
+        sent = sum(len(player_trajectories(r, lineage=name)) for r in records)
+        self._counts["trajectories_sent"] += sent
+        if name is not None:
             self._counts[f"trajectories_sent/{name}"] += sent
-            await acall(self.buffers[name], "add_game", record)
+        buffer = self.buffers[name]
+        if has_method(buffer, "add_games"):
+            await acall(buffer, "add_games", records)
+        else:
+            for record in records:
+                await acall(buffer, "add_game", record)
 
     async def _report(self) -> None:
         if self.tracker is None:

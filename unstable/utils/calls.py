@@ -42,3 +42,37 @@ async def acall(obj: Any, method: str, *args: Any, **kwargs: Any) -> Any:
     if asyncio.iscoroutine(result):
         return await result
     return result
+
+
+def has_method(obj: Any, method: str) -> bool:
+    """Whether ``obj`` (a local object or an actor handle) has ``method``: a collaborator written
+    before a batched method existed (a test's fake, a user's subclass of nothing) is called item by item."""
+    return callable(getattr(obj, method, None))
+
+
+class CachedReads:
+    """``obj``'s answers to the read-only methods in ``reads``, each asked once per arguments.
+
+    For a batch of work that reads the same things many times from an actor (the scheduler drawing
+    32 games reads the current checkpoint and the fixed opponents from the registry for each): the
+    batch sees one snapshot and pays one round trip per distinct question. Any other method goes
+    straight to ``obj``. Answers that are lists, dicts or sets are copied, so a caller that changes
+    one does not change the next caller's.
+    """
+
+    def __init__(self, obj: Any, reads: frozenset[str] | set[str]):
+        self._obj, self._reads = obj, frozenset(reads)
+        self._answers: dict[tuple, Any] = {}
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_") or method not in self._reads:
+            return getattr(self._obj, method)
+
+        def read(*args: Any, **kwargs: Any) -> Any:
+            key = (method, args, tuple(sorted(kwargs.items())))
+            if key not in self._answers:
+                self._answers[key] = call(self._obj, method, *args, **kwargs)
+            answer = self._answers[key]
+            return answer.copy() if isinstance(answer, list | dict | set) else answer
+
+        return read
