@@ -456,17 +456,22 @@ class Collector:
                 fire(self.tracker, "log_game", result)
 
     async def _send(self, name: str | None, records: list[GameRecord]) -> None:
-        """Hand finished train games to the buffer of model ``name`` (``None``: the one buffer)."""
+        """Hand finished train games to the buffer of model ``name`` (``None``: the one buffer); what
+        the buffer took is counted in ``trajectories_sent``."""
+        buffer = self.buffers[name]
+        if has_method(buffer, "add_games"):
+            await acall(buffer, "add_games", records)
+            self._count_sent(name, records)
+            return
+        for record in records:
+            await acall(buffer, "add_game", record)
+            self._count_sent(name, [record])
+
+    def _count_sent(self, name: str | None, records: list[GameRecord]) -> None:
         sent = sum(len(player_trajectories(r, lineage=name)) for r in records)
         self._counts["trajectories_sent"] += sent
         if name is not None:
             self._counts[f"trajectories_sent/{name}"] += sent
-        buffer = self.buffers[name]
-        if has_method(buffer, "add_games"):
-            await acall(buffer, "add_games", records)
-        else:
-            for record in records:
-                await acall(buffer, "add_game", record)
 
     async def _report(self) -> None:
         if self.tracker is None:
