@@ -17,19 +17,19 @@ and so does any error of the buffer or scheduler: the run stops with the cause i
 ``trajectories_sent`` counts the player trajectories handed to ``buffer.add_games`` (the buffer
 counts what it received; the two must agree).
 
-Batches. What crosses to the other components goes in batches, so a run on Ray pays a few round
-trips per batch, not several per game: finished games are held back and sent together, train games
-to the buffer(s) (``add_games``), every result to the scheduler (``update_many``, which rates them
-in the registry in one call) and to the tracker (``log_games``, not awaited), once ``flush_games``
-games are held or the oldest has waited ``flush_interval_s``, and always when collection stops,
-also on an error (nothing finished is lost). New games are asked for several at a time
-(``next_train_jobs``). A collaborator without the batched method is called once per game.
+Batches. Finished games go out in batches (see :mod:`unstable.collection.outbox`): train games to the
+buffer(s) (``add_games``), every result to the scheduler (``update_many``, which rates them in the
+registry in one call) and to the tracker (``log_games``), once ``flush_games`` games are held or
+the oldest has waited ``flush_interval_s``, and always when collection stops, also on an error
+(nothing finished is lost). A batch's calls run while the next games are played. New games are
+asked for several at a time (``next_train_jobs``). A collaborator without the batched method is
+called once per game.
 
 Back-pressure: no new *train* game starts while the buffer is full (``buffer.is_full()``), so
 collection never runs far ahead of the learner; eval games keep going. ``buffer.stop()`` (sent by
-the learner when it is done) or :meth:`stop` ends collection. The buffers' state is asked
-(``collection_state``, one call for both) at most every ``state_refresh_s`` and after each batch
-sent to them.
+the learner when it is done) or :meth:`stop` ends collection. The buffers' state
+(``collection_state``, one call for both) is asked in the background every ``state_refresh_s``, so
+the collector reacts to it within that time and a round trip.
 
 The collaborators may be plain objects or Ray actor handles (see ``unstable.utils.calls``).
 """
@@ -42,6 +42,7 @@ import time
 from typing import Any
 
 from unstable.collection.failures import FailureBudget, FailureCounter
+from unstable.collection.outbox import Outbox
 from unstable.collection.rollout import play_game
 from unstable.games.extraction import register_action_extraction
 from unstable.games.templates import register_template
@@ -49,7 +50,7 @@ from unstable.inference.base import InferenceDeadError, InferenceUnavailableErro
 from unstable.policies.api import APIOpponentConfig
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
-from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, player_trajectories
+from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec
 from unstable.utils.calls import acall, fire, has_method
 
 log = logging.getLogger(__name__)
@@ -136,14 +137,12 @@ class Collector:
         for name, value in (("flush_interval_s", flush_interval_s), ("state_refresh_s", state_refresh_s)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
                 raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
-        self.flush_games, self.flush_interval_s, self.state_refresh_s = flush_games, flush_interval_s, state_refresh_s
-        # finished games held back until the next flush: train records per buffer, every result for
-        # the scheduler and the tracker
-        self._held: dict[str | None, list[GameRecord]] = {name: [] for name in self.buffers}
-        self._held_results: list[GameRecord | FailedGame] = []
-        self._held_since: float | None = None
+        self.state_refresh_s = state_refresh_s
+        self._outbox = Outbox(self.buffers, game_scheduler, tracker, self._counts, flush_games=flush_games,
+                              flush_interval_s=flush_interval_s)
         self._state: tuple[tuple[str | None, ...], bool] = ((), False)
-        self._state_at: float | None = None  # when the buffers' state was last asked (None: ask now)
+        self._state_at: float | None = None  # when the buffers' state was last asked (None: never)
+        self._refresh: asyncio.Task | None = None  # the buffers' state being asked in the background
 
     # ----------------------------------------------------------------- inference health
     def _pick_backend(self, among: list[int] | None = None) -> int | None:
@@ -274,11 +273,21 @@ class Collector:
                                f"this collector was not given (environments: {sorted(self.environments)})") from None
 
     async def _paused(self) -> tuple[tuple[str | None, ...], bool]:
-        """The models whose buffers are full or stopped, and whether every buffer is stopped; asked
-        again only when the last answer is ``state_refresh_s`` old or a batch went to the buffers."""
-        now = time.monotonic()
-        if self._state_at is not None and now - self._state_at < self.state_refresh_s:
-            return self._state
+        """The models whose buffers are full or stopped, and whether every buffer is stopped. Asked
+        once before the first games, then in the background every ``state_refresh_s``: the answer
+        may be that old (and a round trip)."""
+        if self._refresh is not None and self._refresh.done():
+            task, self._refresh = self._refresh, None
+            self._state = task.result()  # raises a buffer's error
+        if self._state_at is None:
+            self._state_at = time.monotonic()
+            self._state = await self._ask_buffers()
+        elif self._refresh is None and time.monotonic() - self._state_at >= self.state_refresh_s:
+            self._state_at = time.monotonic()
+            self._refresh = asyncio.create_task(self._ask_buffers())
+        return self._state
+
+    async def _ask_buffers(self) -> tuple[tuple[str | None, ...], bool]:
         paused, stopped = [], 0
         for name, buffer in self.buffers.items():
             if has_method(buffer, "collection_state"):
@@ -291,8 +300,7 @@ class Collector:
                 stopped += 1
             elif full:
                 paused.append(name)
-        self._state, self._state_at = (tuple(paused), stopped == len(self.buffers)), time.monotonic()
-        return self._state
+        return tuple(paused), stopped == len(self.buffers)
 
     async def _train_jobs(self, n: int, paused: tuple[str | None, ...]) -> list[GameSpec]:
         """Up to ``n`` train specs from the scheduler, in one call when it can batch them."""
@@ -346,47 +354,49 @@ class Collector:
                     for spec in await self._eval_jobs(num_eval_workers - len(evals)):
                         evals.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
                         self._counts["eval_started"] += 1
+                if self._outbox.due():
+                    await self._outbox.flush()  # after asking for games: the scheduler answers that first
                 if not train and not evals:
-                    await self._flush()  # nothing in flight to wait for: send what is held now
+                    await self._outbox.close()  # nothing to wait for: send what is held, see it arrive
                     await asyncio.sleep(0.05)  # paused and idle: wait for the learner to drain the buffer
                     continue
-                done, _ = await asyncio.wait(train | evals, timeout=self._wait_s(),
+                done, _ = await asyncio.wait(train | evals, timeout=self._outbox.wait_s(0.5),
                                              return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     is_train = task in train
                     (train if is_train else evals).discard(task)
                     result, used = task.result()
                     self._handle(result, is_train, used)
-                if self._flush_due():
-                    await self._flush()
                 if loop.time() - last_stats > self.stats_every_s:
                     last_stats = loop.time()
                     await self._report()
         except BaseException:  # an error, a spent budget, a cancel: the games that finished still go out
             await self._stop_games(train, evals)
             try:
-                await self._flush()
+                await self._outbox.close()
             except Exception as exc:  # the error that stopped collection is the one to raise
-                log.error("could not send the %d finished games held back when collection stopped: %r",
-                          len(self._held_results), exc)
+                log.error("while stopping on an error, sending the finished games failed too: %r", exc)
             raise
         await self._stop_games(train, evals)
-        await self._flush()
+        await self._outbox.close()
         await self._report()
         return dict(self._counts)
 
     async def _stop_games(self, train: set[asyncio.Task], evals: set[asyncio.Task]) -> None:
-        """Cancel what is still in flight (counted as cancelled) and the probes: nothing keeps running."""
+        """Cancel what is still in flight (counted as cancelled), the probes and the buffers' state
+        request: nothing keeps running."""
         self._counts["cancelled"] += len(train) + len(evals)
-        for task in train | evals | set(self._probes.values()):
+        refresh = [self._refresh] if self._refresh is not None else []
+        self._refresh = None
+        for task in train | evals | set(self._probes.values()) | set(refresh):
             task.cancel()
-        await asyncio.gather(*train, *evals, *self._probes.values(), return_exceptions=True)
+        await asyncio.gather(*train, *evals, *self._probes.values(), *refresh, return_exceptions=True)
         train.clear()
         evals.clear()
 
     def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool, backends: list[int]) -> None:
-        """Count a finished game and hold it back for the next :meth:`_flush`; raises once the
-        failure budget is spent (the game that spent it is held and sent too)."""
+        """Count a finished game and hold it in the outbox; raises once the failure budget is spent
+        (the game that spent it is held and sent too)."""
         error = outcome if isinstance(outcome, GameFailedError) else None
         result = outcome.failure if isinstance(outcome, GameFailedError) else outcome
         if isinstance(result, FailedGame):
@@ -399,79 +409,22 @@ class Collector:
             log.warning(result.describe())
         elif is_train:
             self._counts["train_finished"] += 1
-            self._hold_for_buffers(result)
         else:
             self._counts["eval_finished"] += 1
-        self._held_results.append(result)
-        if self._held_since is None:
-            self._held_since = time.monotonic()
+        trains = is_train and not isinstance(result, FailedGame)
+        self._outbox.hold(result, self._buffers_of(result) if trains else [])
         self._failures["train" if is_train else "eval"].record(error)  # raises once the budget is spent
 
-    def _hold_for_buffers(self, record: GameRecord) -> None:
-        """Hold a finished train game for the buffer(s) of the models whose seats it collected."""
+    def _buffers_of(self, record: GameRecord) -> list[str | None]:
+        """The buffer(s) a finished train game goes to: of the models whose seats it collected."""
         if None in self.buffers:
-            self._held[None].append(record)
-            return
-        lineages = dict.fromkeys(a.policy.lineage for a in record.spec.agents if a.collect_data)
+            return [None]
+        lineages = list(dict.fromkeys(a.policy.lineage for a in record.spec.agents if a.collect_data))
         missing = [name for name in lineages if name not in self.buffers]
         if missing:
             raise RuntimeError(f"game {record.game_id} collected seats of {missing}, which have no buffer here "
                                f"(buffers: {sorted(self.buffers)}); the scheduler and the collector disagree")
-        for name in lineages:
-            self._held[name].append(record)
-
-    def _flush_due(self) -> bool:
-        return bool(self._held_results) and (len(self._held_results) >= self.flush_games or
-                                             time.monotonic() - self._held_since >= self.flush_interval_s)
-
-    def _wait_s(self) -> float:
-        """How long to wait for a game to finish: at most until the held games are due."""
-        if self._held_since is None:
-            return 0.5
-        return min(0.5, max(0.0, self._held_since + self.flush_interval_s - time.monotonic()))
-
-    async def _flush(self) -> None:
-        """Send the held games: train games to their buffers, then every result to the scheduler,
-        then to the tracker. Each batch leaves the hold before it is sent, so it is never sent twice;
-        when a send raises, what was not sent yet stays held (for the flush at the end)."""
-        for name in self.buffers:
-            if self._held[name]:
-                records, self._held[name] = self._held[name], []
-                await self._send(name, records)
-                self._state_at = None  # the buffer may be full now: ask again before starting games
-        if not self._held_results:
-            return
-        results, self._held_results, self._held_since = self._held_results, [], None
-        if has_method(self.scheduler, "update_many"):
-            await acall(self.scheduler, "update_many", results)
-        else:
-            for result in results:
-                await acall(self.scheduler, "update", result)
-        if self.tracker is None:
-            return
-        if has_method(self.tracker, "log_games"):
-            fire(self.tracker, "log_games", results)
-        else:
-            for result in results:
-                fire(self.tracker, "log_game", result)
-
-    async def _send(self, name: str | None, records: list[GameRecord]) -> None:
-        """Hand finished train games to the buffer of model ``name`` (``None``: the one buffer); what
-        the buffer took is counted in ``trajectories_sent``."""
-        buffer = self.buffers[name]
-        if has_method(buffer, "add_games"):
-            await acall(buffer, "add_games", records)
-            self._count_sent(name, records)
-            return
-        for record in records:
-            await acall(buffer, "add_game", record)
-            self._count_sent(name, [record])
-
-    def _count_sent(self, name: str | None, records: list[GameRecord]) -> None:
-        sent = sum(len(player_trajectories(r, lineage=name)) for r in records)
-        self._counts["trajectories_sent"] += sent
-        if name is not None:
-            self._counts[f"trajectories_sent/{name}"] += sent
+        return lineages
 
     async def _report(self) -> None:
         if self.tracker is None:
