@@ -168,7 +168,7 @@ def collector_ray(env_id: str, seconds: float) -> dict[str, float]:
         collector = actor_class(ScriptedCollector).options(**light, max_concurrency=1000).remote(
             tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=[NoModel()])
         done = collector.collect.remote(WORKERS, 0)
-        time.sleep(min(2.0, seconds / 3))
+        time.sleep(min(2.0, max(1.0, seconds / 3)))  # the actors' first calls import and warm up
         cpu_before, before = tree_cpu(), ray.get(scheduler.stamped_counts.remote())
         time.sleep(seconds)
         cpu_after, after = tree_cpu(), ray.get(scheduler.stamped_counts.remote())
@@ -182,16 +182,46 @@ def collector_ray(env_id: str, seconds: float) -> dict[str, float]:
             "cpu_s": sum(cpu - cpu_before.get(pid, 0.0) for pid, cpu in cpu_after.items())}
 
 
-def row(env_id: str, path: str, m: dict[str, float], bare: dict[str, float] | None,
-        in_process: dict[str, float] | None = None) -> dict:
+def row(env_id: str, path: str, m: dict[str, float], bare: dict[str, float] | None) -> dict:
     turns_per_s = m["turns"] / m["seconds"]
     out = {"env": env_id, "path": path, "games": int(m["games"]), "turns": int(m["turns"]),
            "seconds": round(m["seconds"], 1), "games/s": m["games"] / m["seconds"], "turns/s": turns_per_s,
            "us/turn": 1e6 / turns_per_s if turns_per_s else None,
            "games/CPU-s": m["games"] / m["cpu_s"] if m.get("cpu_s") else None}
     out["x bare"] = turns_per_s / (bare["turns"] / bare["seconds"]) if bare else 1.0
-    out["x in-process"] = turns_per_s / (in_process["turns"] / in_process["seconds"]) if in_process else None
+    out["x in-process"] = None
     return out
+
+
+def measure_env(env_id: str, seconds: float, rounds: int, ray_too: bool) -> list[dict]:
+    """Every path on ``env_id``, ``rounds`` times in turn; per path the round with the median turns/s."""
+    paths = {"bare TextArena loop": lambda: bare_textarena(env_id, seconds),
+             f"play_games ({WORKERS} in flight)": lambda: rollout(env_id, seconds),
+             "Collector, no Tracker": lambda: collector_local(env_id, seconds, False),
+             "Collector + Tracker": lambda: collector_local(env_id, seconds, True)}
+    if ray_too:
+        paths["Collector + Tracker, Ray actors"] = lambda: collector_ray(env_id, seconds)
+    runs: dict[str, list[dict[str, float]]] = {path: [] for path in paths}
+    for _ in range(rounds):
+        for path, measure in paths.items():
+            runs[path].append(measure())
+
+    def speed(m: dict[str, float]) -> float:
+        return m["turns"] / m["seconds"]
+
+    median_run = {path: sorted(ms, key=speed)[(len(ms) - 1) // 2] for path, ms in runs.items()}
+    bare = median_run["bare TextArena loop"]
+    rows = []
+    for path, m in median_run.items():
+        out = row(env_id, path, m, None if path == "bare TextArena loop" else bare)
+        if path == "Collector + Tracker":
+            out["x in-process"] = 1.0
+        elif path == "Collector + Tracker, Ray actors":
+            ratios = sorted(speed(a) / speed(b) for a, b in zip(runs[path], runs["Collector + Tracker"], strict=True))
+            out["x in-process"] = ratios[(len(ratios) - 1) // 2]
+            out["x in-process range"] = f"{ratios[0]:.2f}-{ratios[-1]:.2f}" if rounds > 1 else None
+        rows.append(out)
+    return rows
 
 
 def main() -> None:
@@ -199,7 +229,11 @@ def main() -> None:
     add_common_args(parser)
     parser.add_argument("--seconds", type=float, default=None, help="measuring time per path and game")
     parser.add_argument("--no-ray", action="store_true", help="skip the Collector-on-Ray rows")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every path this many times, in turn (a shared machine's load comes and goes)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     seconds = args.seconds or (1.0 if args.quick else 8.0)
     info = machine()
     rows = []
@@ -212,24 +246,19 @@ def main() -> None:
                  _temp_dir=tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
     try:
         for env_id in ENVS:
-            bare = bare_textarena(env_id, seconds)
-            rows.append(row(env_id, "bare TextArena loop", bare, None))
-            rows.append(row(env_id, f"play_games ({WORKERS} in flight)", rollout(env_id, seconds), bare))
-            rows.append(row(env_id, "Collector, no Tracker", collector_local(env_id, seconds, False), bare))
-            local = collector_local(env_id, seconds, True)
-            rows.append(row(env_id, "Collector + Tracker", local, bare, local))
-            if not args.no_ray:
-                rows.append(row(env_id, "Collector + Tracker, Ray actors", collector_ray(env_id, seconds), bare,
-                                local))
+            rows.extend(measure_env(env_id, seconds, args.rounds, ray_too=not args.no_ray))
     finally:
         if not args.no_ray:
             ray.shutdown()
-    settings = {"seconds_per_path": seconds, "games_in_flight": WORKERS, "policy": "RandomLegalPolicy in both seats"}
+    settings = {"seconds_per_path": seconds, "rounds": args.rounds, "games_in_flight": WORKERS,
+                "policy": "RandomLegalPolicy in both seats"}
     if not args.no_ray:
         settings["ray_worker_niceness"] = int(os.environ[NICENESS])
     write_result("orchestration", args, rows, settings,
                  notes=["'x bare' is turns/s relative to the bare TextArena loop on the same game.",
-                        "'x in-process' is turns/s relative to the in-process 'Collector + Tracker' row.",
+                        "'x in-process' is turns/s relative to the in-process 'Collector + Tracker' path, "
+                        "measured side by side in each round: the median of the rounds' ratios, and their range.",
+                        "Each row is the round with the median turns/s of that path.",
                         "'games/CPU-s': games per CPU second of this process (in-process rows) or of every "
                         "process Ray started (Ray row)."], info=info)
 
