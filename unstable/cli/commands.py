@@ -346,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="settings (YAML keys, or --set key=value; nested sections too: models, samplers, "
                               "tracker, failure_budget, api_opponents; and start()'s learning_steps, "
-                              "num_collection_workers, num_eval_workers):\n" + settings_help())  # an epilog is not %-formatted
+                              "num_collection_workers, num_eval_workers):\n" + settings_help())  # not %-formatted
     p.add_argument("--config", default=None, help="YAML file; see configs/ for examples")
     p.add_argument("--resume", default=None, metavar="RUN_DIR",
                    help="continue this run from its newest complete checkpoint (settings from RUN_DIR/config.json, "

@@ -14,12 +14,22 @@ with ``stage="inference"`` and are counted as ``dropped`` (never as failed, neve
 buffer, never retried); no new game goes to it until it answers again. If every actor is dead for
 good (restarts used up), or none has answered for ``unavailable_timeout_s``, :meth:`collect` raises,
 and so does any error of the buffer or scheduler: the run stops with the cause instead of waiting.
-``trajectories_sent`` counts the player trajectories handed to ``buffer.add_game`` (the buffer
+``trajectories_sent`` counts the player trajectories handed to ``buffer.add_games`` (the buffer
 counts what it received; the two must agree).
+
+Batches. Finished games go out in batches (see :mod:`unstable.collection.outbox`): train games to the
+buffer(s) (``add_games``), every result to the scheduler (``update_many``, which rates them in the
+registry in one call) and to the tracker (``log_games``), once ``flush_games`` games are held or
+the oldest has waited ``flush_interval_s``, and always when collection stops, also on an error
+(nothing finished is lost). A batch's calls run while the next games are played. New games are
+asked for several at a time (``next_train_jobs``). A collaborator without the batched method is
+called once per game.
 
 Back-pressure: no new *train* game starts while the buffer is full (``buffer.is_full()``), so
 collection never runs far ahead of the learner; eval games keep going. ``buffer.stop()`` (sent by
-the learner when it is done) or :meth:`stop` ends collection.
+the learner when it is done) or :meth:`stop` ends collection. The buffers' state
+(``collection_state``, one call for both) is asked in the background every ``state_refresh_s``, so
+the collector reacts to it within that time and a round trip.
 
 Sync mode (``turn_lock``, what ``build(mode="sync")`` passes): collecting and training alternate.
 The collector takes the learners' :class:`~unstable.learners.loop.TurnLock` (``try_acquire``, polled)
@@ -42,6 +52,7 @@ import time
 from typing import Any
 
 from unstable.collection.failures import FailureBudget, FailureCounter
+from unstable.collection.outbox import Outbox
 from unstable.collection.rollout import play_game
 from unstable.games.extraction import register_action_extraction
 from unstable.games.templates import register_template
@@ -49,8 +60,8 @@ from unstable.inference.base import InferenceDeadError, InferenceUnavailableErro
 from unstable.policies.api import APIOpponentConfig
 from unstable.policies.base import Policy
 from unstable.policies.llm import LLMPolicy
-from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, player_trajectories
-from unstable.utils.calls import acall, fire
+from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec
+from unstable.utils.calls import acall, fire, has_method
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +87,10 @@ class Collector:
 
     ``api_opponents`` (an :class:`~unstable.policies.api.APIOpponentConfig`) sets the timeout and
     retries of the seats played over an API.
+
+    ``flush_games`` and ``flush_interval_s`` bound how long a finished game is held back before it
+    is sent (see the module docstring; ``flush_games=1`` sends each game at once), and
+    ``state_refresh_s`` how old the buffers' full/stopped state may be.
     """
 
     def __init__(self, tracker: Any = None, buffer: Any = None, game_scheduler: Any = None, *,
@@ -85,7 +100,8 @@ class Collector:
                  action_extractions: dict[str, Any] | None = None, buffers: dict[str, Any] | None = None,
                  backend_groups: dict[str, list[int]] | None = None,
                  samplings: dict[str, SamplingParams] | None = None, environments: dict[str, Any] | None = None,
-                 api_opponents: APIOpponentConfig | None = None, turn_lock: Any = None):
+                 api_opponents: APIOpponentConfig | None = None, turn_lock: Any = None, flush_games: int = 32,
+                 flush_interval_s: float = 0.2, state_refresh_s: float = 0.05):
         if game_scheduler is None or (buffer is None) == (not buffers):
             raise ValueError("Collector needs a game_scheduler and either one buffer or buffers={model: buffer}")
         # registrations made in the user's process (custom_templates()): a Ray actor starts without them
@@ -127,9 +143,22 @@ class Collector:
         self._failures = {kind: FailureCounter(self.failure_budget, kind) for kind in ("train", "eval")}
         self.turn_lock = turn_lock  # sync mode: games run only while the collector holds it
         self._holding = False
-        self._sent = {"games": 0, "steps": 0}  # train games sent to the one buffer, and their steps
         if turn_lock is not None:
             self._counts["sync_rounds"] = 0
+        if isinstance(flush_games, bool) or not isinstance(flush_games, int) or flush_games < 1:
+            raise ValueError(f"flush_games must be an int >= 1 (1 sends each finished game at once), "
+                             f"got {flush_games!r}")
+        for name, value in (("flush_interval_s", flush_interval_s), ("state_refresh_s", state_refresh_s)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        self.state_refresh_s = state_refresh_s
+        # sync mode sends each finished game at once and waits for it: a round's end is the buffer filling
+        self._outbox = Outbox(self.buffers, game_scheduler, tracker, self._counts,
+                              flush_games=1 if turn_lock is not None else flush_games,
+                              flush_interval_s=flush_interval_s)
+        self._state: tuple[tuple[str | None, ...], bool] = ((), False)
+        self._state_at: float | None = None  # when the buffers' state was last asked (None: never)
+        self._refresh: asyncio.Task | None = None  # the buffers' state being asked in the background
 
     # ----------------------------------------------------------------- inference health
     def _pick_backend(self, among: list[int] | None = None) -> int | None:
@@ -260,15 +289,60 @@ class Collector:
                                f"this collector was not given (environments: {sorted(self.environments)})") from None
 
     async def _paused(self) -> tuple[tuple[str | None, ...], bool]:
-        """The models whose buffers are full or stopped, and whether every buffer is stopped."""
+        """The models whose buffers are full or stopped, and whether every buffer is stopped. Asked
+        once before the first games, then in the background every ``state_refresh_s``: the answer
+        may be that old (and a round trip). In sync mode it is asked each time."""
+        if self.turn_lock is not None:  # sync mode: a round ends when the buffers fill, so ask each time
+            self._state = await self._ask_buffers()
+            return self._state
+        if self._refresh is not None and self._refresh.done():
+            task, self._refresh = self._refresh, None
+            self._state = task.result()  # raises a buffer's error
+        if self._state_at is None:
+            self._state_at = time.monotonic()
+            self._state = await self._ask_buffers()
+        elif self._refresh is None and time.monotonic() - self._state_at >= self.state_refresh_s:
+            self._state_at = time.monotonic()
+            self._refresh = asyncio.create_task(self._ask_buffers())
+        return self._state
+
+    async def _ask_buffers(self) -> tuple[tuple[str | None, ...], bool]:
         paused, stopped = [], 0
         for name, buffer in self.buffers.items():
-            if not await acall(buffer, "continue_collection"):
+            if has_method(buffer, "collection_state"):
+                collecting, full = await acall(buffer, "collection_state")
+            else:
+                collecting = await acall(buffer, "continue_collection")
+                full = collecting and await acall(buffer, "is_full")
+            if not collecting:
                 paused.append(name)
                 stopped += 1
-            elif await acall(buffer, "is_full"):
+            elif full:
                 paused.append(name)
         return tuple(paused), stopped == len(self.buffers)
+
+    async def _train_jobs(self, n: int, paused: tuple[str | None, ...]) -> list[GameSpec]:
+        """Up to ``n`` train specs from the scheduler, in one call when it can batch them."""
+        if has_method(self.scheduler, "next_train_jobs"):
+            return await acall(self.scheduler, "next_train_jobs", n, *((paused,) if paused else ()))
+        specs = []
+        while len(specs) < n:
+            spec = await acall(self.scheduler, "next_train_job", *((paused,) if paused else ()))
+            if spec is None:  # every spec's models are paused
+                break
+            specs.append(spec)
+        return specs
+
+    async def _eval_jobs(self, n: int) -> list[GameSpec]:
+        if has_method(self.scheduler, "next_eval_jobs"):
+            return await acall(self.scheduler, "next_eval_jobs", n)
+        specs = []
+        while len(specs) < n:
+            spec = await acall(self.scheduler, "next_eval_job")
+            if spec is None:
+                break
+            specs.append(spec)
+        return specs
 
     # ----------------------------------------------------------------- main loop
     async def collect(self, num_train_workers: int, num_eval_workers: int | None = 0) -> dict[str, int]:
@@ -293,40 +367,59 @@ class Collector:
                 serving = self._check_inference()
                 if self.turn_lock is not None:
                     serving = serving and await self._sync_turn(full, len(train) + len(evals))
-                while serving and not full and len(train) < num_train_workers and await self._needs_game(len(train)):
-                    spec = await acall(self.scheduler, "next_train_job", *((paused,) if paused else ()))
-                    if spec is None:  # every spec's models are paused
-                        break
-                    train.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
-                    self._counts["train_started"] += 1
-                while serving and len(evals) < num_eval_workers:
-                    spec = await acall(self.scheduler, "next_eval_job")
-                    if spec is None:
-                        break
-                    evals.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
-                    self._counts["eval_started"] += 1
+                if serving and not full and len(train) < num_train_workers:
+                    wanted = await self._games_wanted(num_train_workers - len(train), len(train))
+                    for spec in await self._train_jobs(wanted, paused) if wanted else []:
+                        train.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
+                        self._counts["train_started"] += 1
+                if serving and len(evals) < num_eval_workers:
+                    for spec in await self._eval_jobs(num_eval_workers - len(evals)):
+                        evals.add(asyncio.create_task(self._run(spec, self._backends_for(spec))))
+                        self._counts["eval_started"] += 1
+                if self._outbox.due():  # after asking for games: the scheduler answers that first
+                    await (self._outbox.close() if self.turn_lock is not None else self._outbox.flush())
                 if not train and not evals:
+                    await self._outbox.close()  # nothing to wait for: send what is held, see it arrive
                     await asyncio.sleep(0.05)  # paused and idle: wait for the learner to drain the buffer
                     continue
-                done, _ = await asyncio.wait(train | evals, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(train | evals, timeout=self._outbox.wait_s(0.5),
+                                             return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     is_train = task in train
                     (train if is_train else evals).discard(task)
                     result, used = task.result()
-                    await self._handle(result, is_train, used)
+                    self._handle(result, is_train, used)
+                if self.turn_lock is not None:  # sync mode: the buffer's fill decides the round, so send now
+                    await self._outbox.close()
                 if loop.time() - last_stats > self.stats_every_s:
                     last_stats = loop.time()
                     await self._report()
-        finally:  # also on an error: no game or probe keeps running in the background
-            self._counts["cancelled"] += len(train) + len(evals)  # in flight when collection stopped
-            for task in train | evals | set(self._probes.values()):
-                task.cancel()
-            await asyncio.gather(*train, *evals, *self._probes.values(), return_exceptions=True)
-            if self._holding:  # a learner may still be waiting for its turn
-                self._holding = False
-                await acall(self.turn_lock, "release")
+        except BaseException:  # an error, a spent budget, a cancel: the games that finished still go out
+            await self._stop_games(train, evals)
+            try:
+                await self._outbox.close()
+            except Exception as exc:  # the error that stopped collection is the one to raise
+                log.error("while stopping on an error, sending the finished games failed too: %r", exc)
+            raise
+        await self._stop_games(train, evals)
+        await self._outbox.close()
         await self._report()
         return dict(self._counts)
+
+    async def _stop_games(self, train: set[asyncio.Task], evals: set[asyncio.Task]) -> None:
+        """Cancel what is still in flight (counted as cancelled), the probes and the buffers' state
+        request: nothing keeps running."""
+        self._counts["cancelled"] += len(train) + len(evals)
+        refresh = [self._refresh] if self._refresh is not None else []
+        self._refresh = None
+        for task in train | evals | set(self._probes.values()) | set(refresh):
+            task.cancel()
+        await asyncio.gather(*train, *evals, *self._probes.values(), *refresh, return_exceptions=True)
+        train.clear()
+        evals.clear()
+        if self._holding:  # sync mode: a learner may be waiting for its turn
+            self._holding = False
+            await acall(self.turn_lock, "release")
 
     async def _sync_turn(self, full: bool, in_flight: int) -> bool:
         """Sync mode: whether games may start now. The collector's turn begins when it gets the lock
@@ -345,16 +438,26 @@ class Collector:
         self._holding = bool(await acall(self.turn_lock, "try_acquire", "collector"))
         return self._holding
 
-    async def _needs_game(self, in_flight: int) -> bool:
-        """Sync mode with one buffer: whether the round's batch needs another train game, i.e. the
-        buffer's room exceeds what the games in flight are expected to bring. Always true otherwise,
-        and until a game has been sent (nothing to expect yet)."""
-        if self.turn_lock is None or None not in self.buffers or not self._sent["games"] or not in_flight:
-            return True
+    async def _games_wanted(self, free: int, in_flight: int) -> int:
+        """How many of ``free`` train games to start. All of them, except in sync mode with one buffer:
+        only while the buffer's room exceeds what the games in flight (and those started now) are
+        expected to bring, at the mean steps per game sent so far (until a game has been sent, and
+        while none is in flight, one may start)."""
+        if self.turn_lock is None or None not in self.buffers:
+            return free
         room = await acall(self.buffers[None], "room")
-        return room > in_flight * self._sent["steps"] / self._sent["games"]
+        games, steps = self._outbox.sent_games, self._outbox.sent_steps
+        wanted = 0
+        while wanted < free and room > 0:
+            expected = in_flight + wanted
+            if expected and games and room <= expected * steps / games:
+                break
+            wanted += 1
+        return wanted
 
-    async def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool, backends: list[int]) -> None:
+    def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool, backends: list[int]) -> None:
+        """Count a finished game and hold it in the outbox; raises once the failure budget is spent
+        (the game that spent it is held and sent too)."""
         error = outcome if isinstance(outcome, GameFailedError) else None
         result = outcome.failure if isinstance(outcome, GameFailedError) else outcome
         if isinstance(result, FailedGame):
@@ -367,32 +470,22 @@ class Collector:
             log.warning(result.describe())
         elif is_train:
             self._counts["train_finished"] += 1
-            await self._send(result)
         else:
             self._counts["eval_finished"] += 1
-        await acall(self.scheduler, "update", result)
-        if self.tracker is not None:
-            fire(self.tracker, "log_game", result)
+        trains = is_train and not isinstance(result, FailedGame)
+        self._outbox.hold(result, self._buffers_of(result) if trains else [])
         self._failures["train" if is_train else "eval"].record(error)  # raises once the budget is spent
 
-    async def _send(self, record: GameRecord) -> None:
-        """Hand a finished train game to the buffer(s) of the models whose seats it collected."""
+    def _buffers_of(self, record: GameRecord) -> list[str | None]:
+        """The buffer(s) a finished train game goes to: of the models whose seats it collected."""
         if None in self.buffers:
-            self._counts["trajectories_sent"] += len(player_trajectories(record))
-            steps = await acall(self.buffers[None], "add_game", record)
-            self._sent["games"] += 1
-            self._sent["steps"] += steps if isinstance(steps, int) else 0
-            return
-        lineages = dict.fromkeys(a.policy.lineage for a in record.spec.agents if a.collect_data)
+            return [None]
+        lineages = list(dict.fromkeys(a.policy.lineage for a in record.spec.agents if a.collect_data))
         missing = [name for name in lineages if name not in self.buffers]
         if missing:
             raise RuntimeError(f"game {record.game_id} collected seats of {missing}, which have no buffer here "
                                f"(buffers: {sorted(self.buffers)}); the scheduler and the collector disagree")
-        for name in lineages:
-            sent = len(player_trajectories(record, lineage=name))
-            self._counts["trajectories_sent"] += sent
-            self._counts[f"trajectories_sent/{name}"] += sent
-            await acall(self.buffers[name], "add_game", record)
+        return lineages
 
     async def _report(self) -> None:
         if self.tracker is None:

@@ -16,6 +16,12 @@
 * **Seeds.** Train games get seeds 0, 1, 2, ... and eval games ``2**31``, ``2**31 + 1``, ...: unique,
   and an eval game never replays a train game's deal (the seed reused the train index for eval).
   ``game_id`` is one counter over both kinds.
+* **Batches.** :meth:`next_train_jobs`, :meth:`next_eval_jobs` and :meth:`update_many` do the same as
+  the single-game methods for several games in one call (one Ray round trip when the scheduler is an
+  actor). A batch of jobs reads each answer of the registry once (:class:`~unstable.utils.calls.CachedReads`:
+  the current checkpoints, the fixed opponents), and a batch of results goes to
+  ``model_registry.record_games`` in one call; subclasses that override the single-game methods are
+  still called once per game.
 * **Results.** :meth:`update` takes a ``GameRecord`` or a ``FailedGame``, drops it from the running set,
   keeps average rewards per (kind, env, opponent) of the checkpoint's seats and of the opponents',
   sends train averages to ``env_sampler.update`` and every finished game to
@@ -32,6 +38,8 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -41,9 +49,12 @@ from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, Policy
 from unstable.registry.model_registry import fixed_policy_ref
 from unstable.samplers.model_samplers import sample_opponent_for
 from unstable.tracking.run_dir import FAILED_GAMES_FILE, FAILED_GAMES_MAX_BYTES, CappedJsonlWriter
-from unstable.utils.calls import call
+from unstable.utils.calls import CachedReads, call, has_method
 
 EVAL_SEED_OFFSET = 2**31
+# what the samplers and the scheduler read from the registry while drawing jobs (answers kept for one batch)
+REGISTRY_READS = frozenset({"lineages", "get_current_ckpt", "policy_ref", "checkpoint_uids", "fixed_uids",
+                            "ratings", "match_quality", "match_qualities", "get_name_or_lora_path"})
 MIRROR = "self"  # the opponent label of a game with no opponent seats
 
 
@@ -75,6 +86,7 @@ class GameScheduler:
         self._failed: dict[str, int] = {}
         self._dropped = 0
         self._failure_log: CappedJsonlWriter | None = None
+        self._held_records: list[GameRecord] | None = None  # update_many: the registry's games, sent once
 
     # ----------------------------------------------------------------- jobs
     def has_eval(self) -> bool:
@@ -108,6 +120,46 @@ class GameScheduler:
             agents.append(AgentSpec(player_id=pid, policy=policy, collect_data=pid in actors,
                                     prompt_template=spec.prompt_template, action_extraction=spec.action_extraction_fn))
         return self._train_job(spec, agents)
+
+    def next_train_jobs(self, n: int, paused: tuple[str | None, ...] = ()) -> list[GameSpec]:
+        """Up to ``n`` train games (:meth:`next_train_job` ``n`` times; fewer once it returns ``None``),
+        drawn against one snapshot of the registry."""
+        _check_count(n)
+        jobs: list[GameSpec] = []
+        with self._registry_snapshot():
+            while len(jobs) < n:
+                job = self.next_train_job(paused) if paused else self.next_train_job()
+                if job is None:
+                    break
+                jobs.append(job)
+        return jobs
+
+    def next_eval_jobs(self, n: int) -> list[GameSpec]:
+        """Up to ``n`` eval games (:meth:`next_eval_job` ``n`` times; none without eval envs)."""
+        _check_count(n)
+        jobs: list[GameSpec] = []
+        with self._registry_snapshot():
+            while len(jobs) < n:
+                job = self.next_eval_job()
+                if job is None:
+                    break
+                jobs.append(job)
+        return jobs
+
+    @contextmanager
+    def _registry_snapshot(self) -> Iterator[None]:
+        """For the duration of a batch, the scheduler and its model sampler read the registry through
+        one :class:`CachedReads` (one round trip per distinct question, not per game)."""
+        holders = [h for h in (self, self.model_sampler) if getattr(h, "model_registry", None) is not None]
+        originals = [h.model_registry for h in holders]
+        caches: dict[int, CachedReads] = {}
+        for holder, registry in zip(holders, originals, strict=True):
+            holder.model_registry = caches.setdefault(id(registry), CachedReads(registry, REGISTRY_READS))
+        try:
+            yield
+        finally:
+            for holder, registry in zip(holders, originals, strict=True):
+                holder.model_registry = registry
 
     def _seated_train_job(self, spec: Any) -> GameSpec:
         """A game of a spec with ``seats``: each named seat its model's current checkpoint (collected)."""
@@ -222,7 +274,29 @@ class GameScheduler:
         if not spec.is_eval:
             self.env_sampler.update(spec.env_id, actor_avg, opponent_avg)
         # the turns are dropped: the registry needs only the seats and rewards, and turns are large to ship
-        call(self.model_registry, "record_game", replace(result, turns=()))
+        record = replace(result, turns=())
+        if self._held_records is not None:  # in update_many: sent with the batch
+            self._held_records.append(record)
+        else:
+            call(self.model_registry, "record_game", record)
+
+    def update_many(self, results: list[GameRecord | FailedGame]) -> None:
+        """:meth:`update` for each result, in order, and the rated games to the registry in one call
+        (``record_games``; one ``record_game`` call each for a registry without it). On an error the
+        games before it still reach the registry."""
+        if self._held_records is not None:
+            raise RuntimeError("update_many() was called from inside update_many()")
+        self._held_records = []
+        try:
+            for result in results:
+                self.update(result)
+        finally:
+            records, self._held_records = self._held_records, None
+            if records and has_method(self.model_registry, "record_games"):
+                call(self.model_registry, "record_games", records)
+            else:
+                for record in records:
+                    call(self.model_registry, "record_game", record)
 
     def _log_failure(self, failed: FailedGame) -> None:
         if not self.logging_dir:
@@ -284,6 +358,11 @@ class GameScheduler:
         self._finished, self._failed = state["finished"], dict(state["failed"])
         self._dropped = int(state.get("dropped", 0))
         self._running = {}
+
+
+def _check_count(n: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"the number of jobs must be an int >= 0, got {n!r}")
 
 
 def _split_seats(record: GameRecord) -> tuple[list[float], list[float], str]:

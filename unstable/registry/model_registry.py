@@ -130,6 +130,7 @@ class ModelRegistry:
         self._sampler: Any = None
         self._adapter_store: Any = None
         self._adapter_handles: OrderedDict[str, Any] = OrderedDict()  # adapter path -> its handle in the store
+        self._batching = self._push_due = False  # record_games: one log_registry push per batch
 
     # ----------------------------------------------------------------- adding models
     def _add(self, entry: ModelEntry) -> None:
@@ -186,6 +187,19 @@ class ModelRegistry:
         scores = [float(record.final_rewards[a.player_id]) for a in agents]
         self.update_ratings(uids, scores, env_id=record.env_id)
 
+    def record_games(self, records: list[GameRecord]) -> None:
+        """:meth:`record_game` for each record, in order (one call for a batch of finished games); the
+        tracker gets at most one ``log_registry`` snapshot for the batch, at its end, when one was due."""
+        self._batching = True
+        try:
+            for record in records:
+                self.record_game(record)
+        finally:
+            self._batching = False
+            if self._push_due:
+                self._push_due = False
+                self._push()
+
     def update_ratings(self, uids: list[str], scores: list[float], env_id: str | None = None) -> None:
         """One game: ``uids[i]`` scored ``scores[i]``. Ratings are global; ``env_id`` is only for logs."""
         if not uids or len(uids) != len(scores):
@@ -204,7 +218,10 @@ class ModelRegistry:
             self._rate(best)
         self._games_recorded += 1
         if self._games_recorded % self.log_every == 0:
-            self._push()
+            if self._batching:
+                self._push_due = True
+            else:
+                self._push()
 
     def _record_unrated(self, uid: str, seats: int, score: float) -> None:
         entry = self._models[uid]

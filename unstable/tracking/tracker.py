@@ -258,6 +258,11 @@ class Tracker:
             line[key] = self._count(key)
         self._write(line)
 
+    def log_games(self, results: list[GameRecord | FailedGame]) -> None:
+        """:meth:`log_game` for each result, in order: one call for a batch of finished games."""
+        for result in results:
+            self.log_game(result)
+
     def _log_failed(self, failure: FailedGame, stage: str) -> None:
         # an inference actor that died took the game with it: dropped, not a failure of the game
         key = f"{stage}/games_dropped" if failure.stage == "inference" else f"{stage}/failed_games"
