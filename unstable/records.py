@@ -138,9 +138,11 @@ class GameSpec:
 
     @property
     def num_players(self) -> int:
+        """Number of seats: the length of ``agents``."""
         return len(self.agents)
 
     def agent(self, player_id: int) -> AgentSpec:
+        """The :class:`AgentSpec` of seat ``player_id``; ``KeyError`` if the game has no such seat."""
         for agent in self.agents:
             if agent.player_id == player_id:
                 return agent
@@ -183,18 +185,22 @@ class GameRecord:
 
     @property
     def game_id(self) -> int:
+        """The game's id, from its :class:`GameSpec`."""
         return self.spec.game_id
 
     @property
     def env_id(self) -> str:
+        """The environment the game was played in, from its :class:`GameSpec`."""
         return self.spec.env_id
 
     @property
     def seed(self) -> int:
+        """The seed the game was played with, from its :class:`GameSpec`."""
         return self.spec.seed
 
     @property
     def num_turns(self) -> int:
+        """Turns taken by all seats together."""
         return len(self.turns)
 
     def outcome(self, player_id: int) -> Outcome:
@@ -212,13 +218,16 @@ class GameRecord:
 
     @property
     def outcomes(self) -> dict[int, Outcome]:
+        """Each seat's :meth:`outcome`, by player id."""
         return {pid: self.outcome(pid) for pid in self.final_rewards}
 
     def turns_of(self, player_id: int) -> tuple[Turn, ...]:
+        """Seat ``player_id``'s turns, in the order they were played."""
         return tuple(t for t in self.turns if t.player_id == player_id)
 
     @property
     def seats(self) -> dict[int, PolicyRef]:
+        """The policy that played each seat, by player id."""
         return {a.player_id: a.policy for a in self.spec.agents}
 
     @property
@@ -247,9 +256,11 @@ class FailedGame:
 
     @property
     def seed(self) -> int:
+        """The seed of the failed game, to replay it with."""
         return self.spec.seed
 
     def describe(self) -> str:
+        """One line for logs and errors: the game, its seed, the stage it failed in, its turns and the error."""
         return (
             f"game {self.spec.game_id} ({self.spec.env_id}, seed {self.spec.seed}) failed in "
             f"{self.stage} after {len(self.turns)} turns: {self.error_type}: {self.message}"
@@ -283,6 +294,7 @@ class PlayerTrajectory:
 
     @property
     def num_turns(self) -> int:
+        """Turns this seat took (``game_length`` counts every seat's)."""
         return len(self.turns)
 
 

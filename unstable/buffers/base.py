@@ -39,7 +39,9 @@ DEDUPE_WINDOW = 1 << 16  # (game_id, player_id) keys remembered; a resend comes 
 class MetricsSink(Protocol):
     """Anything with ``log(dict)``: the tracker the buffer reports to."""
 
-    def log(self, metrics: dict[str, Any]) -> Any: ...
+    def log(self, metrics: dict[str, Any]) -> Any:
+        """Record ``metrics`` (name -> value); the buffer ignores what it returns."""
+        ...
 
 
 def _finite(value: float, what: str) -> float:
@@ -303,5 +305,6 @@ class BufferBase:
 
 
 def check_batch_size(batch_size: Any) -> int:
+    """Return ``batch_size`` if it is an int >= 1; ``ValueError`` naming ``batch_size`` otherwise."""
     check_int("batch_size", batch_size, 1)
     return batch_size

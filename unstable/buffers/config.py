@@ -35,6 +35,8 @@ class BufferConfig:
 
 
 def check_reward_transforms(value: Any) -> None:
+    """Accept ``None`` or a ``(final, step, sampling)`` triple whose items are callables or ``None``; otherwise
+    ``ValueError`` saying which part is wrong."""
     if value is None:
         return
     if not isinstance(value, list | tuple) or len(value) != 3:

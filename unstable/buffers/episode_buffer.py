@@ -28,6 +28,7 @@ class EpisodeBuffer(BufferBase):
         self._evicted_episodes = 0
 
     def size(self) -> int:
+        """Number of Steps held, summed over the stored episodes."""
         return self._num_steps
 
     def num_episodes(self) -> int:
@@ -48,6 +49,11 @@ class EpisodeBuffer(BufferBase):
     def add_player_trajectory(
         self, player_traj: PlayerTrajectory, env_id: str | None = None, policy_version: int | None = None
     ) -> int:
+        """Store one player's trajectory as a whole episode and evict random episodes beyond ``max_buffer_size``.
+
+        Returns the number of Steps it produced: 0 for a duplicate (``dedupe=True``) or a trajectory with no
+        sampled turns; an episode with any stale Step is dropped whole (counted under ``dropped_stale``).
+        """
         if not self._receive(player_traj):
             return 0
         steps = self._build_steps(player_traj, env_id, policy_version)
@@ -103,6 +109,7 @@ class EpisodeBuffer(BufferBase):
         return batch
 
     def stats(self) -> dict[str, int]:
+        """:meth:`~unstable.buffers.base.BufferBase.stats` plus the ``episodes`` held and ``evicted_episodes``."""
         return {
             **super().stats(),
             "episodes": len(self._episodes),

@@ -27,11 +27,15 @@ class StepBuffer(BufferBase):
         self._steps: list[Step] = []
 
     def size(self) -> int:
+        """Number of Steps held."""
         return len(self._steps)
 
     def add_player_trajectory(
         self, player_traj: PlayerTrajectory, env_id: str | None = None, policy_version: int | None = None
     ) -> int:
+        """Store one player's Steps (stale ones are counted under ``dropped_stale`` instead) and evict random
+        Steps beyond ``max_buffer_size``; returns the number of Steps it produced (0 for a duplicate when
+        ``dedupe=True``)."""
         if not self._receive(player_traj):
             return 0
         steps = self._build_steps(player_traj, env_id, policy_version)

@@ -501,6 +501,8 @@ class Collector:
             fire(self.tracker, "log_inference", getattr(backend, "name", f"inference-{i}"), stats)
 
     def stop(self) -> None:
+        """Ask :meth:`collect` to stop launching games; it then cancels the games in flight (counted as
+        ``cancelled``), sends the finished ones and returns."""
         self._stop = True
 
     def stats(self) -> dict[str, int]:

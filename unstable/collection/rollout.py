@@ -189,6 +189,7 @@ async def play_games(
     gate = asyncio.Semaphore(max_concurrent)
 
     async def one(spec: GameSpec) -> GameRecord | FailedGame:
+        """Play ``spec`` once a slot is free; its record, or its :class:`FailedGame` if it failed."""
         async with gate:
             try:
                 result: GameRecord | FailedGame = await play_game(spec, make_policies(spec))

@@ -90,6 +90,7 @@ class GameScheduler:
 
     # ----------------------------------------------------------------- jobs
     def has_eval(self) -> bool:
+        """Whether the env sampler has anything to evaluate (eval specs or eval sets)."""
         return bool(self.env_sampler.has_eval())
 
     def _new_id(self) -> int:
@@ -248,6 +249,13 @@ class GameScheduler:
 
     # ----------------------------------------------------------------- results
     def update(self, result: GameRecord | FailedGame) -> None:
+        """Take a finished or failed game that this scheduler handed out.
+
+        A finished game adds to the reward totals, updates the env sampler (train games) and goes to the model
+        registry without its turns; a failed one is counted per env and appended to ``failed_games.jsonl`` in
+        ``logging_dir``; one whose inference actor died (``stage="inference"``) is counted as dropped.
+        ``TypeError`` for another type; ``KeyError`` if the game is not running here.
+        """
         if not isinstance(result, GameRecord | FailedGame):
             raise TypeError(f"update() takes a GameRecord or FailedGame, got {type(result).__name__}")
         spec = result.spec
@@ -312,6 +320,7 @@ class GameScheduler:
 
     # ----------------------------------------------------------------- introspection
     def running(self) -> int:
+        """Number of games handed out and not yet reported back through :meth:`update`."""
         return len(self._running)
 
     def stats(self) -> dict[str, Any]:
@@ -347,6 +356,7 @@ class GameScheduler:
                 "failed": dict(self._failed), "dropped": self._dropped}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s snapshot: counters, RNG states and reward totals; no game is running."""
         self._next_game_id, self._train_idx = state["next_game_id"], state["train_idx"]
         self._eval_idx, self._eval_seat = state["eval_idx"], dict(state["eval_seat"])
         self._env_train = dict(state.get("env_train", {}))

@@ -59,6 +59,7 @@ class TurnLock:
         self.turns: dict[str, int] = {}
 
     def acquire(self, holder: str = "") -> None:
+        """Wait for the lock and take it, counting a turn for ``holder``."""
         self._lock.acquire()
         self.turns[holder] = self.turns.get(holder, 0) + 1
 
@@ -70,9 +71,11 @@ class TurnLock:
         return True
 
     def release(self) -> None:
+        """Release the lock (``RuntimeError`` if it is not held)."""
         self._lock.release()
 
     def stats(self) -> dict[str, int]:
+        """Turns let through so far, by holder."""
         return dict(self.turns)
 
 
@@ -92,6 +95,7 @@ class SleepingEngines:
         self.engines, self.lock, self.level = list(engines), lock, level
 
     def acquire(self, holder: str = "") -> None:
+        """Take ``lock`` (if any) for ``holder``, then put every engine to sleep; on an error, wake them and release."""
         if self.lock is not None:
             call(self.lock, "acquire", holder)
         try:
@@ -102,6 +106,7 @@ class SleepingEngines:
             raise
 
     def release(self) -> None:
+        """Wake every engine, then release ``lock`` (even if a wake-up failed)."""
         try:
             for engine in self.engines:
                 _wait(call(engine, "wake_up"))

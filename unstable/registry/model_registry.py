@@ -90,6 +90,9 @@ def _outcome(mine: float, other: float) -> str:
 
 @dataclass
 class ModelEntry:
+    """One registered model: how it plays (``kind``, ``path_or_name``, ``iteration``), its TrueSkill rating
+    (``mu``, ``sigma``) and its game counts (``self_games``: mirror games, not rated)."""
+
     uid: str
     kind: PolicyKind
     path_or_name: str | None
@@ -105,6 +108,7 @@ class ModelEntry:
     lineage: str | None = None  # the trainable model a learner checkpoint belongs to; None for fixed models
 
     def tally(self, outcome: str) -> None:
+        """Add one to ``wins``, ``draws`` or ``losses`` for ``outcome`` (``"win"``, ``"draw"``, ``"loss"``)."""
         field = _TALLY[outcome]
         setattr(self, field, getattr(self, field) + 1)
 
@@ -269,12 +273,15 @@ class ModelRegistry:
         return self._models[uid]
 
     def get_name_or_lora_path(self, uid: str) -> str | None:
+        """The adapter path or model name ``uid`` plays with (``None``: a base model); ``KeyError`` if unregistered."""
         return self._entry(uid).path_or_name
 
     def get_model(self, uid: str) -> dict[str, Any]:
+        """``uid``'s :class:`ModelEntry` as a dict; ``KeyError`` if unregistered."""
         return asdict(self._entry(uid))
 
     def get_all_models(self) -> list[dict[str, Any]]:
+        """Every :class:`ModelEntry` as a dict, in registration order."""
         return [asdict(m) for m in self._models.values()]
 
     def policy_ref(self, uid: str | None = None, lineage: str | None = None) -> PolicyRef:
@@ -292,9 +299,11 @@ class ModelRegistry:
         return [m.uid for m in sorted(ckpts, key=lambda m: (order.get(m.lineage, 0), m.iteration))]
 
     def fixed_uids(self) -> list[str]:
+        """The uids of the fixed opponents, in registration order."""
         return [m.uid for m in self._models.values() if m.fixed]
 
     def ratings(self) -> dict[str, tuple[float, float]]:
+        """Each model's TrueSkill ``(mu, sigma)``, by uid."""
         return {uid: (m.mu, m.sigma) for uid, m in self._models.items()}
 
     def match_quality(self, uid_a: str, uid_b: str) -> float:
@@ -362,12 +371,15 @@ class ModelRegistry:
         self._sampler = sampler
 
     def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        """An opponent for ``lineage``'s current checkpoint, from the sampler set by :meth:`set_sampler`
+        (``RuntimeError`` if none is set)."""
         if self._sampler is None:
             raise RuntimeError("no model sampler set; call set_sampler(sampler) first")
         return self._sampler.sample_opponent(lineage) if lineage is not None else self._sampler.sample_opponent()
 
     # ----------------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, Any]:
+        """Models, ratings, current checkpoints, game and match counts (format 2, JSON-able), for :meth:`save`."""
         return {"format": 2, "beta": self.beta, "draw_probability": self.draw_probability,
                 "current": dict(self._current), "games_recorded": self._games_recorded,
                 "models": self.get_all_models(), "matches": self.match_counts(), "results": self.match_results()}
@@ -404,6 +416,7 @@ class ModelRegistry:
 
     @classmethod
     def load(cls, path: str, tracker: Any = None) -> ModelRegistry:
+        """A registry rebuilt from a file written by :meth:`save`, reporting to ``tracker``."""
         with open(path) as f:
             state = json.load(f)
         registry = cls(tracker=tracker, beta=state["beta"], draw_probability=state["draw_probability"])

@@ -185,25 +185,32 @@ class Tracker:
 
     # -- folders ---------------------------------------------------------------------------------
     def get_run_dir(self) -> str:
+        """The run directory (the root of the folders below)."""
         return str(self._dir.root)
 
     def get_log_dir(self) -> str:
+        """The run's ``logs/`` folder (``failed_games.jsonl``, scheduler logs)."""
         return str(self._dir.logs)
 
     def get_checkpoints_dir(self) -> str:
+        """The run's ``checkpoints/`` folder, where the learner writes its adapters."""
         return str(self._dir.checkpoints)
 
     def get_games_dir(self) -> str:
+        """The run's ``games/`` folder of game transcripts."""
         return str(self._dir.games)
 
     def get_registry_dir(self) -> str:
+        """The run's ``registry/`` folder of rating snapshots."""
         return str(self._dir.registry)
 
     # -- recording -------------------------------------------------------------------------------
     def set_learner_step(self, step: int) -> None:
+        """Set the learner step that later metrics rows, transcripts and failed-game lines are stamped with."""
         self._learner_step = int(step)
 
     def get_learner_step(self) -> int:
+        """The learner step metrics are stamped with now (see :meth:`log`)."""
         return self._learner_step
 
     def state_dict(self) -> dict[str, Any]:
