@@ -21,17 +21,23 @@ LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 def _shifted_logits(logits: Tensor, temperature: float | Tensor) -> Tensor:
     """``logits[:, :-1]`` in float32, divided by the sampling temperature (a float or one per row)."""
-    shifted = logits[:, :-1].float()
+    return _divide_by_temperature(logits[:, :-1].float(), temperature)
+
+
+def _divide_by_temperature(logits: Tensor, temperature: float | Tensor) -> Tensor:
+    """Float32 ``logits`` whose first dimension is the row (``[B, T, V]`` or ``[N, V]``) divided by the
+    temperature: a float, or a ``[rows]`` tensor (one per row), every one > 0."""
     if isinstance(temperature, Tensor):
         if temperature.shape != (logits.shape[0],):
             raise ValueError(f"temperature must be a float or one per row, shape ({logits.shape[0]},); "
                              f"got shape {tuple(temperature.shape)}")
         if bool((temperature <= 0).any()):
             raise ValueError("temperature must be > 0 (for greedy samples pass 1.0)")
-        return shifted / temperature.to(device=shifted.device, dtype=shifted.dtype)[:, None, None]
+        per_row = temperature.to(device=logits.device, dtype=logits.dtype)
+        return logits / per_row.reshape(-1, *([1] * (logits.dim() - 1)))
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (for greedy samples pass 1.0), got {temperature}")
-    return shifted if temperature == 1.0 else shifted / temperature
+    return logits if temperature == 1.0 else logits / temperature
 
 
 def token_logprobs(logits: Tensor, input_ids: Tensor, temperature: float | Tensor = 1.0) -> Tensor:
@@ -92,17 +98,7 @@ def _scaled_rows(logits: Tensor, temperature: float | Tensor) -> Tensor:
     """``logits`` ``[N, V]`` in float32 divided by the temperature (a float or one per row)."""
     if logits.dim() != 2:
         raise ValueError(f"logits must be [N, V] (one row per scored token), got shape {tuple(logits.shape)}")
-    scaled = logits.float()
-    if isinstance(temperature, Tensor):
-        if temperature.shape != (logits.shape[0],):
-            raise ValueError(f"temperature must be a float or one per row, shape ({logits.shape[0]},); "
-                             f"got shape {tuple(temperature.shape)}")
-        if bool((temperature <= 0).any()):
-            raise ValueError("temperature must be > 0 (for greedy samples pass 1.0)")
-        return scaled / temperature.to(device=scaled.device, dtype=scaled.dtype)[:, None]
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 (for greedy samples pass 1.0), got {temperature}")
-    return scaled if temperature == 1.0 else scaled / temperature
+    return _divide_by_temperature(logits.float(), temperature)
 
 
 def masked_sum(values: Tensor, mask: Tensor, dim: int | None = -1) -> Tensor:
