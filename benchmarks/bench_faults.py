@@ -191,7 +191,7 @@ def driver_kill(b: Bench) -> dict[str, Any]:
     start = r.get("start_version")
     after_kill = sorted(v for v, m in complete_versions(ckpts).items() if m > killed_at and start and v <= start)
     outcome = (f"killed after ckpt-{version} with {in_flight} games in flight and {buf.get('size', 0)} steps in its "
-               "buffer (sampled < 0.5 s before; lost, as the README says)")
+               "buffer (sampled < 0.5 s before; lost, as docs/resume-faults.md says)")
     if after_kill:
         outcome += f"; its learner lived on and saved {', '.join(f'ckpt-{v}' for v in after_kill)}"
     actors = max((s for name, s in lived.items() if name.startswith("ray::") and "Agent" not in name), default=0)

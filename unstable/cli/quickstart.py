@@ -48,7 +48,7 @@ class QuickstartConfig:
     prompt_template: str = "qwen3-board"
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     learning_steps: int = 20
-    """Learner updates. Longer runs at these settings drift: see the README's "The default job"."""
+    """Learner updates. Longer runs at these settings drift: see docs/default-job.md."""
     batch_size: int = 384
     """Moves per learner update."""
     mini_batch_size: int = 128
@@ -74,7 +74,7 @@ class QuickstartConfig:
     seed: int = 0
     """Seeds the tiny model, the warm start and the run."""
     algorithm: str = "reinforce"
-    """The learner: ``"reinforce"``, ``"a2c"``, ``"ppo"``, ``"grpo"`` or ``"gspo"`` (README: "Algorithms")."""
+    """The learner: ``"reinforce"``, ``"a2c"``, ``"ppo"``, ``"grpo"`` or ``"gspo"`` (docs/algorithms.md)."""
     max_staleness: int = 8
     """Drop training moves sampled more than this many learner versions ago (counted in ``buffer/dropped_stale``)."""
     mode: str = "async"

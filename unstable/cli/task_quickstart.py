@@ -19,7 +19,7 @@ the other half, and the evaluation plays each of the 500 held-out lists once.
 
 ``--task arithmetic`` adds two numbers. Its format warm start answers with a random number, which
 does not depend on the question, and the 1M model it gives does not read the operands: GRPO then
-learns one frequent answer, not addition (the README has the measurement). At level 1, with only
+learns one frequent answer, not addition (docs/environments.md has the measurement). At level 1, with only
 100 problems, its held-out problems are independent draws that may repeat training problems;
 ``--level 2`` draws train and test from disjoint parts of its 10,000 problems.
 """

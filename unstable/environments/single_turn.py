@@ -9,7 +9,7 @@ a ``ValueError`` then, not at the first rollout.
 
 :class:`SingleTurnEnvironment` asks ``num_samples`` seats of the same model the same prompt at once;
 those answers are one episode, so they reach the learner together and form one GRPO group (use
-``group_by=("env_id", "game_id")`` with GRPO; see the README). Eval episodes ask one seat
+``group_by=("env_id", "game_id")`` with GRPO; see docs/environments.md). Eval episodes ask one seat
 (``eval_samples``) each eval row in turn.
 """
 

@@ -42,7 +42,7 @@ class InferenceConfig:
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p. The
     learners do not model the nucleus, so the default is 1 (exact); below 1 is refused with the
-    algorithms that weigh samples by a ratio to the behaviour policy (see the README's algorithm
+    algorithms that weigh samples by a ratio to the behaviour policy (see docs/algorithms.md's algorithm
     table), and a plain REINFORCE gradient then belongs to the un-truncated tempered policy."""
     max_tokens: int = 4096
     """New tokens per answer at most (the seed's max_generation_len)."""

@@ -100,7 +100,7 @@ class LearnerConfig:
     max_consecutive_skips: int = 5
     """``train``: raise after this many non-finite updates in a row (one or two are tolerated)."""
 
-    # ---- the policy loss (``unstable.algorithms.policy_loss``); the README's algorithm table
+    # ---- the policy loss (``unstable.algorithms.policy_loss``); the algorithm table of docs/algorithms.md
     loss_type: str = "dr_grpo"
     """How per-token losses become one number: ``"dr_grpo"`` (sum / (sequences * max_generation_len),
     Dr. GRPO's constant), ``"grpo"`` (mean per sequence, then over sequences), ``"bnpo"``/``"dapo"``

@@ -13,7 +13,7 @@ strategy, this teaches it to answer a problem in the right form with a uniformly
 * arithmetic: ``What is a + b?`` answered with a random number in the level's answer range. The
   answer does not depend on the question, so the warm start has no reason to read the operands, and
   with the 1M model it does not: it gives one number to every problem, and GRPO then moves that one
-  number to a frequent sum rather than learning to add (the README has the measurement).
+  number to a frequent sum rather than learning to add (docs/environments.md has the measurement).
 
 The examples come from their own stream (``split="warm-start"``) over all problems, the held-out
 ones included: their answers are random, so they say nothing of which answer is right (a random
