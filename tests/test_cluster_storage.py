@@ -1,14 +1,13 @@
 """A cluster without shared storage: adapters reach an inference actor whose node cannot see the run
 directory through Ray's object store (``checkpoint_transport="object_store"``, the default)."""
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from scenarios import run_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,12 +32,7 @@ def test_a_node_without_the_run_directory_serves_every_new_checkpoint(tiny_model
         pytest.skip(f"cannot hide the run directory from a second Ray node: {reason}")
     runs = tmp_path / "runs"
     runs.mkdir()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}  # this checkout, on both nodes
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "scenario_no_shared_storage.py"), tiny_model_dir,
-                           str(runs), "object_store"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_scenario("scenario_no_shared_storage", tiny_model_dir, str(runs), "object_store")
     assert "error" not in out, out.get("error")
     remote = next(name for name, node in out["inference_nodes"].items() if node == out["worker_node"])
     local = next(name for name in out["inference_nodes"] if name != remote)

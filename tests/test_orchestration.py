@@ -1,6 +1,5 @@
 """build(), the seed's standard script, and a real asynchronous run on local Ray (tiny model, CPU)."""
 
-import json
 import math
 import os
 import subprocess
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import small_run_kwargs
+from scenarios import run_scenario
 
 import unstable
 import unstable.reward_transformations as retra
@@ -187,8 +187,6 @@ def _said_offline_once(out: str, run_dir) -> None:
 @pytest.mark.slow
 def test_a_run_on_a_machine_without_wandb_login_logs_offline(tiny_model_dir, tmp_path):
     """build() used to die in the Tracker actor (``UsageError: No API key configured``)."""
-    import subprocess
-    import sys
 
     pytest.importorskip("wandb")
     proc = subprocess.run([sys.executable, "-c", USER_SCRIPT, tiny_model_dir, str(tmp_path / "runs")],
@@ -220,9 +218,6 @@ num_eval_workers: 0
 @pytest.mark.slow
 def test_unstable_train_on_a_machine_without_wandb_login_logs_offline(tiny_model_dir, tmp_path):
     """``unstable train --config X`` died in the Tracker actor whenever X did not say ``wandb_project: null``."""
-    import subprocess
-    import sys
-    from pathlib import Path
 
     pytest.importorskip("wandb")
     config = tmp_path / "user.yaml"
@@ -240,13 +235,7 @@ def test_two_runs_with_the_same_name_in_one_ray_have_their_own_actors(tiny_model
     """The actors were named "Tracker", "Buffer" and "inference-0" in every run: a second build() in
     the same Ray (ray_address=, or one process) failed on the taken name. Now each run's names start
     with its own run id, and the dashboard finds a run's Tracker and Buffer by its directory."""
-    repo = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(repo)}  # this checkout
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, str(repo / "tests" / "scenario_two_runs.py"), tiny_model_dir,
-                           str(tmp_path)], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_scenario("scenario_two_runs", tiny_model_dir, str(tmp_path))
     first, second = out["runs"]
     assert first["run_id"] != second["run_id"] and first["run_id"].startswith("same-")
     assert first["run_dir"] == str(tmp_path / "a" / "same") and second["run_dir"] == str(tmp_path / "b" / "same")

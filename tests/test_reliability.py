@@ -25,6 +25,7 @@ import ray.cloudpickle
 import torch
 import transformers
 from conftest import TTT, make_sample, small_run_kwargs
+from scenarios import run_scenario
 
 import unstable
 from unstable.buffers import StepBuffer
@@ -516,12 +517,7 @@ def test_a_failing_learner_stops_the_run_with_its_cause_and_keeps_the_checkpoint
 # ---------------------------------------------------------------------------------- beyond one machine
 @pytest.mark.slow
 def test_losing_a_node_of_a_two_node_cluster_does_not_stop_the_run(tiny_model_dir, tmp_path):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO)}  # this checkout
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "scenario_two_nodes.py"), tiny_model_dir,
-                           str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_scenario("scenario_two_nodes", tiny_model_dir, str(tmp_path))
     print("two nodes:", {k: out["collector"][k] for k in ("train_finished", "dropped", "failed", "trajectories_sent")},
           "received", out["buffer"]["trajectories_received"], "duplicates", out["buffer"]["duplicates"])
     nodes = out["inference_nodes"]
