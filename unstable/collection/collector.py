@@ -322,25 +322,20 @@ class Collector:
         return tuple(paused), stopped == len(self.buffers)
 
     async def _train_jobs(self, n: int, paused: tuple[str | None, ...]) -> list[GameSpec]:
-        """Up to ``n`` train specs from the scheduler, in one call when it can batch them."""
-        if has_method(self.scheduler, "next_train_jobs"):
-            return await acall(self.scheduler, "next_train_jobs", n, *((paused,) if paused else ()))
-        specs = []
-        while len(specs) < n:
-            spec = await acall(self.scheduler, "next_train_job", *((paused,) if paused else ()))
-            if spec is None:  # every spec's models are paused
-                break
-            specs.append(spec)
-        return specs
+        """Up to ``n`` train specs from the scheduler (fewer once every spec's models are paused)."""
+        return await self._jobs("next_train_job", n, *((paused,) if paused else ()))
 
     async def _eval_jobs(self, n: int) -> list[GameSpec]:
-        if has_method(self.scheduler, "next_eval_jobs"):
-            return await acall(self.scheduler, "next_eval_jobs", n)
+        """Up to ``n`` eval specs from the scheduler (none without eval envs)."""
+        return await self._jobs("next_eval_job", n)
+
+    async def _jobs(self, method: str, n: int, *args: Any) -> list[GameSpec]:
+        """Up to ``n`` specs from the scheduler's ``method``: in one call of its batched form
+        (``<method>s``) when it has one, else one call each until it answers ``None``."""
+        if has_method(self.scheduler, f"{method}s"):
+            return await acall(self.scheduler, f"{method}s", n, *args)
         specs = []
-        while len(specs) < n:
-            spec = await acall(self.scheduler, "next_eval_job")
-            if spec is None:
-                break
+        while len(specs) < n and (spec := await acall(self.scheduler, method, *args)) is not None:
             specs.append(spec)
         return specs
 

@@ -125,25 +125,18 @@ class GameScheduler:
     def next_train_jobs(self, n: int, paused: tuple[str | None, ...] = ()) -> list[GameSpec]:
         """Up to ``n`` train games (:meth:`next_train_job` ``n`` times; fewer once it returns ``None``),
         drawn against one snapshot of the registry."""
-        _check_count(n)
-        jobs: list[GameSpec] = []
-        with self._registry_snapshot():
-            while len(jobs) < n:
-                job = self.next_train_job(paused) if paused else self.next_train_job()
-                if job is None:
-                    break
-                jobs.append(job)
-        return jobs
+        return self._draw(n, lambda: self.next_train_job(paused) if paused else self.next_train_job())
 
     def next_eval_jobs(self, n: int) -> list[GameSpec]:
         """Up to ``n`` eval games (:meth:`next_eval_job` ``n`` times; none without eval envs)."""
+        return self._draw(n, self.next_eval_job)
+
+    def _draw(self, n: int, next_job: Any) -> list[GameSpec]:
+        """``next_job()`` up to ``n`` times against one snapshot of the registry, stopping at ``None``."""
         _check_count(n)
         jobs: list[GameSpec] = []
         with self._registry_snapshot():
-            while len(jobs) < n:
-                job = self.next_eval_job()
-                if job is None:
-                    break
+            while len(jobs) < n and (job := next_job()) is not None:
                 jobs.append(job)
         return jobs
 
