@@ -8,9 +8,22 @@ import random
 import pyspiel
 import pytest
 from open_spiel.python import policy as os_policy
-from open_spiel.python.algorithms import best_response
+from open_spiel.python.algorithms import best_response, exploitability
 
-from unstable.eval.solvers import reachable_boards, tictactoe_exploitability, tictactoe_table, to_move
+from unstable.eval.solvers import (
+    INFO_SETS,
+    kuhn_exploitability,
+    kuhn_match_exploitability,
+    kuhn_match_info_states,
+    kuhn_nash_table,
+    match_table_from_hand_table,
+    reachable_boards,
+    tictactoe_exploitability,
+    tictactoe_table,
+    to_move,
+    uniform_kuhn_table,
+)
+from unstable.eval.solvers.kuhn import LEGAL_ACTIONS
 from unstable.policies.baselines import tictactoe_heuristic_cells, tictactoe_optimal_cells
 
 
@@ -120,3 +133,109 @@ def test_bad_tables_are_refused_with_the_board_named():
         tictactoe_exploitability({**table, "    O    ": {4: 1.0}})
     with pytest.raises(ValueError, match="sum to"):
         tictactoe_exploitability({**table, " " * 9: {0: 0.7, 1: 0.7}})
+
+
+# ------------------------------------------------------------------------------------ Kuhn poker
+KUHN = pyspiel.load_game("kuhn_poker")
+_OPENSPIEL_HISTORY = {"": "", "p": "check", "b": "bet", "pb": "check,bet"}
+
+
+def to_openspiel_kuhn(table) -> os_policy.TabularPolicy:
+    """A per-hand table as OpenSpiel's TabularPolicy: its keys are ``<card 0-2><history of p/b>`` and
+    its actions 0 = pass (check or fold), 1 = bet (bet or call); player 0 acts first."""
+    policy = os_policy.TabularPolicy(KUHN)
+    for key in policy.state_lookup:
+        history = _OPENSPIEL_HISTORY[key[1:]]
+        probs = table[f"{'JQK'[int(key[0])]}:{history}"]
+        passive, aggressive = LEGAL_ACTIONS[history]
+        policy.policy_for_key(key)[:] = [probs.get(passive, 0.0), probs.get(aggressive, 0.0)]
+    return policy
+
+
+def lopsided_kuhn_table() -> dict[str, dict[str, float]]:
+    """Not uniform, not Nash: the aggressive action with probability 0.1, 0.7, 0.25 or 0.9, varying by key."""
+    weights = (0.1, 0.7, 0.25, 0.9)
+    return {key: dict(zip(LEGAL_ACTIONS[key.split(":", 1)[1]], (1 - weights[i % 4], weights[i % 4]), strict=True))
+            for i, key in enumerate(INFO_SETS)}
+
+
+@pytest.mark.parametrize("name, table", [("uniform", uniform_kuhn_table()), ("nash 1/3", kuhn_nash_table()),
+                                         ("nash 0.1", kuhn_nash_table(0.1)), ("lopsided", lopsided_kuhn_table())])
+def test_kuhn_exploitability_equals_openspiel(name, table):
+    ours = kuhn_exploitability(table).exploitability
+    assert ours == pytest.approx(exploitability.exploitability(KUHN, to_openspiel_kuhn(table)), abs=1e-6)
+
+
+def test_kuhn_known_answers():
+    uniform = kuhn_exploitability(uniform_kuhn_table())
+    assert uniform.exploitability == pytest.approx(11 / 24)  # 0.458333..., OpenSpiel's uniform-policy value
+    for alpha in (0.0, 0.1, 1 / 3):
+        nash = kuhn_exploitability(kuhn_nash_table(alpha))
+        assert nash.exploitability == pytest.approx(0.0, abs=1e-12)
+        # Against an equilibrium the best response gets the game value: the first player's -1/18.
+        assert nash.best_response_second == pytest.approx(-1 / 18) and nash.best_response_first == pytest.approx(1 / 18)
+    # TextArena's stakes (a bet adds nothing): folding is never better than calling, so Nash is exploitable.
+    assert kuhn_exploitability(kuhn_nash_table()).textarena_exploitability == pytest.approx(1 / 6)
+    assert kuhn_exploitability(lopsided_kuhn_table()).exploitability == pytest.approx(37 / 60, abs=1e-12)
+
+
+def test_kuhn_invalid_mass_is_a_fold():
+    always_invalid = kuhn_exploitability({key: {} for key in INFO_SETS})
+    assert always_invalid.exploitability == 1.0 == always_invalid.textarena_exploitability
+    # Nash that answers invalidly with probability 0.1 everywhere gives the best response more.
+    leaky = {k: {a: 0.9 * p for a, p in v.items()} for k, v in kuhn_nash_table().items()}
+    assert 0 < kuhn_exploitability(leaky).exploitability < 0.2
+
+
+def test_kuhn_bad_tables_are_refused_with_the_key_named():
+    table = uniform_kuhn_table()
+    with pytest.raises(ValueError, match="no entry for information set 'Q:bet'"):
+        kuhn_exploitability({k: v for k, v in table.items() if k != "Q:bet"})
+    with pytest.raises(ValueError, match="'fold' is not legal"):
+        kuhn_exploitability({**table, "J:": {"fold": 1.0}})
+    with pytest.raises(ValueError, match="not one of the 12"):
+        kuhn_exploitability({**table, "A:": {"bet": 1.0}})
+
+
+# -------------------------------------------------------------------- the 3-round KuhnPoker-v0 match
+def test_the_match_has_7212_information_states_and_round_one_is_the_per_hand_table():
+    keys = kuhn_match_info_states()
+    assert len(keys) == 7212 and [sum(k.count("|") == r for k in keys) for r in range(3)] == [12, 288, 6912]
+    assert set(keys[:12]) == set(INFO_SETS)
+    assert "KJ:bet,call|Q?:check,bet,fold|J:check" in keys
+
+
+@pytest.mark.parametrize("name, table", [("nash", kuhn_nash_table()), ("lopsided", lopsided_kuhn_table())])
+def test_one_round_in_chips_equals_the_per_hand_textarena_value(name, table):
+    match = kuhn_match_exploitability(match_table_from_hand_table(table, rounds=1), rounds=1, reward="chips")
+    hand = kuhn_exploitability(table)
+    # Player 1 opens round 1: the policy as player 0 acts second.
+    assert match.best_response_player0 == pytest.approx(hand.textarena_best_response_second, abs=1e-12)
+    assert match.best_response_player1 == pytest.approx(hand.textarena_best_response_first, abs=1e-12)
+
+
+def test_the_match_against_a_history_blind_policy_is_a_best_of_three():
+    """A policy that ignores earlier rounds makes the rounds independent, and each round is won or lost,
+    so the best responder maximises each round's win probability p = (1 + per-hand value) / 2 and wins
+    the match with P(at least 2 of 3). Player 1 opens rounds 1 and 3."""
+    table = lopsided_kuhn_table()
+    hand = kuhn_exploitability(table)
+    first, second = (1 + hand.textarena_best_response_first) / 2, (1 + hand.textarena_best_response_second) / 2
+
+    def best_of_three(a, b, c):
+        return 2 * (a * b + a * c + b * c - 2 * a * b * c) - 1
+
+    match = kuhn_match_exploitability(match_table_from_hand_table(table))
+    assert match.best_response_player0 == pytest.approx(best_of_three(second, first, second), abs=1e-12)
+    assert match.best_response_player1 == pytest.approx(best_of_three(first, second, first), abs=1e-12)
+    assert 0 < match.exploitability < 1
+
+
+def test_an_invalid_move_loses_the_match():
+    """Invalid in round 3 only: the best responder only has to reach round 3."""
+    table = match_table_from_hand_table(kuhn_nash_table())
+    table = {key: ({} if key.count("|") == 2 else probs) for key, probs in table.items()}
+    result = kuhn_match_exploitability(table)
+    assert result.best_response_player0 == 1.0 == result.best_response_player1
+    with pytest.raises(ValueError, match=r"no entry for information state '[JQK]:"):
+        kuhn_match_exploitability({})
