@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pyspiel
 import pytest
@@ -25,6 +27,8 @@ from unstable.eval.solvers import (
 )
 from unstable.eval.solvers.kuhn import LEGAL_ACTIONS
 from unstable.policies.baselines import tictactoe_heuristic_cells, tictactoe_optimal_cells
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------------ TicTacToe
@@ -239,3 +243,14 @@ def test_an_invalid_move_loses_the_match():
     assert result.best_response_player0 == 1.0 == result.best_response_player1
     with pytest.raises(ValueError, match=r"no entry for information state '[JQK]:"):
         kuhn_match_exploitability({})
+
+
+# ------------------------------------------------------------------------------------ the docs page
+def test_the_exploitability_section_of_the_docs_runs_and_prints_what_it_shows(capsys):
+    """docs/evaluation.md, "## Exploitability": its python blocks as one script print its text block."""
+    section = (REPO / "docs" / "evaluation.md").read_text(encoding="utf-8").split("\n## Exploitability\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    script = "\n".join(re.findall(r"```python\n(.*?)```", section, re.S))
+    (shown,) = re.findall(r"```text\n(.*?)```", section, re.S)
+    exec(compile(script, "docs/evaluation.md", "exec"), {})
+    assert capsys.readouterr().out == shown
