@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyspiel
@@ -14,6 +15,8 @@ from open_spiel.python.algorithms import best_response, exploitability
 
 from unstable.eval.solvers import (
     INFO_SETS,
+    connect_four_exploitability_bounds,
+    connect_four_positions,
     kuhn_exploitability,
     kuhn_match_exploitability,
     kuhn_match_info_states,
@@ -254,3 +257,51 @@ def test_the_exploitability_section_of_the_docs_runs_and_prints_what_it_shows(ca
     (shown,) = re.findall(r"```text\n(.*?)```", section, re.S)
     exec(compile(script, "docs/evaluation.md", "exec"), {})
     assert capsys.readouterr().out == shown
+
+
+# ------------------------------------------------------------------------------------ ConnectFour
+class ColumnsTable(Mapping):
+    """A ConnectFour table computed on demand: ``share`` of the mass spread uniformly over
+    ``columns(position)``, the rest invalid."""
+
+    def __init__(self, columns, share: float = 1.0):
+        self.columns, self.share = columns, share
+
+    def __getitem__(self, position):
+        cols = self.columns(position)
+        return {c: self.share / len(cols) for c in cols}
+
+    def __iter__(self):
+        raise TypeError("computed on demand")
+
+    def __len__(self):
+        raise TypeError("computed on demand")
+
+
+def _open(position):
+    return [c for c in range(7) if position[c] == "."]
+
+
+def test_connect_four_bounds_known_answers():
+    assert connect_four_exploitability_bounds(ColumnsTable(_open, share=0.0), depth=3).exploitability == (1.0, 1.0)
+    # Nobody can connect four before ply 7: until then only invalid moves decide, and the lower bound
+    # is 1 - 2 * 0.9**k after the policy's k moves (upper bound 1).
+    leaky = ColumnsTable(_open, share=0.9)
+    for depth in (1, 2, 3, 4, 5):
+        result = connect_four_exploitability_bounds(leaky, depth)
+        first, second = (depth + 1) // 2, depth // 2
+        assert result.best_response_first == pytest.approx((1 - 2 * 0.9**first, 1.0), abs=1e-12)
+        assert result.best_response_second == pytest.approx((1 - 2 * 0.9**second, 1.0), abs=1e-12)
+    # A policy that drops its discs in the lowest open column, moving second: the responder connects
+    # four in another column at ply 7 (its fourth disc) before the policy's fourth.
+    stacker = ColumnsTable(lambda p: [min(_open(p))])
+    assert connect_four_exploitability_bounds(stacker, depth=6).best_response_second == (-1.0, 1.0)
+    assert connect_four_exploitability_bounds(stacker, depth=7).best_response_second == (1.0, 1.0)
+    assert len(connect_four_positions(3)) == 1 + 7 + 49
+
+
+def test_connect_four_bad_tables_are_refused():
+    with pytest.raises(ValueError, match=r"no entry for position '\.{42}'"):
+        connect_four_exploitability_bounds({}, depth=2)
+    with pytest.raises(ValueError, match="must give open columns"):
+        connect_four_exploitability_bounds({"." * 42: {9: 1.0}}, depth=1)

@@ -1,7 +1,14 @@
 """Exact exploitability of small games from a policy written as a table (docs/evaluation.md,
 "Exploitability"): TicTacToe by best response and minimax over every reachable board; Kuhn poker per
-hand from its 12 information sets; the whole 3-round KuhnPoker-v0 match by an exact best response."""
+hand from its 12 information sets; the whole 3-round KuhnPoker-v0 match by an exact best response;
+ConnectFour as bounds from a depth-limited best response (not exact)."""
 
+from unstable.eval.solvers.connect_four import (
+    ConnectFourExploitabilityBounds,
+    ConnectFourTable,
+    connect_four_exploitability_bounds,
+    connect_four_positions,
+)
 from unstable.eval.solvers.kuhn import (
     INFO_SETS,
     KuhnExploitability,
@@ -30,12 +37,16 @@ from unstable.eval.solvers.tictactoe import (
 __all__ = [
     "INFO_SETS",
     "Board",
+    "ConnectFourExploitabilityBounds",
+    "ConnectFourTable",
     "KuhnExploitability",
     "KuhnMatchExploitability",
     "KuhnMatchTable",
     "KuhnTable",
     "TicTacToeExploitability",
     "TicTacToeTable",
+    "connect_four_exploitability_bounds",
+    "connect_four_positions",
     "kuhn_exploitability",
     "kuhn_match_exploitability",
     "kuhn_match_info_states",

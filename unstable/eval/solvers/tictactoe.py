@@ -55,8 +55,9 @@ def _empty(board: Board) -> list[int]:
     return [cell for cell, mark in enumerate(board) if mark == " "]
 
 
+@functools.cache
 def winner(board: Board) -> str | None:
-    """The mark with three in a row, or ``None``."""
+    """The mark with three in a row, or ``None`` (memoised: 5,478 boards can occur)."""
     return tictactoe_winner(_tuple(board))
 
 
