@@ -15,6 +15,7 @@ from open_spiel.python.algorithms import best_response, exploitability
 
 from unstable.eval.solvers import (
     INFO_SETS,
+    board_key,
     connect_four_exploitability_bounds,
     connect_four_positions,
     kuhn_exploitability,
@@ -22,6 +23,7 @@ from unstable.eval.solvers import (
     kuhn_match_info_states,
     kuhn_nash_table,
     match_table_from_hand_table,
+    position_key,
     reachable_boards,
     tictactoe_exploitability,
     tictactoe_table,
@@ -305,3 +307,26 @@ def test_connect_four_bad_tables_are_refused():
         connect_four_exploitability_bounds({}, depth=2)
     with pytest.raises(ValueError, match="must give open columns"):
         connect_four_exploitability_bounds({"." * 42: {9: 1.0}}, depth=1)
+
+
+# ---------------------------------------------------------------- the keys, read from real TextArena
+def test_the_keys_of_textarena_states_follow_the_solvers_conventions():
+    """TicTacToe: player 0 plays O and moves first; ConnectFour: player 0 drops X first. The key of the
+    live board is a board the solver knows, with the mark of the player to move."""
+    import textarena as ta
+
+    env = ta.make("TicTacToe-v0-raw")
+    env.reset(num_players=2, seed=3)
+    for cell in (4, 0, 8):
+        key = board_key(env.state.game_state["board"])
+        assert key in set(reachable_boards())
+        assert to_move(key) == ("O" if env.state.current_player_id == 0 else "X")
+        env.step(f"[{cell}]")
+    assert board_key(env.state.game_state["board"]) == "X   O   O"
+
+    env = ta.make("ConnectFour-v0-raw")
+    env.reset(num_players=2, seed=3)
+    env.step("[col 3]")
+    key = position_key(env.state.game_state["board"])
+    assert key == "." * 38 + "X..." and key in connect_four_positions(2)
+    assert env.state.current_player_id == 1  # O to move: the counts differ

@@ -8,6 +8,7 @@ from unstable.eval.solvers.connect_four import (
     ConnectFourTable,
     connect_four_exploitability_bounds,
     connect_four_positions,
+    position_key,
 )
 from unstable.eval.solvers.kuhn import (
     INFO_SETS,
@@ -28,6 +29,7 @@ from unstable.eval.solvers.tictactoe import (
     Board,
     TicTacToeExploitability,
     TicTacToeTable,
+    board_key,
     reachable_boards,
     tictactoe_exploitability,
     tictactoe_table,
@@ -45,6 +47,7 @@ __all__ = [
     "KuhnTable",
     "TicTacToeExploitability",
     "TicTacToeTable",
+    "board_key",
     "connect_four_exploitability_bounds",
     "connect_four_positions",
     "kuhn_exploitability",
@@ -52,6 +55,7 @@ __all__ = [
     "kuhn_match_info_states",
     "kuhn_nash_table",
     "match_table_from_hand_table",
+    "position_key",
     "reachable_boards",
     "tictactoe_exploitability",
     "tictactoe_table",

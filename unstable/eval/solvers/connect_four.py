@@ -20,7 +20,7 @@ the mass left over is an invalid move, which loses the game (``unstable`` plays 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from unstable.policies.baselines import connect_four_winning_columns
@@ -35,6 +35,11 @@ _TOLERANCE = 1e-9
 def connect_four_to_move(position: str) -> str:
     """``"X"`` (player 0, first) when the counts are equal, else ``"O"``."""
     return "X" if position.count("X") == position.count("O") else "O"
+
+
+def position_key(rows: Sequence[Sequence[str]]) -> str:
+    """The table key of TextArena's ``game_state["board"]`` (6 rows of 7, ``"."`` empty)."""
+    return "".join(cell for row in rows for cell in row)
 
 
 def _rows(position: str) -> list[str]:
