@@ -330,3 +330,25 @@ def test_the_keys_of_textarena_states_follow_the_solvers_conventions():
     key = position_key(env.state.game_state["board"])
     assert key == "." * 38 + "X..." and key in connect_four_positions(2)
     assert env.state.current_player_id == 1  # O to move: the counts differ
+
+
+def test_boards_the_policy_never_leads_to_may_be_left_out():
+    """The optimal policy's table cut down to the boards its own support can reach (in either seat)
+    gives the same result as the full table; a board it can reach, removed, is named."""
+    full = tictactoe_table(tictactoe_optimal_cells)
+    needed = set()
+    for mark in ("O", "X"):
+        stack = [" " * 9]
+        while stack:
+            board = stack.pop()
+            if board not in full or (board, mark) in needed:
+                continue
+            needed.add((board, mark))
+            cells = full[board] if to_move(board) == mark else [c for c in range(9) if board[c] == " "]
+            stack.extend(board[:c] + to_move(board) + board[c + 1:] for c in cells)
+    kept = {board: full[board] for board, mark in needed if to_move(board) == mark}
+    assert 0 < len(kept) < len(full)
+    assert tictactoe_exploitability(kept) == tictactoe_exploitability(full)
+    removed = sorted(kept, key=lambda b: (9 - b.count(" "), b))[-1]
+    with pytest.raises(ValueError, match=f"no entry for board '{removed}'"):
+        tictactoe_exploitability({b: p for b, p in kept.items() if b != removed})
