@@ -26,7 +26,7 @@ QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "l
 
 
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
-    from unstable.models.tiny import build_tiny_model
+    from unstable.local_models.tiny import build_tiny_model
 
     t0 = time.perf_counter()
     path = build_tiny_model(args.out, size=args.size, seed=args.seed, overwrite=args.overwrite)
@@ -50,7 +50,7 @@ def _print_game(record) -> None:
 def _cmd_play(args: argparse.Namespace) -> int:
     from unstable.eval.play import play_vs_opponent
     from unstable.inference.base import SamplingParams
-    from unstable.models.resolve import resolve_model_name
+    from unstable.local_models.resolve import resolve_model_name
 
     t0 = time.perf_counter()
     print(f"resolving model {args.model!r} ...", flush=True)
