@@ -313,7 +313,7 @@ def test_the_documented_subclass_scores_itself_with_the_documented_helpers():
     parity = docs_parity_class()()
     assert parity.reward_functions == [] and parity.train_size() == 200 and parity.eval_sizes() == {"test": 8}
     for answer, reward in (("odd", 1.0), ("Even ", 0.0)):  # a scripted policy gives its action as it is
-        record = play(parity, spec_for(parity, 1, item=3, split="test"), {0: Scripted(lambda _: answer)})
+        record = play(parity, spec_for(parity, 1, item=3, split="test"), {0: Scripted(lambda _, a=answer: a)})
         assert record.final_rewards == {0: reward}
         assert record.game_info[0]["reward_components"] == {"correct": reward}
         assert record.turns[0].observation == "Is 3 even or odd? Answer in \\boxed{}."
@@ -346,5 +346,5 @@ def test_only_the_collaborative_environment_takes_conversation_reward_functions(
     assert CollaborativeEnvironment("b", participants=["A", "B"], round_spec="A -> B", **kwargs).reward_functions
     for make in (lambda: SingleTurnEnvironment("a", **kwargs),
                  lambda: ParallelEnvironment("c", participants=2, combiner=lambda p, a: a[0], **kwargs)):
-        with pytest.raises(ValueError, match="'turns' is a conversation reward function, but .* takes only"):
+        with pytest.raises(ValueError, match=r"'turns' is a conversation reward function, but .* takes only"):
             make()
