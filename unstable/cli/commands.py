@@ -131,14 +131,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             print(f"  {len(done)}/{args.games} games", flush=True)
 
     model, adapter, template = args.model, args.adapter, args.template
-    env_id, num_players = args.env or "TicTacToe-v0-train", args.num_players or 2
+    env_id, num_players = args.env or "TicTacToe-v0-train", 2 if args.num_players is None else args.num_players
     if args.run:
         if args.model or args.adapter:
             raise ValueError("give either --run (with --checkpoint) or --model/--adapter, not both")
         model, adapter, run_template = run_checkpoint(args.run, args.checkpoint)
         game = run_game(args.run, args.env)
         env_id = game.get("env_id", env_id)
-        num_players = args.num_players or game.get("num_players") or 2
+        num_players = args.num_players if args.num_players is not None else game.get("num_players", 2)
         template = template or game.get("prompt_template") or run_template
     elif args.checkpoint:
         raise ValueError("--checkpoint names a checkpoint of a run: give --run RUN_DIR too")
