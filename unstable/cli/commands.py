@@ -206,7 +206,11 @@ def run_game(run_dir: str, env_id: str | None = None) -> dict:
     from pathlib import Path
 
     config = json.loads((Path(run_dir) / "config.json").read_text())
-    games = list({spec["env_id"]: spec for spec in config.get("train_envs") or [] if spec.get("env_id")}.values())
+    by_id: dict[str, dict] = {}
+    for spec in config.get("train_envs") or []:
+        if spec.get("env_id"):  # a game (an environment is saved by its name and class)
+            by_id.setdefault(spec["env_id"], spec)  # the first spec of a game gives its template
+    games = list(by_id.values())
     if env_id is not None:
         return next((spec for spec in games if spec["env_id"] == env_id), {"env_id": env_id})
     if len(games) == 1:
