@@ -66,7 +66,7 @@ SHRINK = {
                        ("num_collection_workers=32", "num_collection_workers=8"),
                        ("num_eval_workers=4", "num_eval_workers=0")],
 }
-BUILDS = ("environments.md", "multi-model.md")  # they start Ray: slow
+SLOW_PAGES = ("algorithms.md", "environments.md", "multi-model.md")  # they load torch or start Ray: over 10 s
 SCRIPT_PAGES = [p for p in PAGES_WITH_CODE if p.name not in NOT_A_SCRIPT and p.name not in SAME_AS_README]
 
 
@@ -93,7 +93,7 @@ def test_every_docs_page_with_code_is_run_whole():
         assert all(old in text for old, _ in changes), name
 
 
-@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name in BUILDS else p
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_PAGES else p
                                   for p in SCRIPT_PAGES], ids=lambda p: p.stem)
 def test_the_docs_page_runs_as_one_script(page, tmp_path):
     """Every python block of the page, in order, in one process (as a reader pastes them), with only the
