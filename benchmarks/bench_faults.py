@@ -432,7 +432,7 @@ def main() -> None:
         parser.error(f"the api fault needs --steps >= {INJECT_AFTER + 3} (healthy, 500s, hanging, healthy)")
     import tempfile
 
-    from unstable.models.tiny import tiny_model_path
+    from unstable.local_models.tiny import tiny_model_path
 
     info = machine()
     work = Path(args.work or tempfile.mkdtemp(prefix="faults-", dir="/tmp"))

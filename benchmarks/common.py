@@ -53,7 +53,7 @@ def model_dir(arch: str) -> str:
     The 0.6B-shaped model borrows the tiny models' tokenizer (its ids are all < 2048, inside the
     151936-token vocabulary), so nothing is downloaded; it is built once under ``$UNSTABLE_CACHE``.
     """
-    from unstable.models.tiny import tiny_model_path
+    from unstable.local_models.tiny import tiny_model_path
 
     if arch in ("1m", "10m", "50m"):
         return str(tiny_model_path(arch))

@@ -38,8 +38,8 @@ def well_formed(completion: str) -> float:
 
 def main(steps: int = 10, out: str | None = None, batch_size: int = 64, workers: int = 16,
          warm_start_examples: int | None = None) -> dict:
+    from unstable.local_models.tiny import tiny_model_path
     from unstable.models.task_warmstart import task_warm_start_path
-    from unstable.models.tiny import tiny_model_path
 
     warm_start = TaskQuickstartConfig().warm_start
     if warm_start_examples is not None:  # a quicker, weaker warm start (the tests use one)

@@ -1,5 +1,5 @@
-"""The documentation site (``docs/``): it builds with no warnings, every tutorial runs as written, the
-generated tables cover what they claim, and the version is defined in one place."""
+"""The documentation site (``docs/``): it builds with no warnings, every tutorial and every page with code
+runs as one script, the generated tables cover what they claim, and the version is defined in one place."""
 
 from __future__ import annotations
 
@@ -49,14 +49,68 @@ def test_the_tutorial_runs_as_written(page, tmp_path):
     local Ray, as on a user's machine."""
     script = tmp_path / f"{page.stem}.py"
     script.write_text("\n\n".join(python_blocks(page)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-           "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = run_script(script, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     if "unstable.build(" in script.read_text():
         assert "['base', 'ckpt-1', 'ckpt-2']" in proc.stdout, proc.stdout[-3000:]
+
+
+PAGES_WITH_CODE = sorted(p for p in DOCS.glob("*.md") if python_blocks(p))
+NOT_A_SCRIPT = {"cluster.md": "one line of a build() call on a Ray cluster (its settings elided as '...')"}
+SAME_AS_README = ("index.md", "training.md")  # the README's example: test_cli runs it, scaled down
+# Pages that train are run with fewer steps and smaller batches, each change a (page's text, replacement)
+# pair that must be found in the page; everything else runs as written.
+SHRINK = {
+    "multi-model.md": [('{"batch_size": 64, "mini_batch_size": 16', '{"batch_size": 16, "mini_batch_size": 8'),
+                       ("learning_steps=10", "learning_steps=1"),
+                       ("num_collection_workers=32", "num_collection_workers=8"),
+                       ("num_eval_workers=4", "num_eval_workers=0")],
+}
+SLOW_PAGES = ("algorithms.md", "environments.md", "multi-model.md")  # they load torch or start Ray: over 10 s
+SCRIPT_PAGES = [p for p in PAGES_WITH_CODE if p.name not in NOT_A_SCRIPT and p.name not in SAME_AS_README]
+
+
+def run_script(script: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """``script`` in a fresh process, as a user runs it: build() starts its own local Ray."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_every_docs_page_with_code_is_run_whole():
+    """A page with python code is run whole below, or is the README's example (run by test_cli), or is
+    listed in NOT_A_SCRIPT with the reason; a new page with code must be added to one of them."""
+    readme = python_blocks(REPO / "README.md")
+    for name in SAME_AS_README:
+        assert python_blocks(DOCS / name) == readme, name
+    names = {p.name for p in PAGES_WITH_CODE}
+    assert names == {p.name for p in SCRIPT_PAGES} | set(NOT_A_SCRIPT) | set(SAME_AS_README)
+    assert {"algorithms.md", "environments.md", "multi-model.md", "reward-transforms.md"} <= names
+    for name, changes in SHRINK.items():
+        text = "\n\n".join(python_blocks(DOCS / name))
+        assert all(old in text for old, _ in changes), name
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW_PAGES else p
+                                  for p in SCRIPT_PAGES], ids=lambda p: p.stem)
+def test_the_docs_page_runs_as_one_script(page, tmp_path):
+    """Every python block of the page, in order, in one process (as a reader pastes them), with only the
+    page's SHRINK changes."""
+    script = tmp_path / f"{page.stem}.py"
+    text = "\n\n".join(python_blocks(page))
+    for old, new in SHRINK.get(page.name, []):
+        text = text.replace(old, new)
+    script.write_text(text)
+    proc = run_script(script, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    if page.name == "environments.md":
+        assert "EnvironmentEvalResult(environment='parity', eval_set='test', model='tiny'" in proc.stdout
+    if page.name == "multi-model.md":
+        (run_dir,) = (tmp_path / "runs").iterdir()
+        for model in ("alice", "bob"):
+            assert (run_dir / "checkpoints" / model / "ckpt-1" / "adapter_config.json").is_file(), model
 
 
 def test_the_build_parameter_table_covers_every_flat_argument_and_run_field():

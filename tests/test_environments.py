@@ -290,3 +290,61 @@ def test_names_that_become_metric_keys_are_checked():
         SingleTurnEnvironment("a/b", reward_functions=[correct], train_data=DATA, prompt_column="question")
     with pytest.raises(ValueError, match=r"environment 'add': an eval set name must be .*got 'my set'"):
         SingleTurnEnvironment("add", reward_functions=[correct], eval_data={"my set": DATA}, prompt_column="question")
+
+
+# ----------------------------------------------------------------------------- writing your own
+def docs_parity_class():
+    """The ``Parity`` subclass of docs/environments.md's "Writing your own", defined from the page's block
+    (the page runs whole, with the tiny model, in test_docs.py)."""
+    from pathlib import Path
+
+    from doc_examples import code_blocks
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "environments.md"
+    (block,) = [b for b in code_blocks("python", [page]) if "class Parity(TaskEnvironment)" in b]
+    namespace = {"__name__": "docs_environments"}
+    exec(compile(block.split("\nparity = Parity()")[0], str(page), "exec"), namespace)  # the class, not its eval
+    return namespace["Parity"]
+
+
+def test_the_documented_subclass_scores_itself_with_the_documented_helpers():
+    """TaskEnvironment is importable from unstable.environments, takes no reward function when the
+    subclass scores itself, and row / ask / record / RewardScores do what the page says."""
+    parity = docs_parity_class()()
+    assert parity.reward_functions == [] and parity.train_size() == 200 and parity.eval_sizes() == {"test": 8}
+    for answer, reward in (("odd", 1.0), ("Even ", 0.0)):  # a scripted policy gives its action as it is
+        record = play(parity, spec_for(parity, 1, item=3, split="test"), {0: Scripted(lambda _, a=answer: a)})
+        assert record.final_rewards == {0: reward}
+        assert record.game_info[0]["reward_components"] == {"correct": reward}
+        assert record.turns[0].observation == "Is 3 even or odd? Answer in \\boxed{}."
+
+
+def test_the_built_in_environments_still_need_reward_functions():
+    from unstable.environments import TaskEnvironment
+
+    kwargs = {"train_data": DATA, "prompt_column": "question"}
+    for make in (lambda: SingleTurnEnvironment("a", reward_functions=[], **kwargs),
+                 lambda: CollaborativeEnvironment("b", participants=["A", "B"], round_spec="A -> B",
+                                                  reward_functions=[], **kwargs),
+                 lambda: ParallelEnvironment("c", participants=2, combiner=lambda p, a: a[0], reward_functions=[],
+                                             **kwargs)):
+        with pytest.raises(ValueError, match="needs at least one reward function"):
+            make()
+    own = TaskEnvironment("d", participants=[Participant("solver")], reward_functions=[correct], **kwargs)
+    assert [f.name for f in own.reward_functions] == ["correct"]  # given, they are checked and kept
+
+
+def test_only_the_collaborative_environment_takes_conversation_reward_functions():
+    """What the page says: a single-turn or parallel environment refuses @conversation_reward_function."""
+    from unstable.environments import conversation_reward_function
+
+    @conversation_reward_function(name="turns")
+    def turns(conversation, actor_name) -> float:
+        return float(len(conversation))
+
+    kwargs = {"reward_functions": [turns], "train_data": DATA, "prompt_column": "question"}
+    assert CollaborativeEnvironment("b", participants=["A", "B"], round_spec="A -> B", **kwargs).reward_functions
+    for make in (lambda: SingleTurnEnvironment("a", **kwargs),
+                 lambda: ParallelEnvironment("c", participants=2, combiner=lambda p, a: a[0], **kwargs)):
+        with pytest.raises(ValueError, match=r"'turns' is a conversation reward function, but .* takes only"):
+            make()

@@ -256,7 +256,7 @@ def test_resumed_settings_merge_into_the_model_of_the_same_name():
 # ----------------------------------------------------------------------------- a real run
 @pytest.fixture(scope="session")
 def second_base(tmp_path_factory) -> str:
-    from unstable.models.tiny import build_tiny_model
+    from unstable.local_models.tiny import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny-seed1") / "model", size="1m", seed=1))
 

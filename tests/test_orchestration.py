@@ -1,4 +1,5 @@
-"""build(), the seed's standard script, and a real asynchronous run on local Ray (tiny model, CPU)."""
+"""build() and a real asynchronous run on local Ray (tiny model, CPU); the seed's standard script runs in
+test_model_names.py."""
 
 import math
 import os
@@ -11,7 +12,6 @@ from conftest import small_run_kwargs
 from scenarios import run_scenario
 
 import unstable
-import unstable.reward_transformations as retra
 from unstable.run.config import BuildConfig
 from unstable.tracking import read_metrics
 
@@ -103,54 +103,6 @@ def test_every_algorithm_trains_through_build(algorithm, ray_session, tiny_model
         assert all(math.isfinite(line[k]) for k in ("train/loss", "train/approx_kl", "train/clipfrac", "train/entropy"))
         assert line["train/approx_kl"] < 0.05  # the recorded behaviour log-probs are the learner's own distribution
         assert any(k.startswith("train/staleness_frac/") for k in line)
-
-
-@pytest.mark.slow
-def test_the_seed_standard_script_wiring_works(ray_session, tiny_model_dir, tmp_path):
-    """The seed's 'Standard Script', with a tiny model and scaled-down numbers."""
-    ray = ray_session
-    MODEL_NAME = tiny_model_dir
-    lora_config = {"lora_rank": 4, "lora_alpha": 8, "lora_dropout": 0.0,
-                   "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
-    vllm_config = {"model_name": MODEL_NAME, "temperature": 0.6, "max_tokens": 16, "max_parallel_seq": 128,
-                   "max_loras": 8, "lora_config": lora_config, "max_model_len": 8192}
-    env_sampler = unstable.samplers.env_samplers.UniformRandomEnvSampler(
-        train_env_specs=[unstable.TrainEnvSpec(env_id="TicTacToe-v0-train", num_players=2, num_actors=2,
-                                               prompt_template="qwen3-zs")],
-        eval_env_specs=[unstable.EvalEnvSpec(env_id="TicTacToe-v0-train", num_players=2, prompt_template="qwen3-zs"),
-                        unstable.EvalEnvSpec(env_id="KuhnPoker-v0-train", num_players=2,
-                                             prompt_template="qwen3-zs")])
-    tracker = unstable.Tracker.options(name="Tracker").remote(
-        run_name=f"Test-tiny-{env_sampler.env_list()}", wandb_project="UnstableBaselines",
-        run_dir=str(tmp_path / "run"), wandb_mode="offline")  # added: wandb_mode (no W&B network in a test)
-    model_registry = unstable.ModelRegistry.options(name="ModelRegistry").remote(tracker=tracker)
-    ray.get(model_registry.add_checkpoint.remote(uid="base", path=None, iteration=0))
-    ray.get(model_registry.add_fixed.remote(name="google/gemini-2.0-flash-lite-001"))
-    model_sampler = unstable.samplers.model_samplers.BaseModelSampler(model_registry=model_registry)
-    game_scheduler = unstable.GameScheduler.options(name="GameScheduler").remote(
-        model_sampler=model_sampler, env_sampler=env_sampler, logging_dir=ray.get(tracker.get_log_dir.remote()))
-    step_buffer = unstable.StepBuffer.options(name="Buffer").remote(
-        max_buffer_size=32, tracker=tracker,
-        final_reward_transformation=retra.ComposeFinalRewardTransforms([retra.RoleAdvantageByEnvFormatter()]),
-        step_reward_transformation=retra.ComposeStepRewardTransforms(
-            [retra.RewardForFormat(1.5), retra.PenaltyForInvalidMove(1.0, -1.0)]),
-        sampling_reward_transformation=retra.ComposeSamplingRewardTransforms([retra.NormalizeRewardsByEnv(True)]),
-    )
-    collector = unstable.Collector.options(name="Collector").remote(
-        vllm_config=vllm_config, tracker=tracker, buffer=step_buffer, game_scheduler=game_scheduler)
-    learner = unstable.REINFORCELearner.options(num_gpus=0, name="Learner").remote(
-        model_name=MODEL_NAME, lora_cfg=lora_config, batch_size=16, mini_batch_size=8, learning_rate=1e-3,
-        grad_clip=0.2, buffer=step_buffer, tracker=tracker, model_registry=model_registry,
-        activation_checkpointing=True, gradient_checkpointing=True, use_trainer_cache=False,
-        output_dir=str(tmp_path / "ckpts"))
-    ray.get(learner.initialize_algorithm.remote(max_train_len=None, max_generation_len=16))
-    try:
-        collector.collect.remote(num_train_workers=8, num_eval_workers=2)
-        ray.get(learner.train.remote(2))
-        assert ray.get(model_registry.get_current_ckpt.remote()) == "ckpt-2"
-    finally:
-        for actor in (collector, learner, game_scheduler, step_buffer, model_registry, tracker):
-            ray.kill(actor, no_restart=True)
 
 
 USER_SCRIPT = """

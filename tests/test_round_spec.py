@@ -19,6 +19,9 @@ from unstable.environments.round_spec import (
 )
 
 A, B, C, D = Actor("A"), Actor("B"), Actor("C"), Actor("D")
+NO_TURN = "the spec gives no turn at all (every part of it is repeated 0 times)"
+TOO_LONG = ("the spec is too long at position {}: an episode may have at most 1000 turns "
+            "(parse_round_spec's max_turns), found")
 
 
 def test_the_actors_library_example():
@@ -198,9 +201,17 @@ COUNT = "a count after '*' (an integer, or a range such as (1..3))"
         ("Bob -> 2", "expected an actor name or '(' at position 7, found '2'", 7),
         ("Bob*", f"expected {COUNT} at position 4, found end of spec", 4),
         ("Bob * Alice", f"expected {COUNT} at position 6, found 'Alice'", 6),
-        ("Bob*0", "a repeat count must be at least 1 at position 4, found 0", 4),
+        ("Bob*0", NO_TURN, 0),
         ("Bob*(3..1)", "a range must not run backwards (its start above its end) at position 4, found 3..1", 4),
-        ("Bob*(0..0)", "a range must allow at least one repetition (its end at least 1) at position 4, found 0..0", 4),
+        ("Bob*(0..0)", NO_TURN, 0),
+        ("(Bob*0 / Alice*(0..0))*3", NO_TURN, 0),
+        ("Bob*1000000000", f"{TOO_LONG.format(4)} the count 1000000000", 4),
+        ("Alice*99999999999", f"{TOO_LONG.format(6)} the count 99999999999", 6),
+        ("Bob*(1..1001)", f"{TOO_LONG.format(4)} a part that gives up to 1001 turns", 4),
+        ("Bob*" + "9" * 5000, f"{TOO_LONG.format(4)} a count of 5000 digits", 4),  # not int()-ed: no ValueError
+        ("(Bob -> Alice)*501", f"{TOO_LONG.format(15)} a part that gives up to 1002 turns", 15),
+        ("(Bob*10)*(0..101)", f"{TOO_LONG.format(9)} a part that gives up to 1010 turns", 9),
+        ("Bob*999 -> Alice -> Bob", f"{TOO_LONG.format(17)} a part that gives up to 1001 turns", 17),
         ("Bob*(1 3)", "expected '..' in the range at position 7, found '3'", 7),
         ("Bob*(..3)", "expected an integer at position 5, found '..'", 5),
         ("Bob*(1..)", "expected an integer at position 8, found ')'", 8),
@@ -300,7 +311,8 @@ def test_hand_built_trees():
         RoundSpec("empty", Choice(()))
     with pytest.raises(TypeError, match="not a round spec node"):
         RoundSpec("bad", Sequence((A, "B")))  # type: ignore[arg-type]
-    for low, high in [(0, 0), (2, 1), (-1, 2)]:
+    assert RoundSpec("skip", Sequence((A, Repeat(B, 0, 0)))).max_turns == 1
+    for low, high in [(2, 1), (-1, 2)]:
         with pytest.raises(ValueError, match="a Repeat needs"):
             Repeat(A, low, high)
 
@@ -311,3 +323,27 @@ def test_nodes_are_frozen():
         spec.root.items = ()  # type: ignore[misc]
     with pytest.raises(AttributeError):
         spec.max_turns = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("text", "lengths"), [("A -> B*0", {1}), ("A -> B*(0..0)", {1}), ("A -> B*(0..2)", {1, 2, 3})])
+def test_a_count_of_zero_skips_the_part_in_both_forms(text, lengths):
+    """0 is an ordinary count, fixed (``*0``: never) or as a range's start (``*(0..2)``: may be skipped); only
+    a spec that can give no turn at all is refused."""
+    spec = parse_round_spec(text)
+    rng = random.Random(0)
+    assert {len(spec.expand(rng)) for _ in range(200)} == lengths
+    assert (spec.min_turns, spec.max_turns) == (min(lengths), max(lengths))
+
+
+def test_the_longest_expansion_is_bounded_at_parse_time():
+    """``Bob*1000000000`` once parsed and then expanded for minutes: the bound is checked while parsing,
+    without building anything of the spec's expanded size."""
+    assert parse_round_spec("Bob*1000").max_turns == 1000  # the default bound, reached exactly
+    assert parse_round_spec("(Bob -> Alice)*(0..500)").max_turns == 1000
+    assert parse_round_spec("Bob*5", max_turns=5).max_turns == 5
+    with pytest.raises(RoundSpecError, match=r"at most 4 turns .* found a part that gives up to 5 turns") as caught:
+        parse_round_spec("Bob*5", max_turns=4)
+    assert caught.value.position == 4
+    for bad in (0, -1, 2.5, True, None):
+        with pytest.raises(ValueError, match="max_turns must be a positive integer"):
+            parse_round_spec("Bob", max_turns=bad)  # type: ignore[arg-type]

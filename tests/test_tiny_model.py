@@ -201,7 +201,7 @@ def test_tiny_model_path_rejects_unknown_size(tmp_path):
 
 
 def test_model_names_pick_a_tiny_size_and_seed(tmp_path, monkeypatch):
-    from unstable.models.resolve import resolve_model_name
+    from unstable.local_models.resolve import resolve_model_name
 
     monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path))
     assert resolve_model_name("tiny:1m:seed3") == str(tmp_path / "tiny-models" / "1m-seed3-v1")

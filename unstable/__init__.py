@@ -53,8 +53,8 @@ _LAZY = {
     "GenerationRequest": "unstable.inference.base",
     "TransformersBackend": "unstable.inference.transformers_backend",
     # models
-    "build_tiny_model": "unstable.models.tiny",
-    "tiny_model_path": "unstable.models.tiny",
+    "build_tiny_model": "unstable.local_models.tiny",
+    "tiny_model_path": "unstable.local_models.tiny",
     # learning
     "StepBuffer": "unstable.run.actors",
     "EpisodeBuffer": "unstable.run.actors",

@@ -202,8 +202,8 @@ _LEGACY_COLLECTOR = ("num_actors", "step_buffer", "model_pool", "training_envs",
 
 def _check_opponent(name: Any) -> str:
     """``build()``'s rule: scripted, a readable adapter directory, or an API model with a key set."""
+    from unstable.local_models.resolve import looks_like_path
     from unstable.models.checks import check_adapter
-    from unstable.models.resolve import looks_like_path
     from unstable.policies.api import DEFAULT_API_KEY_ENV
     from unstable.policies.scripted import SCRIPTED_POLICIES
 

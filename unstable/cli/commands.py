@@ -26,7 +26,7 @@ QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "l
 
 
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
-    from unstable.models.tiny import build_tiny_model
+    from unstable.local_models.tiny import build_tiny_model
 
     t0 = time.perf_counter()
     path = build_tiny_model(args.out, size=args.size, seed=args.seed, overwrite=args.overwrite)
@@ -50,7 +50,7 @@ def _print_game(record) -> None:
 def _cmd_play(args: argparse.Namespace) -> int:
     from unstable.eval.play import play_vs_opponent
     from unstable.inference.base import SamplingParams
-    from unstable.models.resolve import resolve_model_name
+    from unstable.local_models.resolve import resolve_model_name
 
     t0 = time.perf_counter()
     print(f"resolving model {args.model!r} ...", flush=True)
@@ -131,22 +131,26 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             print(f"  {len(done)}/{args.games} games", flush=True)
 
     model, adapter, template = args.model, args.adapter, args.template
+    env_id, num_players = args.env or "TicTacToe-v0-train", 2 if args.num_players is None else args.num_players
     if args.run:
         if args.model or args.adapter:
             raise ValueError("give either --run (with --checkpoint) or --model/--adapter, not both")
         model, adapter, run_template = run_checkpoint(args.run, args.checkpoint)
-        template = template or run_template
+        game = run_game(args.run, args.env)
+        env_id = game.get("env_id", env_id)
+        num_players = args.num_players if args.num_players is not None else game.get("num_players", 2)
+        template = template or game.get("prompt_template") or run_template
     elif args.checkpoint:
         raise ValueError("--checkpoint names a checkpoint of a run: give --run RUN_DIR too")
     if not model:
         raise ValueError("give --model (a HF id, a local path or tiny), or --run RUN_DIR")
     template = template or "qwen3-zs"
     api = {f"api_{k}": getattr(args, f"api_{k}") for k in API_OPTIONS if getattr(args, f"api_{k}") is not None}
-    print(f"evaluating {model}{f' + {adapter}' if adapter else ''} on {args.env} against {args.opponent}: "
+    print(f"evaluating {model}{f' + {adapter}' if adapter else ''} on {env_id} against {args.opponent}: "
           f"{args.games} games", flush=True)
-    result = evaluate(model, args.env, opponent=args.opponent, games=args.games, adapter=adapter,
+    result = evaluate(model, env_id, opponent=args.opponent, games=args.games, adapter=adapter,
                       prompt_template=template, sampling=sampling, seed=args.seed, num_workers=args.workers,
-                      greedy=args.greedy, num_players=args.num_players, torch_threads=args.torch_threads or None,
+                      greedy=args.greedy, num_players=num_players, torch_threads=args.torch_threads or None,
                       on_done=progress, **api)
     result.print()
     for line in result.failures:
@@ -191,6 +195,30 @@ def run_checkpoint(run_dir: str, uid: str | None = None) -> tuple[str, str | Non
     model = next((m for m in models if m.get("name", "model") == lineage), models[0])
     envs = config.get("train_envs") or [{}]
     return model["model_name"], entry.get("path_or_name"), envs[0].get("prompt_template")
+
+
+def run_game(run_dir: str, env_id: str | None = None) -> dict:
+    """The game of a run that ``unstable eval --run`` plays: its ``config.json``'s training game (``env_id``,
+    ``num_players``, ``prompt_template``) named ``env_id``, or its only one when ``env_id`` is ``None``. A run
+    that trained on several games needs ``env_id`` (each is evaluated with its own command); an ``env_id``
+    the run did not train on is played as given (``{"env_id": env_id}``)."""
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(run_dir) / "config.json").read_text())
+    by_id: dict[str, dict] = {}
+    for spec in config.get("train_envs") or []:
+        if spec.get("env_id"):  # a game (an environment is saved by its name and class)
+            by_id.setdefault(spec["env_id"], spec)  # the first spec of a game gives its template
+    games = list(by_id.values())
+    if env_id is not None:
+        return next((spec for spec in games if spec["env_id"] == env_id), {"env_id": env_id})
+    if len(games) == 1:
+        return games[0]
+    if not games:
+        raise ValueError(f"{run_dir} trained on no TextArena game (its environments are datasets): give --env")
+    raise ValueError(f"{run_dir} trained on {len(games)} games ({', '.join(g['env_id'] for g in games)}): "
+                     "give --env with the one to evaluate (one command per game)")
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -359,19 +387,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="HF id, local path, or tiny / tiny:<size> (or give --run)")
     p.add_argument("--adapter", default=None, help="a PEFT LoRA adapter directory to apply")
     p.add_argument("--run", default=None, metavar="RUN_DIR",
-                   help="evaluate a checkpoint of this run: --checkpoint names it; its model, adapter and "
-                        "prompt template come from the run")
+                   help="evaluate a checkpoint of this run: --checkpoint names it; its model, adapter, game, "
+                        "players and prompt template come from the run unless given")
     p.add_argument("--checkpoint", default=None, metavar="UID",
                    help="with --run: a registry uid such as ckpt-5, or bob-ckpt-3 in a run with several models "
                         "(default: the first model's newest checkpoint)")
-    p.add_argument("--env", default="TicTacToe-v0-train")
+    p.add_argument("--env", default=None,
+                   help="the game (default: with --run, the run's game, which a run of several needs; else "
+                        "TicTacToe-v0-train)")
     p.add_argument("--opponent", default="random", help=opponent_help)
     p.add_argument("--games", type=int, default=100)
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
     p.add_argument("--greedy", action="store_true", help="the evaluated model decodes greedily (temperature 0)")
     p.add_argument("--workers", type=int, default=1, help="worker processes; 1 plays in this process")
     p.add_argument("--torch-threads", type=int, default=1, help="torch threads per process (0: torch's default)")
-    p.add_argument("--num-players", type=int, default=2)
+    p.add_argument("--num-players", type=int, default=None, help="players per game (default: the run's, else 2)")
     p.add_argument("--template", default=None, help="prompt template (default: the run's, else qwen3-zs)")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)

@@ -232,7 +232,7 @@ def _summary_entry(result: Any, adapter: str | None) -> dict[str, Any]:
 
 def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) -> dict[str, Any]:
     """Run the default job and return the summary it writes to ``cfg.out/summary.json``."""
-    from unstable.models.tiny import tiny_model_path
+    from unstable.local_models.tiny import tiny_model_path
     from unstable.models.warmstart import warm_start_path
     from unstable.tracking.run_dir import atomic_write_json
     from unstable.ui.plots import plot_run, pyplot

@@ -139,8 +139,8 @@ def run_task_quickstart(cfg: TaskQuickstartConfig | None = None, say: Any = prin
     """Run the single-turn job and return the summary it writes to ``cfg.out/summary.json``."""
     from unstable.cli.quickstart import _check_out_dir
     from unstable.eval.environments import evaluate_environment
+    from unstable.local_models.tiny import tiny_model_path
     from unstable.models.task_warmstart import task_warm_start_path
-    from unstable.models.tiny import tiny_model_path
     from unstable.tracking.run_dir import atomic_write_json
 
     cfg = cfg or TaskQuickstartConfig()

@@ -13,7 +13,7 @@ from unstable.environments.rewards import (
     reward_function,
 )
 from unstable.environments.round_spec import RoundSpec, RoundSpecError, parse_round_spec
-from unstable.environments.single_turn import SingleTurnEnvironment
+from unstable.environments.single_turn import SingleTurnEnvironment, TaskEnvironment
 from unstable.games.mixture import EnvironmentMixture
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "RoundSpec",
     "RoundSpecError",
     "SingleTurnEnvironment",
+    "TaskEnvironment",
     "arithmetic_dataset",
     "conversation_reward_function",
     "exact_match",

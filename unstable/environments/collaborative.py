@@ -35,6 +35,7 @@ class CollaborativeEnvironment(TaskEnvironment):
     mappings), seat ``i`` being ``participants[i]``; ``round_spec`` uses their names."""
 
     reward_kinds = ("completion", "conversation")
+    reward_functions_required = True
 
     def __init__(self, name: str, *, participants: Sequence[Participant | str | Mapping[str, Any]], round_spec: str,
                  reward_functions: Sequence[Any], train_data: Any = None, eval_data: Any = None,

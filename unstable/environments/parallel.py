@@ -34,6 +34,8 @@ class ParallelEnvironment(TaskEnvironment):
     """See the module docstring. ``participants``: a number k (k seats of ``model``) or Participant
     objects, names or mappings."""
 
+    reward_functions_required = True
+
     def __init__(self, name: str, *, participants: int | Sequence[Participant | str | Mapping[str, Any]],
                  combiner: Callable[..., Any] | Participant, reward_functions: Sequence[Any], train_data: Any = None,
                  eval_data: Any = None, prompt_column: str | None = None, prompt_format: str | None = None,

@@ -45,7 +45,11 @@ class RewardFunctionError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class RewardScores:
-    """One item's rewards: the weighted ``total`` and the unweighted value of each function by name."""
+    """One item's rewards: the weighted ``total`` and the unweighted value of each function by name.
+
+    :func:`score` returns one per item; an environment that scores itself makes its own
+    (``RewardScores(total=1.0, components={"solved": 1.0})``) and hands them to ``TaskEnvironment.record``,
+    which makes ``total`` the seat's final reward and logs each component as ``.../reward/<name>``."""
 
     total: float
     components: dict[str, float]

@@ -12,8 +12,11 @@ Alice at random. The grammar, loosest binding first (whitespace is free between 
 
 A NAME starts with a letter or ``_`` and goes on with letters, digits, ``_``, ``.`` and ``-`` (a ``-``
 followed by ``>`` is an arrow). A choice picks one option uniformly at random, ``*(a..b)`` picks its
-count uniformly in ``[a, b]``, and every repetition draws its own choices. Every mistake is a
-:class:`RoundSpecError` pointing at the character where it was found.
+count uniformly in ``[a, b]``, and every repetition draws its own choices. A count of 0 is an ordinary
+count in both forms: ``A*0`` gives no turn and ``A*(0..2)`` may give none (the part may be skipped); the
+spec as a whole must be able to give a turn. An expansion may not be longer than ``max_turns``
+(:data:`MAX_TURNS` unless given), checked while parsing, so ``Bob*1000000000`` is refused at once rather
+than expanded. Every mistake is a :class:`RoundSpecError` pointing at the character where it was found.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 MAX_DEPTH = 100  # how deep parentheses may nest: deeper is a mistake, and would end in a RecursionError
+MAX_TURNS = 1000  # the longest expansion a spec may give (the collector's default cap on a game's turns)
 
 _DIGITS = "0123456789"
 _PUNCTUATION = ("->", "..", "(", ")", "/", "*")
@@ -78,8 +82,8 @@ class Repeat:
     high: int
 
     def __post_init__(self) -> None:
-        if not 0 <= self.low <= self.high or self.high < 1:
-            raise ValueError(f"a Repeat needs 0 <= low <= high and high >= 1, got low={self.low}, high={self.high}")
+        if not 0 <= self.low <= self.high:
+            raise ValueError(f"a Repeat needs 0 <= low <= high, got low={self.low}, high={self.high}")
 
 
 Node = Actor | Sequence | Choice | Repeat
@@ -116,14 +120,17 @@ class RoundSpec:
         return _render(self.root)
 
 
-def parse_round_spec(text: str, actors: Iterable[str] | None = None) -> RoundSpec:
-    """Parse ``text``; with ``actors``, every name in it must be one of them. Raises :class:`RoundSpecError`."""
+def parse_round_spec(text: str, actors: Iterable[str] | None = None, max_turns: int = MAX_TURNS) -> RoundSpec:
+    """Parse ``text``; with ``actors``, every name in it must be one of them; no expansion may give more than
+    ``max_turns`` turns. Raises :class:`RoundSpecError`."""
     if not isinstance(text, str):
         raise RoundSpecError(f"a round spec must be a string, found {type(text).__name__}", repr(text), 0)
     if isinstance(actors, str):
         raise TypeError(f"actors must be a collection of names, not the string {actors!r}")
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise ValueError(f"max_turns must be a positive integer, got {max_turns!r}")
     known = None if actors is None else frozenset(actors)
-    return RoundSpec(text, _Parser(text, known).spec())
+    return RoundSpec(text, _Parser(text, known, max_turns).spec())
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +179,11 @@ def _continues_name(text: str, i: int) -> bool:
 class _Parser:
     """Recursive descent over the grammar in the module docstring, one token of lookahead."""
 
-    def __init__(self, text: str, known: frozenset[str] | None) -> None:
+    def __init__(self, text: str, known: frozenset[str] | None, max_turns: int) -> None:
         self._text = text
         self._known = known
+        self._max_turns = max_turns
+        self._high: dict[int, int] = {}  # id(node) -> the most turns it gives, for the nodes made here
         self._tokens = _tokens(text)
         self._next = next(self._tokens)
         self._depth = 0
@@ -185,6 +194,8 @@ class _Parser:
             self._fail(f"unmatched ')' at position {self._next.position}: no '(' is open", self._next.position)
         if self._next.kind != "end":
             self._expected("'->', '/', '*' or end of spec")
+        if self._most(root) == 0:
+            self._fail("the spec gives no turn at all (every part of it is repeated 0 times)", 0)
         return root
 
     def _choice(self) -> Node:
@@ -192,23 +203,31 @@ class _Parser:
         while self._next.kind == "/":
             self._advance()
             options.append(self._sequence())
-        return options[0] if len(options) == 1 else Choice(tuple(options))
+        if len(options) == 1:
+            return options[0]
+        return self._made(Choice(tuple(options)), max(self._most(option) for option in options))
 
     def _sequence(self) -> Node:
         items = [self._repeat()]
+        total = self._most(items[0])
         while self._next.kind == "->":
-            self._advance()
+            arrow = self._advance()
             items.append(self._repeat())
+            total += self._most(items[-1])
+            self._check_length(total, arrow.position)
         # (A -> B) -> C is A -> B -> C; choices are not flattened: (A/B)/C is not A/B/C.
         flat = tuple(part for item in items for part in (item.items if isinstance(item, Sequence) else (item,)))
-        return flat[0] if len(flat) == 1 else Sequence(flat)
+        return flat[0] if len(flat) == 1 else self._made(Sequence(flat), total)
 
     def _repeat(self) -> Node:
         node = self._atom()
         while self._next.kind == "*":
             self._advance()
+            where = self._next.position
             low, high = self._count()
-            node = Repeat(node, low, high)
+            most = self._most(node) * high
+            self._check_length(most, where)
+            node = self._made(Repeat(node, low, high), most)
         return node
 
     def _atom(self) -> Node:
@@ -231,11 +250,8 @@ class _Parser:
     def _count(self) -> tuple[int, int]:
         token = self._next
         if token.kind == "int":
-            self._advance()
-            if int(token.text) < 1:
-                self._fail(f"a repeat count must be at least 1 at position {token.position}, found {token.text}",
-                           token.position)
-            return int(token.text), int(token.text)
+            count = self._integer()
+            return count, count
         if token.kind != "(":
             self._expected("a count after '*' (an integer, or a range such as (1..3))")
         self._advance()
@@ -245,17 +261,36 @@ class _Parser:
         self._advance()
         high = self._integer()
         self._close(token, "')' to close the range")
-        where = f"at position {token.position}, found {low}..{high}"
         if low > high:
-            self._fail(f"a range must not run backwards (its start above its end) {where}", token.position)
-        if high < 1:
-            self._fail(f"a range must allow at least one repetition (its end at least 1) {where}", token.position)
+            self._fail(f"a range must not run backwards (its start above its end) at position {token.position}, "
+                       f"found {low}..{high}", token.position)
         return low, high
 
     def _integer(self) -> int:
         if self._next.kind != "int":
             self._expected("an integer")
-        return int(self._advance().text)
+        token = self._advance()
+        digits = token.text.lstrip("0") or "0"
+        if len(digits) > len(str(self._max_turns)):  # refused before int(): a 5000-digit count is not parsed
+            self._too_long(f"the count {digits}" if len(digits) <= 20 else f"a count of {len(digits)} digits",
+                           token.position)
+        return int(digits)
+
+    def _most(self, node: Node) -> int:
+        """The most turns ``node`` gives: 1 for an actor, else what was recorded when the parser made it."""
+        return 1 if isinstance(node, Actor) else self._high[id(node)]
+
+    def _made(self, node: Node, most: int) -> Node:
+        self._high[id(node)] = most
+        return node
+
+    def _check_length(self, most: int, position: int) -> None:
+        if most > self._max_turns:
+            self._too_long(f"a part that gives up to {most} turns", position)
+
+    def _too_long(self, found: str, position: int) -> NoReturn:
+        self._fail(f"the spec is too long at position {position}: an episode may have at most {self._max_turns} "
+                   f"turns (parse_round_spec's max_turns), found {found}", position)
 
     def _close(self, opening: _Token, expected: str) -> None:
         if self._next.kind == "end":

@@ -38,11 +38,23 @@ from unstable.utils.checks import check_int
 
 
 class TaskEnvironment(Environment):
-    """Data, prompts and reward functions of a dataset environment (see the module docstring)."""
+    """Data, prompts and reward functions of a dataset environment (see the module docstring): the base of
+    :class:`SingleTurnEnvironment`, the collaborative and parallel environments, and of your own.
+
+    A subclass gives ``play(spec, policies)`` and builds it from three helpers: :meth:`row` (the episode's
+    dataset row), :meth:`ask` (one seat's answer, as a :class:`~unstable.records.Turn`) and :meth:`record`
+    (the episode's :class:`~unstable.records.GameRecord` from each seat's
+    :class:`~unstable.environments.rewards.RewardScores`). ``reward_functions`` are optional where the
+    environment scores itself (``reward_functions_required = False``, the default here; the built-in
+    environments, which score with them, set it True). ``reward_kinds`` are the kinds of reward function it
+    takes: ``("completion",)`` here (``@reward_function``); add ``"conversation"`` only if ``play`` passes
+    ``conversation`` and ``actor_name`` to :func:`~unstable.environments.rewards.score`.
+    """
 
     reward_kinds: tuple[str, ...] = ("completion",)
+    reward_functions_required: bool = False
 
-    def __init__(self, name: str, *, reward_functions: Sequence[Any], participants: Sequence[Participant],
+    def __init__(self, name: str, *, reward_functions: Sequence[Any] = (), participants: Sequence[Participant],
                  train_data: Any = None, eval_data: Any = None, prompt_column: str | None = None,
                  prompt_format: str | None = None, prompt_template: str = "qwen3-task",
                  action_extraction: str = "default", weight: float = 1.0, seed: int = 0):
@@ -69,6 +81,8 @@ class TaskEnvironment(Environment):
         for label, data in datasets.items():
             self.prompt.check(data.column_names, where=f"{where}: {label}")
         self.reward_functions = []
+        if not reward_functions and not self.reward_functions_required:
+            return  # the environment scores itself
         for label, data in datasets.items():
             self.reward_functions = check_reward_functions(reward_functions, data.column_names,
                                                            kinds=self.reward_kinds, where=f"{where}'s {label}")
@@ -82,7 +96,8 @@ class TaskEnvironment(Environment):
         return {name: len(data) for name, data in self.eval_data.items()}
 
     def row(self, spec: GameSpec) -> dict[str, Any]:
-        """The dataset row an episode is about."""
+        """The dataset row an episode is about (a copy: ``spec.item`` of the train data, or of the eval set
+        ``spec.split``); its columns are the fields reward functions may ask for."""
         data = self.train_data if spec.split in (None, TRAIN_SPLIT) else self.eval_data[spec.split]
         if data is None or spec.item is None:
             raise ValueError(f"game {spec.game_id} of {self.name!r} names no row ({spec.split!r}, item {spec.item})")
@@ -90,7 +105,11 @@ class TaskEnvironment(Environment):
 
     async def ask(self, spec: GameSpec, policy: Policy, player_id: int, observation: str, index: int,
                   turns: Sequence[Turn]) -> Turn:
-        """One answer of one seat, as a Turn."""
+        """Ask ``policy`` (seat ``player_id``) for its answer to ``observation``, the ``index``-th turn of the
+        episode; ``turns`` are the episode's turns so far (kept with a failure). Returns the answer as a
+        :class:`~unstable.records.Turn`: ``completion_text`` is the whole answer, ``action`` what the
+        environment's ``action_extraction`` took from it. A failing model or API fails the episode (counted,
+        not raised)."""
         ctx = TurnContext(spec.env_id, player_id, observation, index, None, random.Random(f"{spec.seed}:{player_id}"))
         started = time.perf_counter()
         out = await ask_policy(policy, ctx, spec, turns)
@@ -109,7 +128,8 @@ class TaskEnvironment(Environment):
 
 
 class SingleTurnEnvironment(TaskEnvironment):
-    """One prompt from a dataset, ``num_samples`` answers by one model, each scored by ``reward_functions``.
+    """One prompt from a dataset, ``num_samples`` answers by one model, each scored by ``reward_functions``
+    (``@reward_function`` ones only: a single answer has no conversation).
 
     ``reward_functions`` are ``@reward_function`` callables over ``(prompt, completion, **row fields)``
     (plain callables work too, with weight 1). ``prompt`` is the task prompt (the column or the
@@ -117,6 +137,8 @@ class SingleTurnEnvironment(TaskEnvironment):
     model's whole answer. ``model`` names the trainable model that answers (``None``: the run's one
     model). ``system_prompt`` goes before the task prompt.
     """
+
+    reward_functions_required = True
 
     def __init__(self, name: str, *, reward_functions: Sequence[Any], train_data: Any = None, eval_data: Any = None,
                  prompt_column: str | None = None, prompt_format: str | None = None, num_samples: int = 1,

@@ -63,7 +63,7 @@ def evaluate_environment(model: str, environment: Any, eval_set: str, *, adapter
     import torch
 
     from unstable.inference.transformers_backend import TransformersBackend
-    from unstable.models.resolve import resolve_model_name
+    from unstable.local_models.resolve import resolve_model_name
     from unstable.policies.llm import LLMPolicy
 
     sizes = environment.eval_sizes()

@@ -306,7 +306,7 @@ def _check_opponent(opponent: str, api: APIOpponentConfig) -> str:
     """As build() checks a fixed opponent: a path (``./x``, ``/x``, ``~/x``) must be an adapter
     directory, and any other name that is not scripted is played over the API and needs a key.
     Returns the name, a path with ``~`` expanded."""
-    from unstable.models.resolve import check_adapter_dir, looks_like_path
+    from unstable.local_models.resolve import check_adapter_dir, looks_like_path
     from unstable.policies.scripted import SCRIPTED_POLICIES
     from unstable.registry.model_registry import fixed_policy_ref
 
@@ -338,7 +338,7 @@ def evaluate(model: str, env_id: str, opponent: str = "random", games: int = 100
     called with each finished or failed game, in this process.
     """
     from unstable.games.specs import EvalEnvSpec
-    from unstable.models.resolve import resolve_model_name
+    from unstable.local_models.resolve import resolve_model_name
 
     EvalEnvSpec(env_id, num_players, prompt_template, fixed_opponent=opponent)  # validates env, template, baseline
     check_positive("api_timeout_s", api_timeout_s)

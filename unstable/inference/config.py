@@ -19,6 +19,7 @@ from unstable.inference.engine_settings import (
     VLLM_CONFIG_KEYS,
     check_engine_settings,
 )
+from unstable.local_models.resolve import resolve_tiny_name
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,9 @@ class InferenceConfig:
     """vLLM engine settings, passed to its ``EngineArgs`` (``gpu_memory_utilization``, ``enforce_eager``,
     ``enable_sleep_mode``, ``tensor_parallel_size``, ``dtype``, ``seed`` ...; see
     :mod:`unstable.inference.engine_settings`). The transformers backend uses ``dtype`` only."""
+
+    def __post_init__(self) -> None:
+        self.model_name = resolve_tiny_name(self.model_name)  # "tiny" in a vllm_config is the local tiny model
 
     @classmethod
     def from_vllm_config(cls, cfg: dict, **overrides: Any) -> InferenceConfig:

@@ -41,6 +41,7 @@ import torch
 
 from unstable.inference.adapters import AdapterPayload
 from unstable.inference.base import GenerationRequest, GenerationResult, SamplingParams, make_sample
+from unstable.local_models.resolve import resolve_tiny_name
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class TransformersBackendConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or not self.model_name:
             raise ValueError("model_name must be a HF model id or a local path")
+        self.model_name = resolve_tiny_name(self.model_name)
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.batch_wait_ms < 0:

@@ -59,6 +59,7 @@ from unstable.inference.adapters import AdapterPayload
 from unstable.inference.base import GenerationRequest, GenerationResult, make_sample
 from unstable.inference.transformers_backend import _adapter_key
 from unstable.inference.vllm_cpu import set_cpu_defaults
+from unstable.local_models.resolve import resolve_tiny_name
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class VLLMBackendConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or not self.model_name:
             raise ValueError("model_name must be a HF model id or a local path")
+        self.model_name = resolve_tiny_name(self.model_name)
         if self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.max_loras < 1:
@@ -138,11 +140,11 @@ class VLLMBackend:
         from vllm import LLMEngine, SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        tokenizer = AutoTokenizer.from_pretrained(model_name)
+        tokenizer = AutoTokenizer.from_pretrained(self.config.model_name)
         started = time.perf_counter()
         engine = LLMEngine.from_engine_args(self._engine_args())
-        self._attach(engine, tokenizer, _eos_ids(model_name, tokenizer), SamplingParams, RequestOutputKind.DELTA,
-                     engine_start_seconds=time.perf_counter() - started)
+        self._attach(engine, tokenizer, _eos_ids(self.config.model_name, tokenizer), SamplingParams,
+                     RequestOutputKind.DELTA, engine_start_seconds=time.perf_counter() - started)
 
     def _attach(self, engine: Any, tokenizer: Any, eos_ids: set[int], sampling_cls: Any, output_kind: Any,
                 engine_start_seconds: float = 0.0) -> None:

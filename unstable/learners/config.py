@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from unstable.local_models.resolve import resolve_tiny_name
 from unstable.utils.checks import check_choice
 
 DEFAULT_LORA_CFG: dict[str, Any] = {
@@ -149,6 +150,7 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         if not self.model_name:
             raise ValueError("model_name is required (a Hugging Face id or a local path)")
+        self.model_name = resolve_tiny_name(self.model_name)
         for name in ("batch_size", "mini_batch_size", "max_generation_len", "max_consecutive_skips"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -25,7 +25,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any
 
-from unstable.models.resolve import check_adapter_dir, read_json
+from unstable.local_models.resolve import check_adapter_dir, read_json
 
 PROBE_TEXT = "Hello, world! [4]"
 """Encoded by every model's tokenizer: an empty one gives no tokens for it."""
@@ -80,7 +80,7 @@ def check_target_modules(info: ModelInfo, modules: Any, what: str, *, all_needed
 def check_adapter(path: str, what: str, base: ModelInfo | None = None) -> None:
     """A LoRA adapter directory that loads, and (given the base model's ``base``) fits that model.
 
-    Beyond :func:`~unstable.models.resolve.check_adapter_dir` (a directory with a JSON
+    Beyond :func:`~unstable.local_models.resolve.check_adapter_dir` (a directory with a JSON
     ``adapter_config.json`` and weights): the config describes a LoRA adapter, the weight file is
     readable, and every LoRA matrix sits on a module of the base model with matching shapes.
     """

@@ -367,7 +367,7 @@ def cached_warm_start(base_model: str | os.PathLike, settings: dict, version: in
     """The cache both warm starts share: ``<cache>/<base>-<label>-<key>``, the key a hash of ``version``,
     the base model's files and ``settings``; ``build(base, path)`` makes a missing one (its time is
     kept in ``build_seconds.txt``). Returns ``(path, cached)``."""
-    from unstable.models.tiny import _default_cache_root
+    from unstable.local_models.tiny import _default_cache_root
 
     base = Path(base_model)
     if not (base / "config.json").is_file():

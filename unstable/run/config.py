@@ -28,8 +28,8 @@ from unstable.inference.config import VLLM_CONFIG_KEYS, choose_backend
 from unstable.inference.engine_settings import ENGINE_SETTINGS, check_engine_settings
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES, LearnerConfig
+from unstable.local_models.resolve import looks_like_path, resolve_model_name
 from unstable.models.checks import ModelInfo, check_adapter, check_device, check_model, check_target_modules
-from unstable.models.resolve import looks_like_path, resolve_model_name
 from unstable.policies.api import DEFAULT_API_KEY_ENV, APIOpponentConfig
 from unstable.policies.scripted import SCRIPTED_POLICIES, make_scripted_policy
 from unstable.run.arguments import (
