@@ -24,6 +24,7 @@ OUT=${OUT:-/tmp/gpu-check}
 PY=${PY:-python3}
 BUNDLE=${BUNDLE:-$ROOT/.gpu}
 SITE=${SITE:-/tmp/unstable-gpu-site}
+RUNS=${RUNS:-/tmp/unstable-gpu-runs}  # run directories (checkpoints: not under $OUT)
 BUDGET_S=${BUDGET_S:-480}
 STEPS=${STEPS:-a,d,b,c,e}
 START=$SECONDS
@@ -113,17 +114,17 @@ mkdir -p "$RES"
 
 # ------------------------------------------------------------------ the steps
 want a && step build_run "$CAP_A" benchmarks/gpu_build_run.py benchmarks/gpu_build_run.py --device "$DEVICE" --arch "$ARCH" "${A_ARGS[@]}" \
-  --out "$RES" && stop_ray
+  --runs-dir "$RUNS" --out "$RES" && stop_ray
 want d && step inference "$CAP_D" benchmarks/bench_inference.py benchmarks/bench_inference.py --device "$DEVICE" --before "$BEFORE" \
   --no-collector "${D_ARGS[@]}" --out "$RES"
 want b && step learner "$CAP_B" benchmarks/bench_learner.py benchmarks/bench_learner.py --device "$DEVICE" "${B_ARGS[@]}" --out "$RES"
 want c && step vram "$CAP_C" benchmarks/bench_vram.py benchmarks/bench_vram.py --device "$DEVICE" "${C_ARGS[@]}" --out "$RES/vram.json"
 if want e; then
   printf "$E_CFG" > "$OUT/quickstart.yaml"
-  rm -rf "$OUT/quickstart-run"
+  rm -rf "$RUNS/quickstart"
   step quickstart "$CAP_E" unstable/cli/quickstart.py -m unstable.cli quickstart --config "$OUT/quickstart.yaml" \
-    --out "$OUT/quickstart-run" "${E_ARGS[@]}"
-  [ -f "$OUT/quickstart-run/summary.json" ] && cp "$OUT/quickstart-run/summary.json" "$RES/quickstart_summary.json"
+    --out "$RUNS/quickstart" "${E_ARGS[@]}"
+  [ -f "$RUNS/quickstart/summary.json" ] && cp "$RUNS/quickstart/summary.json" "$RES/quickstart_summary.json"
   stop_ray
 fi
 

@@ -20,7 +20,7 @@ from typing import Any
 STEPS = ("setup", "build_run", "inference", "learner", "vram", "quickstart")
 BUILD_KEYS = ("ok", "error", "build_s", "start_s", "learner_steps", "first_learner_step_wall_s",
               "s_per_learner_step_after_first", "new_checkpoints_served", "total_s")
-QUICKSTART_KEYS = ("initial_win_rate", "final_win_rate", "learning_steps", "seconds", "wall_s", "run_dir")
+QUICKSTART_KEYS = ("learner_steps", "wall_s", "train_wall_s", "improved", "warnings")
 
 
 def load(path: str) -> Any:
@@ -89,6 +89,15 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def quickstart_brief(quick: dict) -> dict:
+    brief = {k: quick[k] for k in QUICKSTART_KEYS if k in quick}
+    for when in ("initial", "final"):
+        entry = quick.get("eval", {}).get(when)
+        if isinstance(entry, dict):
+            brief.update({f"{when} {k}": v for k, v in entry.items() if isinstance(v, int | float | str)})
+    return brief
+
+
 def summarise(out: str, device: str, seconds: float | None) -> dict:
     res = os.path.join(out, "results")
     build = load(os.path.join(res, "build_run.json")) or {}
@@ -102,7 +111,7 @@ def summarise(out: str, device: str, seconds: float | None) -> dict:
         "learner": rows_of(os.path.join(res, "learner*.json")),
         "vram": rows_of(os.path.join(res, "vram*.json")),
         "inference": inference_side_by_side(rows_of(os.path.join(res, "inference-*.json"))),
-        "quickstart": {k: quick[k] for k in QUICKSTART_KEYS if k in quick} if isinstance(quick, dict) else {},
+        "quickstart": quickstart_brief(quick) if isinstance(quick, dict) else {},
     }
 
 

@@ -41,7 +41,8 @@ def test_chosen_logprobs_known_answer():
 
 @pytest.fixture(scope="module")
 def engines(tiny_model_dir):
-    made = {kind: TransformersBackend(tiny_model_dir, kv_cache=kind, max_batch_size=16) for kind in ("static", "dynamic")}
+    made = {kind: TransformersBackend(tiny_model_dir, kv_cache=kind, max_batch_size=16)
+            for kind in ("static", "dynamic")}
     yield made
     for b in made.values():
         b.close()
