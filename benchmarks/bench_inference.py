@@ -2,7 +2,8 @@
 
 Standalone: ``backend.generate_batch`` on B TicTacToe prompts (``qwen3-zs`` template, observations
 from real games) at the run defaults' sampling (temperature 0.6, top-p 0.95), ``--max-new-tokens``
-each, for B in ``--batches`` (each B warmed up once with 8 tokens first); with the base weights and
+each, for B in ``--batches`` (each B warmed up once with 8 tokens first; on CUDA today's engine
+with the measured settings, as its first call of a shape compiles); with the base weights and
 with a random LoRA adapter of the run's default shape (rank 32, alpha 32, on q,k,v,o,gate,up,down).
 tokens/s = completion tokens produced (early end-of-sequence included) / wall seconds of the call,
 over repeated calls.
@@ -173,14 +174,15 @@ def start_backend(kind: str, model_path: str, args, enable_lora: bool, max_batch
 
 
 def measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batches, sampling, warm, min_seconds,
-                   max_calls, collector_s, max_new) -> list[dict]:
-    """The rows of one engine: base weights, then the LoRA adapter (unless ``adapter`` is None), at each batch."""
+                   max_calls, collector_s, max_new, rows: list[dict], save) -> None:
+    """Append to ``rows`` (and ``save()`` after each) the rows of one engine: base weights, then the LoRA
+    adapter (unless ``adapter`` is None), at each batch."""
     # transformers: one backend, base rows before the first adapter is loaded (PEFT then wraps
     # the model); vLLM: an engine without LoRA (faster on CPU) and one with it.
     modes = [(False, None)] + ([(True, adapter)] if adapter else [])
     if args.quick and args.backend == "vllm" and adapter:
         modes = [(True, adapter)]
-    rows, backend, standalone_lora_32 = [], None, None
+    first, backend, standalone_lora_32 = len(rows), None, None
     for enable_lora, adapter_path in modes:
         start_s = None
         if backend is None or args.backend == "vllm":
@@ -196,8 +198,11 @@ def measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batc
             rows.append({"backend": args.backend, "engine": engine_name, "arch": arch, "weights": label,
                          "batch": batch, "tok/s": m["tok/s"], "tok/CPU-s": m["tok/CPU-s"], "calls": m["calls"],
                          "mean_len": m["mean_len"], "start_s": start_s if batch == batches[0] else None})
-    if hasattr(backend, "decoding"):
-        for r in rows:
+            if hasattr(backend, "decoding"):
+                rows[-1]["kv cache"] = backend.decoding()["lora" if adapter_path else "base"]
+            save()
+    if hasattr(backend, "decoding"):  # a fallback may have come later
+        for r in rows[first:]:
             r["kv cache"] = backend.decoding()["lora" if r["weights"] != "base" else "base"]
     if not args.no_collector and adapter:
         d = collector_delivery(backend, path, adapter, max_new, collector_s)
@@ -209,9 +214,9 @@ def measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batc
                      "mean_len": d["tokens"] / d["requests"] if d["requests"] else None,
                      "x standalone b32": tok_s / standalone_lora_32 if standalone_lora_32 else None,
                      "games/s": d["games"] / d["seconds"]})
+        save()
     backend.close()
     del backend
-    return rows
 
 
 def main() -> None:
@@ -280,8 +285,6 @@ def main() -> None:
         write_result(name, args, rows, settings, notes, info=info)
 
     cuda = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
-    if cuda:  # the warm-up call compiles and records the decoding step for the measured shapes
-        warm = sampling
     engines = [("before", before_engine(args.before)), ("after", None)] if args.before else [("after", None)]
     rows = []
     for arch in archs:
@@ -290,9 +293,11 @@ def main() -> None:
             adapter = None if args.no_lora else make_adapter(path, os.path.join(tmp, "lora"),
                                                              "bfloat16" if arch == "qwen3-0.6b" else None)
             for engine_name, engine in engines:
-                rows += measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batches, sampling,
-                                       warm, min_seconds, max_calls, collector_s, max_new)
-                save()
+                # on CUDA today's engine compiles and records the decoding step in its warm-up call, which
+                # must then have the measured shapes
+                measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batches, sampling,
+                               sampling if cuda and engine is None else warm, min_seconds, max_calls, collector_s,
+                               max_new, rows, save)
                 if cuda:
                     torch.cuda.empty_cache()
 

@@ -44,10 +44,10 @@ if [ "$DEVICE" = cpu ]; then  # the rehearsal: tiny models, short steps
   E_ARGS=(--warm-start-positions 256 --warm-start-max-rounds 1)
 else
   ARCH=${ARCH:-qwen3-0.6b}
-  CAP_A=100 CAP_B=60 CAP_C=90 CAP_D=150 CAP_E=70
+  CAP_A=100 CAP_B=50 CAP_C=75 CAP_D=170 CAP_E=55
   A_ARGS=(--steps 3 --batch 64 --mini-batch 16 --gen-len 64 --workers 64)
   B_ARGS=(--arch qwen3-1.7b --no-before --rounds 3)
-  C_ARGS=(--shapes 1.7b,4b,8b --lens 2048,4096,8192 --budget-s 75)
+  C_ARGS=(--shapes 1.7b,4b,8b --lens 2048,4096,8192 --budget-s 60)
   D_ARGS=(--arch "$ARCH" --batches 1,32,128 --max-new-tokens 64)
   E_CFG="learning_steps: 3\neval_games: 100\neval_workers: 2\nnum_eval_workers: 0\n"
   E_ARGS=(--warm-start-positions 4096 --warm-start-max-rounds 1)
@@ -111,6 +111,11 @@ BEFORE=${BEFORE:-$BUNDLE/before/transformers_backend.py}
 [ -f "$BEFORE" ] || BEFORE=4309509  # a git revision, where .git is at hand
 RES=$OUT/results
 mkdir -p "$RES"
+"$PY" -c "
+import sys, torch, transformers, peft, ray, unstable
+print('python', sys.version.split()[0], '| torch', torch.__version__, '| transformers', transformers.__version__,
+      '| peft', peft.__version__, '| ray', ray.__version__, ray.__file__, '| unstable', unstable.__file__)
+print('cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 
 # ------------------------------------------------------------------ the steps
 want a && step build_run "$CAP_A" benchmarks/gpu_build_run.py benchmarks/gpu_build_run.py --device "$DEVICE" --arch "$ARCH" "${A_ARGS[@]}" \

@@ -7,13 +7,16 @@ Adapters are loaded by path on first use and kept in an LRU cache of ``max_loras
 directory that changes on disk is reloaded, so a stale adapter is never served for a path.
 Generation runs in a worker thread so the event loop keeps accepting requests meanwhile.
 
-On CUDA the KV cache is static (``kv_cache="auto"``), so transformers compiles the decoding step
-(``torch.compile``, CUDA graphs); prompts are left-padded to a multiple of ``STATIC_WIDTH_STEP`` tokens
-so that few cache shapes occur. Elsewhere the cache is dynamic and decoding eager. A kind of batch
-(base weights only, or with adapters) whose static-cache generate fails but works with the dynamic
-cache uses the dynamic cache from then on (logged once). With a static cache a batch is also padded
-to a power of two rows (copies of its first row, whose outputs are dropped). Only the sampled tokens'
-log-probs leave the device (:func:`chosen_logprobs`, one step at a time), never a ``[batch, steps, vocabulary]`` tensor.
+On CUDA, batches without adapters use a static KV cache (``kv_cache="auto"``), so transformers
+compiles their decoding step (``torch.compile``, CUDA graphs); prompts are left-padded to a multiple
+of ``STATIC_WIDTH_STEP`` tokens and batches to a power of two rows (copies of the first row, whose
+outputs are dropped), so that few shapes occur. Batches with adapters keep the dynamic cache unless
+``kv_cache="static"``: PEFT routes rows to adapters through hooks registered anew for each generate
+call, which a compiled step would recompile for. Elsewhere the cache is dynamic and decoding eager.
+A kind of batch (base weights only, or with adapters) whose static-cache generate fails but works
+with the dynamic cache uses the dynamic cache from then on (logged once). Only the sampled tokens'
+log-probs leave the device (:func:`chosen_logprobs`, one step at a time), never a
+``[batch, steps, vocabulary]`` tensor.
 
 Adapters also arrive in memory (:meth:`TransformersBackend.add_adapter`, an
 :class:`~unstable.inference.adapters.AdapterPayload`, fetched from Ray's object store by the inference
@@ -68,7 +71,8 @@ class TransformersBackendConfig:
     max_batch_size: int = 32  # rows per generate call
     batch_wait_ms: float = 5.0  # how long the first request of a batch waits for company
     max_loras: int = 8  # adapters kept loaded at once (least recently used are evicted)
-    kv_cache: str = "auto"  # "auto": static on cuda (decoding compiled), dynamic elsewhere; or "static", "dynamic"
+    kv_cache: str = "auto"  # "auto": static (decoding compiled) on cuda for batches without adapters, else
+    # dynamic; "static" for every batch (on cpu: not compiled); "dynamic" for none
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -131,10 +135,12 @@ class TransformersBackend:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self.max_length = getattr(base.config, "max_position_embeddings", None)
-        static = cfg.kv_cache == "static" or (cfg.kv_cache == "auto" and self.device.type == "cuda")
-        # which batches (False: base weights only, True: with adapters) use the static cache; one whose
-        # static/compiled generate failed falls back to the dynamic cache for good (logged once)
-        self._static = {False: static, True: static}
+        # which batches (False: base weights only, True: with adapters) use the static cache; a kind whose
+        # static/compiled generate failed falls back to the dynamic cache for good (logged once). "auto"
+        # leaves batches with adapters on the dynamic cache: PEFT passes each row's adapter through hooks
+        # it registers anew for every generate call, and a compiled step would recompile for each call.
+        self._static = {False: cfg.kv_cache == "static" or (cfg.kv_cache == "auto" and self.device.type == "cuda"),
+                        True: cfg.kv_cache == "static"}
         self._lock = threading.Lock()  # one generate at a time (the model is not thread-safe)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
         self._loop_state: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Queue, asyncio.Task]] = {}
