@@ -6,9 +6,11 @@
 #   OUT=/tmp/gpu-check bash benchmarks/gpu_check.sh --device cpu   # the same path on a CPU, tiny models
 #
 # Steps: (a) build_run: unstable.build() through Ray, learner and one transformers inference actor
-# sharing the device (gpu_build_run.py); (b) learner: bench_learner.py; (c) vram: bench_vram.py;
+# sharing the device (gpu_build_run.py); (b) learner: bench_learner.py (on a GPU the Qwen3-1.7B shape
+# at 4,096-token steps, MFU); (c) vram: bench_vram.py;
 # (d) inference: bench_inference.py, the engine before (.gpu/before/, or git revision BEFORE) and
-# after, side by side; (e) quickstart: `unstable quickstart`, shortened. STEPS=a,d picks steps.
+# after, side by side; (e) quickstart: `unstable quickstart`, shortened. STEPS=a,d picks steps;
+# CAP_A ... CAP_E override the steps' caps in seconds.
 # Each step's status (ok, failed, timeout, missing: its script is not in this tree) goes to
 # $OUT/steps.jsonl; the script itself always exits 0 once the summary is written.
 #
@@ -34,7 +36,7 @@ exec > >(tee -a "$OUT/log.txt") 2>&1
 
 if [ "$DEVICE" = cpu ]; then  # the rehearsal: tiny models, short steps
   ARCH=${ARCH:-1m}
-  CAP_A=150 CAP_B=60 CAP_C=40 CAP_D=90 CAP_E=150
+  CAP_A=${CAP_A:-150} CAP_B=${CAP_B:-60} CAP_C=${CAP_C:-40} CAP_D=${CAP_D:-90} CAP_E=${CAP_E:-150}
   A_ARGS=(--steps 2 --batch 16 --mini-batch 8 --gen-len 16 --workers 8)
   B_ARGS=(--arch 1m --quick)
   C_ARGS=(--shapes 1m --lens 64,128 --budget-s 20)
@@ -44,9 +46,9 @@ if [ "$DEVICE" = cpu ]; then  # the rehearsal: tiny models, short steps
   E_ARGS=(--warm-start-positions 256 --warm-start-max-rounds 1)
 else
   ARCH=${ARCH:-qwen3-0.6b}
-  CAP_A=100 CAP_B=50 CAP_C=75 CAP_D=170 CAP_E=55
+  CAP_A=${CAP_A:-100} CAP_B=${CAP_B:-50} CAP_C=${CAP_C:-75} CAP_D=${CAP_D:-170} CAP_E=${CAP_E:-55}
   A_ARGS=(--steps 3 --batch 64 --mini-batch 16 --gen-len 64 --workers 64)
-  B_ARGS=(--arch qwen3-1.7b --no-before --rounds 3)
+  B_ARGS=(--arch qwen3-1.7b --seq-len 4096 --no-before --rounds 3)
   C_ARGS=(--shapes 1.7b,4b,8b --lens 2048,4096,8192 --budget-s 60)
   D_ARGS=(--arch "$ARCH" --batches 1,32,128 --max-new-tokens 64)
   E_CFG="learning_steps: 3\neval_games: 100\neval_workers: 2\nnum_eval_workers: 0\n"
