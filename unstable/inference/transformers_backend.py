@@ -37,6 +37,7 @@ error fails only the requests it can be pinned on and never those of another ada
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -399,9 +400,12 @@ class TransformersBackend:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        if self._peft:
+        if lora:
             kwargs["adapter_names"] = [row.adapter for row in padded]
-        out = self._generate_call(kwargs, lora, static)
+        # base rows alone: the adapters switched off, not per-row routing (whose hooks, registered for
+        # each call, a compiled step would recompile for)
+        with self.model.disable_adapter() if self._peft and not lora else contextlib.nullcontext():
+            out = self._generate_call(kwargs, lora, static)
         new_tokens = out.sequences[: len(rows), width:]
         # output_scores are the logits after temperature and top-p (-inf outside the nucleus): the
         # distribution each token was drawn from (greedy: the raw logits). Only the chosen tokens'
