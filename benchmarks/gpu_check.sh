@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The GPU check: every GPU measurement of the project in one command, each step under its own timeout
+# and all within BUDGET_S (480 s by default), then one summary ($OUT/summary.json and summary.md).
+#
+#   OUT=/some/dir bash benchmarks/gpu_check.sh                  # on the GPU machine, from the project's root
+#   OUT=/tmp/gpu-check bash benchmarks/gpu_check.sh --device cpu   # the same path on a CPU, tiny models
+#
+# Steps: (a) build_run: unstable.build() through Ray, learner and one transformers inference actor
+# sharing the device (gpu_build_run.py); (b) learner: bench_learner.py (on a GPU the Qwen3-1.7B shape
+# at 4,096-token steps, MFU); (c) vram: bench_vram.py;
+# (d) inference: bench_inference.py, the engine before (.gpu/before/, or git revision BEFORE) and
+# after, side by side; (e) quickstart: `unstable quickstart`, shortened. STEPS=a,d picks steps;
+# CAP_A ... CAP_E override the steps' caps in seconds.
+# Each step's status (ok, failed, timeout, missing: its script is not in this tree) goes to
+# $OUT/steps.jsonl; the script itself always exits 0 once the summary is written.
+#
+# Offline GPU machines lack Ray, TextArena and the rest: if they do not import, the wheels and Ray of
+# .gpu/ (made by benchmarks/gpu_bundle.sh) are installed into $SITE first (USE_BUNDLE=always: even
+# when they do import, ahead of the installed ones: to test a bundle off the GPU machine).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DEVICE=${DEVICE:-cuda}
+[ "${1:-}" = "--device" ] && DEVICE=${2:?--device needs cpu or cuda}
+OUT=${OUT:-/tmp/gpu-check}
+PY=${PY:-python3}
+BUNDLE=${BUNDLE:-$ROOT/.gpu}
+SITE=${SITE:-/tmp/unstable-gpu-site}
+RUNS=${RUNS:-/tmp/unstable-gpu-runs}  # run directories (checkpoints: not under $OUT)
+BUDGET_S=${BUDGET_S:-480}
+STEPS=${STEPS:-a,d,b,c,e}
+START=$SECONDS
+mkdir -p "$OUT"
+rm -f "$OUT/steps.jsonl"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+
+if [ "$DEVICE" = cpu ]; then  # the rehearsal: tiny models, short steps
+  ARCH=${ARCH:-1m}
+  CAP_A=${CAP_A:-150} CAP_B=${CAP_B:-60} CAP_C=${CAP_C:-40} CAP_D=${CAP_D:-90} CAP_E=${CAP_E:-150}
+  A_ARGS=(--steps 2 --batch 16 --mini-batch 8 --gen-len 16 --workers 8)
+  B_ARGS=(--arch 1m --quick)
+  C_ARGS=(--shapes 1m --lens 64,128 --budget-s 20)
+  D_ARGS=(--arch 1m --batches 1,8 --max-new-tokens 16 --quick)
+  E_CFG="learning_steps: 1\nbatch_size: 32\nmini_batch_size: 16\nnum_collection_workers: 8\neval_games: 10\n"
+  E_CFG+="eval_workers: 1\nnum_eval_workers: 0\n"
+  E_ARGS=(--warm-start-positions 256 --warm-start-max-rounds 1)
+else
+  ARCH=${ARCH:-qwen3-0.6b}
+  CAP_A=${CAP_A:-100} CAP_B=${CAP_B:-50} CAP_C=${CAP_C:-75} CAP_D=${CAP_D:-170} CAP_E=${CAP_E:-55}
+  A_ARGS=(--steps 3 --batch 64 --mini-batch 16 --gen-len 64 --workers 64)
+  B_ARGS=(--arch qwen3-1.7b --seq-len 4096 --no-before --rounds 3)
+  C_ARGS=(--shapes 1.7b,4b,8b --lens 2048,4096,8192 --budget-s 60)
+  D_ARGS=(--arch "$ARCH" --batches 1,32,128 --max-new-tokens 64)
+  E_CFG="learning_steps: 3\neval_games: 100\neval_workers: 2\nnum_eval_workers: 0\n"
+  E_ARGS=(--warm-start-positions 4096 --warm-start-max-rounds 1)
+fi
+
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+left() { echo $((BUDGET_S - (SECONDS - START))); }
+record() {  # record NAME STATUS RC SECONDS TIMEOUT
+  printf '{"step": "%s", "status": "%s", "rc": %s, "seconds": %s, "timeout_s": %s}\n' "$@" >> "$OUT/steps.jsonl"
+}
+step() {  # step NAME CAP FILE ARGS...: `$PY ARGS...` under min(CAP, time left) seconds, if FILE is in the tree
+  local name=$1 cap=$2 script=$3 t0 rc status
+  shift 3
+  if [ ! -f "$script" ]; then
+    echo "=== [$name] missing: $script is not in this tree"; record "$name" missing null 0 null; return
+  fi
+  [ "$(( $(left) - 15 ))" -lt "$cap" ] && cap=$(( $(left) - 15 ))
+  if [ "$cap" -lt 10 ]; then
+    echo "=== [$name] skipped: $(left) s of the budget left"; record "$name" skipped null 0 null; return
+  fi
+  echo; echo "=== [$name] at +$((SECONDS - START)) s, timeout $cap s: $*"
+  t0=$SECONDS
+  timeout -k 10 "$cap" "$PY" "$@"
+  rc=$?
+  case $rc in 0) status=ok ;; 124|137) status=timeout ;; *) status=failed ;; esac
+  echo "=== [$name] $status (rc $rc) in $((SECONDS - t0)) s"
+  record "$name" "$status" "$rc" "$((SECONDS - t0))" "$cap"
+}
+stop_ray() {  # a step killed by its timeout can leave Ray's processes behind; on the GPU machine they are ours
+  [ "$DEVICE" != cpu ] && timeout 20 "$PY" -m ray.scripts.scripts stop --force > /dev/null 2>&1
+  return 0
+}
+
+echo "=== gpu check: DEVICE=$DEVICE ARCH=$ARCH OUT=$OUT budget $BUDGET_S s, $(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git)"
+command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+# ------------------------------------------------------------------ setup: the bundle, if packages are missing
+t0=$SECONDS
+if [ "${USE_BUNDLE:-auto}" != always ] && "$PY" -c "import ray, textarena, trueskill, openai, datasets" 2> /dev/null; then
+  echo "=== [setup] every package imports: the bundle is not needed"; record setup ok 0 0 null
+elif [ ! -d "$BUNDLE/whl" ]; then
+  echo "=== [setup] Ray, TextArena, ... do not import and there is no bundle at $BUNDLE: make it with"
+  echo "    bash benchmarks/gpu_bundle.sh (on a machine with PyPI) and carry .gpu/ here"
+  record setup failed 1 0 null
+else
+  want_pyv=$(cat "$BUNDLE/PYV"); have_pyv=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  [ "$want_pyv" != "$have_pyv" ] && echo "=== [setup] the bundle is for Python $want_pyv, this is $have_pyv"
+  rm -rf "$SITE" && mkdir -p "$SITE"
+  timeout 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
+    "$BUNDLE"/whl/*.whl && timeout 120 tar -xJf "$BUNDLE/ray.tar.xz" -C "$SITE"
+  rc=$?
+  export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+  "$PY" -c "import ray, textarena, trueskill, openai, datasets" || rc=1
+  echo "=== [setup] bundle installed into $SITE: rc $rc in $((SECONDS - t0)) s"
+  record setup "$([ $rc = 0 ] && echo ok || echo failed)" "$rc" "$((SECONDS - t0))" 240
+fi
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0 RAY_DISABLE_DOCKER_CPU_WARNING=1
+BEFORE=${BEFORE:-$BUNDLE/before/transformers_backend.py}
+[ -f "$BEFORE" ] || BEFORE=4309509  # a git revision, where .git is at hand
+RES=$OUT/results
+mkdir -p "$RES"
+"$PY" -c "
+import sys, torch, transformers, peft, ray, unstable
+print('python', sys.version.split()[0], '| torch', torch.__version__, '| transformers', transformers.__version__,
+      '| peft', peft.__version__, '| ray', ray.__version__, ray.__file__, '| unstable', unstable.__file__)
+print('cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
+
+# ------------------------------------------------------------------ the steps
+want a && step build_run "$CAP_A" benchmarks/gpu_build_run.py benchmarks/gpu_build_run.py --device "$DEVICE" --arch "$ARCH" "${A_ARGS[@]}" \
+  --runs-dir "$RUNS" --out "$RES" && stop_ray
+want d && step inference "$CAP_D" benchmarks/bench_inference.py benchmarks/bench_inference.py --device "$DEVICE" --before "$BEFORE" \
+  --no-collector "${D_ARGS[@]}" --out "$RES"
+want b && step learner "$CAP_B" benchmarks/bench_learner.py benchmarks/bench_learner.py --device "$DEVICE" "${B_ARGS[@]}" --out "$RES"
+want c && step vram "$CAP_C" benchmarks/bench_vram.py benchmarks/bench_vram.py --device "$DEVICE" "${C_ARGS[@]}" --out "$RES/vram.json"
+if want e; then
+  printf "$E_CFG" > "$OUT/quickstart.yaml"
+  rm -rf "$RUNS/quickstart"
+  step quickstart "$CAP_E" unstable/cli/quickstart.py -m unstable.cli quickstart --config "$OUT/quickstart.yaml" \
+    --out "$RUNS/quickstart" "${E_ARGS[@]}"
+  [ -f "$RUNS/quickstart/summary.json" ] && cp "$RUNS/quickstart/summary.json" "$RES/quickstart_summary.json"
+  stop_ray
+fi
+
+# ------------------------------------------------------------------ the summary
+"$PY" benchmarks/gpu_summary.py --out "$OUT" --device "$DEVICE" --seconds "$((SECONDS - START))"
+echo "=== gpu check done in $((SECONDS - START)) s: $OUT/summary.md"
+exit 0
