@@ -70,7 +70,7 @@ def _chunk_stats(h: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor
 
 class _ChunkedHead(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, inv_t, chunk_tokens):  # noqa: ANN001 - autograd signature
+    def forward(ctx, hidden, weight, bias, targets, inv_t, chunk_tokens):
         n = hidden.shape[0]
         out_logp = torch.empty(n, dtype=torch.float32, device=hidden.device)
         out_entropy = torch.empty(n, dtype=torch.float32, device=hidden.device)
@@ -79,11 +79,12 @@ class _ChunkedHead(torch.autograd.Function):
                 sl = slice(start, start + chunk_tokens)
                 _, _, out_logp[sl], out_entropy[sl] = _chunk_stats(hidden[sl], weight, bias, targets[sl], inv_t[sl])
         ctx.save_for_backward(hidden, weight, bias, targets, inv_t, out_entropy)
+        ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None: skip its term
         ctx.chunk_tokens = chunk_tokens
         return out_logp, out_entropy
 
     @staticmethod
-    def backward(ctx, grad_logp, grad_entropy):  # noqa: ANN001 - autograd signature
+    def backward(ctx, grad_logp, grad_entropy):
         hidden, weight, bias, targets, inv_t, entropy = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         grad_h = torch.zeros_like(hidden) if need_h else None
