@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from flops import peak_bf16_flops, update_flops  # noqa: E402
+from flops import peak_bf16_flops, update_flops
 
 sys.path.pop(0)
 
