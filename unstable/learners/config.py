@@ -62,8 +62,9 @@ class LearnerConfig:
     the whole ``[tokens, vocabulary]`` logits and their float32 log-softmax until backward (about
     ``2 * tokens * vocab * 4`` bytes more at the update's peak). A model whose LM head is not a plain
     ``Linear`` (a logit soft-cap, a LoRA on the head) always takes the plain head."""
-    logprob_chunk_tokens: int = 1024
-    """Rows of the logits the chunked head computes at once (Qwen3's vocabulary: ~0.6 GB float32)."""
+    logprob_chunk_tokens: int = 512
+    """Rows of the logits the chunked head computes at once: its working memory is about four float32
+    ``[logprob_chunk_tokens, vocabulary]`` tensors (Qwen3, 512 rows: ~1.2 GB)."""
     micro_batching: str = "auto"
     """How a part of the batch is cut into forward/backward passes. ``"buckets"``: steps of similar
     length padded together (``mini_batch_size``; best on a CPU, where attention is cheap and padding
