@@ -84,7 +84,7 @@ def random_init_on_device() -> None:
             return load(model_name, device, dtype, gradient_checkpointing)
         torch.manual_seed(0)
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_name), dtype=dtype)
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_name), dtype=dtype).to(dtype)
         model.config.use_cache = False
         model.requires_grad_(False)
         if gradient_checkpointing:

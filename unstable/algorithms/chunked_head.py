@@ -25,7 +25,7 @@ from torch import Tensor
 
 
 def chunked_target_logprobs(hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float | Tensor = 1.0,
-                            chunk_tokens: int = 1024, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                            chunk_tokens: int = 512, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``(log p(targets[i]), entropy)`` of ``softmax((hidden[i] @ weight.T + bias) / temperature[i])``.
 
     ``hidden`` ``[N, H]`` (any float dtype; the products run in it, the softmax in float32),
