@@ -50,7 +50,8 @@ import tempfile
 import time
 import types
 
-from common import ROOT, add_common_args, machine, model_dir, quiet_libraries, write_result
+from common import ROOT, add_common_args, machine, model_dir, quiet_libraries, random_init_on_device, write_result
+from flops import peak_bf16_flops, update_flops
 
 LORA = {"lora_rank": 32, "lora_alpha": 32, "lora_dropout": 0.0,
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
@@ -110,6 +111,23 @@ def game_steps(path: str, n: int, seed: int, median_len: float, sigma: float, ma
 
 
 # ------------------------------------------------------------------------------------ variants
+def long_steps(n: int, seq_len: int, vocab: int, seed: int) -> list:
+    """``n`` Steps of ``seq_len`` tokens each, the first half prompt, the second completion (random ids)."""
+    from unstable.records import Sample, Step
+
+    rng = random.Random(seed)
+    half = seq_len // 2
+    steps = []
+    for i in range(n):
+        prompt = tuple(rng.randrange(3, vocab) for _ in range(seq_len - half))
+        completion = tuple(rng.randrange(3, vocab) for _ in range(half))
+        sample = Sample(prompt, completion, (-1.0,) * half, "length", 1.0, 1.0, 0)
+        steps.append(Step(env_id=ENVS[i % 2], game_id=i, player_id=i % 2, turn_index=0, sample=sample,
+                          reward=rng.choice((-1.0, 1.0)), final_reward=1.0, policy_version=0, format_ok=True,
+                          invalid=False, is_last=True))
+    return steps
+
+
 def learner_before(commit: str):
     """``REINFORCELearner`` with the micro-batching and forward of ``commit`` (from git), on today's base."""
     def module(path: str, name: str) -> types.ModuleType:
@@ -163,23 +181,31 @@ def bare_pass(model, device, micro_rows: list[list[list[int]]], prompt_lens: lis
 
 def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
     import torch
+    from transformers import AutoConfig
 
     from unstable.learners import REINFORCELearner
     from unstable.learners import model_utils as mu
-    from unstable.learners.batching import collate, kept_length, micro_batches
+    from unstable.learners.batching import collate, kept_length
     from unstable.records import TrainBatch
 
     torch.set_num_threads(args.threads)
+    random_init_on_device()  # the qwen3-1.7b/4b/8b shapes are built on the device, not read from disk
     path = model_dir(arch)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
-    steps = game_steps(path, args.batch, args.seed, args.completion_median, args.completion_sigma,
-                       args.max_new_tokens)
+    if args.seq_len:
+        steps = long_steps(args.batch, args.seq_len, min(AutoConfig.from_pretrained(path).vocab_size, 2048),
+                           args.seed)
+    else:
+        steps = game_steps(path, args.batch, args.seed, args.completion_median, args.completion_sigma,
+                           args.max_new_tokens)
     real = sum(kept_length(s, None) for s in steps)
     trained = sum(len(s.completion_ids) for s in steps)
     batch = TrainBatch.from_steps(steps)
     opts = dict(lora_cfg=LORA, batch_size=args.batch, mini_batch_size=args.mini_batch, learning_rate=1e-5,
-                device=str(device), keep_last=1, gradient_checkpointing=False, activation_checkpointing=True, seed=0)
+                device=str(device), keep_last=1, gradient_checkpointing=args.gradient_checkpointing,
+                activation_checkpointing=True, seed=0, micro_batching=args.micro_batching,
+                max_tokens_per_micro_batch=args.max_tokens)
     out = tempfile.TemporaryDirectory(prefix="bench-learner-")
     learners = {UPDATE: REINFORCELearner(path, output_dir=f"{out.name}/after", **opts)}
     if not args.no_before:
@@ -190,7 +216,7 @@ def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
     base = mu.load_base_model(path, device, mu.resolve_dtype(None, device), False)
     model = mu.attach_policy_adapter(base, LORA, None).to(device)
     model.train()
-    cut = micro_batches(steps, args.mini_batch)
+    cut = learners[UPDATE].micro_batches(steps)  # the bare passes take the update's micro-batches
     rows = [[list(steps[i].prompt_ids) + list(steps[i].completion_ids) for i in idx] for idx in cut]
     plens = [[len(steps[i].prompt_ids) for i in idx] for idx in cut]
     calls = {name: (lambda lrn=lrn: lrn.update(batch)) for name, lrn in learners.items()}
@@ -218,6 +244,13 @@ def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
                     peak[name].append((torch.cuda.max_memory_allocated() - held) / 2**20)
         print(f"{arch} round {r}: " + ", ".join(f"{n} {wall[n][-1]:.3f}s" for n in names if wall[n]), flush=True)
     padded = collate(steps, None, 0).input_ids.numel()
+    lengths = [kept_length(s, None) for s in steps]
+    config = AutoConfig.from_pretrained(path)
+    rank, targets = LORA["lora_rank"], LORA["target_modules"]
+    flops = {name: update_flops(config, lengths, trained, rank, targets,
+                                gradient_checkpointing=args.gradient_checkpointing and name in learners,
+                                chunked_head=getattr(learners.get(name), "_fused_head", False)) for name in names}
+    peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if cuda else None
     rows_out = []
     for name in names:
         ratio = [i / w for i, w in zip(wall[IDEAL], wall[name], strict=True)]
@@ -234,8 +267,15 @@ def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
                "rounds": len(ratio)}
         if cuda:
             row["peak over held MiB"] = max(peak[name])
+            seconds = statistics.median(wall[name])
+            row["model TFLOP/s"] = flops[name]["model"] / seconds / 1e12
+            if peak_flops:  # unknown GPU: no MFU rather than a guess
+                row["MFU"] = flops[name]["model"] / seconds / peak_flops
+                row["HFU"] = flops[name]["hardware"] / seconds / peak_flops
         rows_out.append(row)
     facts = {"real_tokens": real, "trained_tokens": trained, "padded_tokens_one_batch": padded,
+             "model_flops_per_update": flops[UPDATE]["model"], "hardware_flops_per_update": flops[UPDATE]["hardware"],
+             "peak_bf16_flops": peak_flops, "packed": learners[UPDATE].packed,
              "micro_batches_after": [len(c) for c in cut],
              "prompt_lens": sorted(len(s.prompt_ids) for s in steps),
              "completion_lens": sorted(len(s.completion_ids) for s in steps),
@@ -252,7 +292,14 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_common_args(parser)
-    parser.add_argument("--arch", default=None, help="comma-separated: 1m, 10m, qwen3-0.6b (default 1m,10m)")
+    parser.add_argument("--arch", default=None, help="comma-separated: 1m, 10m, qwen3-0.6b, qwen3-1.7b, qwen3-4b, "
+                        "qwen3-8b (the last three random-init on the device; default 1m,10m)")
+    parser.add_argument("--seq-len", type=int, default=None, help="steps of this many tokens (half prompt, half "
+                        "completion, random ids) instead of game turns")
+    parser.add_argument("--micro-batching", default="auto", choices=("auto", "packed", "buckets"),
+                        help="the learner's micro_batching (auto: packed on CUDA)")
+    parser.add_argument("--max-tokens", type=int, default=8192, help="the learner's max_tokens_per_micro_batch")
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="the learners' per-layer checkpointing")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--batch", type=int, default=None, help="steps per update (default 16)")
     parser.add_argument("--mini-batch", type=int, default=None, help="the learner's mini_batch_size (default 4)")
@@ -286,7 +333,9 @@ def main() -> None:
                 "completion_lengths": f"lognormal(median {args.completion_median}, sigma {args.completion_sigma}), "
                                       f"cut at {args.max_new_tokens}",
                 "seed": args.seed, "timed_rounds": args.rounds, "warmup_rounds": 1, "lora": LORA,
-                "gradient_checkpointing": False, "activation_checkpointing": True, "torch_threads": args.threads,
+                "gradient_checkpointing": args.gradient_checkpointing, "activation_checkpointing": True,
+                "micro_batching": args.micro_batching, "max_tokens_per_micro_batch": args.max_tokens,
+                "seq_len": args.seq_len, "torch_threads": args.threads,
                 "device": args.device or ("cuda" if info.get("gpu") else "cpu"), "before_commit": args.before,
                 "batch_facts": facts}
     notes = ["real tok/s counts the steps' tokens (prompt + completion, no padding); trained tok/s the completion "

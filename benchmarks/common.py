@@ -24,11 +24,75 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
-ARCHS = ("1m", "10m", "qwen3-0.6b")
+ARCHS = ("1m", "10m", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
 # Qwen3-0.6B's shape (random init; same layer count, widths, vocabulary and head layout).
 QWEN3_06B = dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
                  head_dim=128, intermediate_size=3072, vocab_size=151936, max_position_embeddings=40960,
                  rope_theta=1_000_000.0, tie_word_embeddings=True, rms_norm_eps=1e-6)
+
+
+# The seed's model sizes, from the Qwen3 model cards' config.json (random init, built on the device).
+QWEN3_SHAPES = {
+    "qwen3-1.7b": dict(QWEN3_06B, hidden_size=2048, intermediate_size=6144),
+    "qwen3-4b": dict(QWEN3_06B, hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, intermediate_size=9728),
+    "qwen3-8b": dict(QWEN3_06B, hidden_size=4096, num_hidden_layers=36, num_attention_heads=32,
+                     intermediate_size=12288, tie_word_embeddings=False),
+    "qwen3-tiny-test": dict(QWEN3_06B, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, head_dim=16, intermediate_size=128),
+}
+RANDOM_INIT = "RANDOM_INIT"  # marker file: the directory holds a config and a tokenizer, no weights
+
+
+def shape_dir(arch: str) -> str:
+    """A directory with the config of ``arch`` (:data:`QWEN3_SHAPES`), the tiny models' tokenizer and
+    the :data:`RANDOM_INIT` marker, no weights: inside :func:`random_init_on_device` the learner
+    builds the model directly on its device in its dtype (no 16 GB written to disk and read back)."""
+    from transformers import Qwen3Config
+
+    from unstable.models.tiny import tiny_model_path
+
+    tiny = tiny_model_path("1m")
+    out = tiny.parent.parent / "bench-models" / f"{arch}-config-only"
+    if (out / RANDOM_INIT).is_file():
+        return str(out)
+    tiny_cfg = json.loads((tiny / "config.json").read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    Qwen3Config(**QWEN3_SHAPES[arch], bos_token_id=tiny_cfg.get("bos_token_id"),
+                eos_token_id=tiny_cfg.get("eos_token_id"), pad_token_id=tiny_cfg.get("pad_token_id")
+                ).save_pretrained(str(out))
+    for f in tiny.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens", "generation_config", "chat_template")):
+            shutil.copy(f, out / f.name)
+    (out / RANDOM_INIT).write_text("random init on the device: see benchmarks/common.py\n")
+    return str(out)
+
+
+def random_init_on_device() -> None:
+    """Make the learners build a :func:`shape_dir` model from its config, on their device in their
+    dtype, with seed 0 (benchmarks only: it replaces ``unstable.learners.model_utils.load_base_model``)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from unstable.learners import model_utils as mu
+
+    load = mu.load_base_model
+    if getattr(load, "random_init", False):
+        return
+
+    def load_base_model(model_name, device, dtype, gradient_checkpointing):
+        if not (Path(model_name) / RANDOM_INIT).is_file():
+            return load(model_name, device, dtype, gradient_checkpointing)
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_name), dtype=dtype).to(dtype)
+        model.config.use_cache = False
+        model.requires_grad_(False)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return model
+
+    load_base_model.random_init = True
+    mu.load_base_model = load_base_model
 
 
 def quiet_libraries() -> None:
@@ -57,6 +121,8 @@ def model_dir(arch: str) -> str:
 
     if arch in ("1m", "10m", "50m"):
         return str(tiny_model_path(arch))
+    if arch in QWEN3_SHAPES:
+        return shape_dir(arch)
     if arch != "qwen3-0.6b":
         raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
     tiny = tiny_model_path("1m")

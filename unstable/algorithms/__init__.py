@@ -19,6 +19,11 @@ From :mod:`~unstable.algorithms.policy_gradient`:
 * :func:`policy_loss`: the clipped surrogate of PPO / GRPO / DAPO / Dr. GRPO / GSPO.
 * :func:`reinforce_loss`: REINFORCE with Dr. GRPO's constant normaliser.
 
+From :mod:`~unstable.algorithms.chunked_head`:
+
+* :func:`chunked_target_logprobs`: the LM head fused with the sampled token's log-prob and the
+  entropy, in chunks over tokens (never the whole ``[N, V]`` float32 logits).
+
 From :mod:`~unstable.algorithms.advantages`:
 
 * :func:`compute_gae`, :func:`value_loss`, :func:`explained_variance`: the critic's side.
@@ -38,6 +43,7 @@ from unstable.algorithms.advantages import (
     normalize,
     value_loss,
 )
+from unstable.algorithms.chunked_head import chunked_target_logprobs
 from unstable.algorithms.policy_gradient import (
     aggregate,
     importance_weights,
@@ -55,6 +61,7 @@ from unstable.algorithms.policy_gradient import (
 __all__ = [
     "Reinforce",
     "aggregate",
+    "chunked_target_logprobs",
     "compute_gae",
     "explained_variance",
     "group_advantages",

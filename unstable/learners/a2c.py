@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from unstable.algorithms import compute_gae, explained_variance, group_normalize, value_loss
 from unstable.learners import model_utils as mu
-from unstable.learners.batching import collate_prompts
+from unstable.learners.batching import collate_prompts, pack_rows
 from unstable.learners.config import A2CConfig
 from unstable.learners.reinforce import REINFORCELearner, _Totals
 from unstable.records import Step, TrainBatch
@@ -156,11 +156,16 @@ class A2CLearner(REINFORCELearner):
         """``V(s)`` of each step's prompt (call inside ``self._adapter(CRITIC_ADAPTER)``)."""
         input_ids, attention_mask = collate_prompts(steps, self.config.max_train_len, self.pad_id)
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        hidden = mu.decoder_body(self.model)(
-            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-        ).last_hidden_state
         last = attention_mask.sum(dim=1) - 1
-        at_last_prompt_token = hidden[torch.arange(hidden.shape[0], device=self.device), last]
+        if self.packed:  # one row, position ids restarting per prompt (see batching.pack_rows)
+            ids, positions, offsets = pack_rows(attention_mask, input_ids)
+            hidden = mu.decoder_body(self.model)(input_ids=ids, position_ids=positions, use_cache=False)
+            at_last_prompt_token = hidden.last_hidden_state[0, offsets + last]
+        else:
+            hidden = mu.decoder_body(self.model)(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+            ).last_hidden_state
+            at_last_prompt_token = hidden[torch.arange(hidden.shape[0], device=self.device), last]
         return self.value_head(at_last_prompt_token.float()).squeeze(-1)
 
     @torch.no_grad()

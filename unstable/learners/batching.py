@@ -163,3 +163,41 @@ def micro_batches(steps: Sequence[Step], size: int, max_train_len: int | None = 
     if current:
         batches.append(current)
     return batches
+
+
+def packed_micro_batches(steps: Sequence[Step], max_tokens: int, max_train_len: int | None = None) -> list[list[int]]:
+    """Indices of ``steps`` cut into micro-batches of at most ``max_tokens`` tokens each, to be
+    packed into one row (:func:`pack_rows`): no padding, so only the token count matters.
+
+    First-fit decreasing: the longest step first, each into the first micro-batch it fits in; a
+    step longer than ``max_tokens`` goes alone. Indices within a micro-batch are in batch order.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens_per_micro_batch must be >= 1, got {max_tokens}")
+    lengths = [kept_length(s, max_train_len) for s in steps]
+    batches: list[list[int]] = []
+    used: list[int] = []
+    for i in sorted(range(len(steps)), key=lambda j: (-lengths[j], j)):
+        for b, total in enumerate(used):
+            if total + lengths[i] <= max_tokens:
+                batches[b].append(i)
+                used[b] += lengths[i]
+                break
+        else:
+            batches.append([i])
+            used.append(lengths[i])
+    return [sorted(b) for b in batches]
+
+
+def pack_rows(attention_mask: Tensor, input_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The rows of a right-padded batch concatenated into one row without their padding:
+    ``(input_ids [1, S], position_ids [1, S], offsets [B])``, where row ``b``'s token ``t`` is at
+    ``offsets[b] + t``. The position ids restart at 0 for every row: with no attention mask,
+    transformers reads that as packed sequences and builds a block-diagonal causal mask (SDPA,
+    eager) or variable-length attention (flash attention), so no row attends to another
+    (``tests/test_packed_learner.py`` checks it on the installed version)."""
+    lengths = attention_mask.sum(dim=1)
+    keep = attention_mask.bool()
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device).expand_as(attention_mask)
+    offsets = torch.cumsum(lengths, 0) - lengths
+    return input_ids[keep].unsqueeze(0), positions[keep].unsqueeze(0), offsets

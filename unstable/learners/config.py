@@ -21,6 +21,7 @@ def _default_lora_cfg() -> dict[str, Any]:
 
 
 LR_SCHEDULES = ("constant", "linear")
+MICRO_BATCHING = ("auto", "packed", "buckets")
 LOSS_TYPES = ("dr_grpo", "grpo", "bnpo", "dapo")
 RATIO_LEVELS = ("token", "sequence")
 OLD_LOGPROBS = ("recompute", "behaviour")
@@ -55,8 +56,26 @@ class LearnerConfig:
     weight_decay: float = 0.0
     """AdamW weight decay. The reference left torch's default (0.01) on the LoRA weights."""
     activation_checkpointing: bool = True
-    """Recompute the float32 log-prob head (logits -> token log-probs) in backward instead of
-    storing it: saves ~``2 * tokens * vocab * 4`` bytes per micro-batch at the cost of one re-run."""
+    """Take the sampled tokens' log-probs (and entropies) with the chunked head fused with the LM
+    head (:func:`~unstable.algorithms.chunked_target_logprobs`): never more than
+    ``logprob_chunk_tokens`` rows of the ``[tokens, vocabulary]`` float32 logits exist, in forward
+    or backward, which recomputes each chunk's logits once. ``False``: the plain head, which holds
+    the whole ``[tokens, vocabulary]`` logits and their float32 log-softmax until backward (about
+    ``2 * tokens * vocab * 4`` bytes more at the update's peak). A model whose LM head is not a plain
+    ``Linear`` (a logit soft-cap, a LoRA on the head) always takes the plain head."""
+    logprob_chunk_tokens: int = 512
+    """Rows of the logits the chunked head computes at once: its working memory is about four float32
+    ``[logprob_chunk_tokens, vocabulary]`` tensors (Qwen3, 512 rows: ~1.2 GB)."""
+    micro_batching: str = "auto"
+    """How a part of the batch is cut into forward/backward passes. ``"buckets"``: steps of similar
+    length padded together (``mini_batch_size``; best on a CPU, where attention is cheap and padding
+    is not). ``"packed"``: the steps of a micro-batch concatenated into one row with position ids
+    restarting per step (no padding, no attention between steps), up to
+    ``max_tokens_per_micro_batch`` tokens (best on a GPU). ``"auto"``: packed on CUDA, else buckets."""
+    max_tokens_per_micro_batch: int = 8192
+    """``micro_batching="packed"``: tokens (prompt + completion) of one forward/backward, which
+    bounds the activation memory; a longer step goes alone. Gradients are accumulated over the
+    passes up to each optimiser step as with buckets."""
     gradient_checkpointing: bool = True
     """Hugging Face per-decoder-layer checkpointing (non-reentrant). Costs time; on CPU leave it off."""
     use_trainer_cache: bool = False
@@ -151,7 +170,8 @@ class LearnerConfig:
         if not self.model_name:
             raise ValueError("model_name is required (a Hugging Face id or a local path)")
         self.model_name = resolve_tiny_name(self.model_name)
-        for name in ("batch_size", "mini_batch_size", "max_generation_len", "max_consecutive_skips"):
+        for name in ("batch_size", "mini_batch_size", "max_generation_len", "max_consecutive_skips",
+                     "logprob_chunk_tokens", "max_tokens_per_micro_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.batch_size % self.mini_batch_size:
@@ -160,6 +180,7 @@ class LearnerConfig:
                 f"({self.mini_batch_size}); pick mini_batch_size from its divisors"
             )
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_choice("micro_batching", self.micro_batching, MICRO_BATCHING)
         for name in ("learning_rate", "grad_clip", "poll_interval_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

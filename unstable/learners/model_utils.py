@@ -105,3 +105,12 @@ def pad_token_id(model: PreTrainedModel) -> int:
 def vocab_size(model: PreTrainedModel) -> int:
     """Rows of the input embedding (the ids a step may contain)."""
     return model.get_input_embeddings().weight.shape[0]
+
+
+def plain_lm_head(model: PeftModel) -> bool:
+    """Whether the logits are exactly ``lm_head(final hidden state)`` with a plain ``nn.Linear``
+    head: no LoRA on it and no logit soft-cap or scale after it (what the chunked head computes)."""
+    config = model.get_base_model().config.get_text_config()
+    after_head = any(getattr(config, name, None) not in (None, 1.0)
+                     for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
+    return type(model.get_output_embeddings()) is nn.Linear and not after_head

@@ -29,10 +29,24 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from unstable.algorithms import importance_weights, kl_penalty, logits_entropy, policy_loss, target_logprobs
+from unstable.algorithms import (
+    chunked_target_logprobs,
+    importance_weights,
+    kl_penalty,
+    logits_entropy,
+    policy_loss,
+    target_logprobs,
+)
 from unstable.learners import model_utils as mu
 from unstable.learners.base import BaseLearner
-from unstable.learners.batching import TokenBatch, collate, kept_completion_tokens, micro_batches
+from unstable.learners.batching import (
+    TokenBatch,
+    collate,
+    kept_completion_tokens,
+    micro_batches,
+    pack_rows,
+    packed_micro_batches,
+)
 from unstable.records import Step, TrainBatch
 
 REFERENCE_ADAPTER = "reference"  # a frozen adapter loaded from config.reference_adapter
@@ -86,6 +100,9 @@ class REINFORCELearner(BaseLearner):
         if self.config.reference_adapter is not None:
             self.model.load_adapter(self.config.reference_adapter, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
             self.model.set_adapter(mu.POLICY_ADAPTER)
+        cfg = self.config
+        self.packed = cfg.micro_batching == "packed" or (cfg.micro_batching == "auto" and self.device.type == "cuda")
+        self._fused_head = cfg.activation_checkpointing and mu.plain_lm_head(self.model)
 
     def _update(self, batch: TrainBatch) -> dict[str, float]:
         advantages = torch.tensor([s.reward for s in batch.steps], dtype=torch.float32)
@@ -110,7 +127,7 @@ class REINFORCELearner(BaseLearner):
             for part in self._partition(len(steps), generator):
                 part_tokens = sum(kept_completion_tokens(steps[i], cfg.max_train_len) for i in part)
                 shard = self._my_rows(steps, part)
-                for idx in micro_batches([steps[i] for i in shard], cfg.mini_batch_size, cfg.max_train_len):
+                for idx in self.micro_batches([steps[i] for i in shard]):
                     rows = [shard[i] for i in idx]
                     self._policy_backward(steps, rows, advantages, old, ref, len(part), part_tokens, epoch, totals)
                     self._auxiliary_backward(steps, rows, len(part), epoch, totals)
@@ -147,14 +164,7 @@ class REINFORCELearner(BaseLearner):
         # its float32 log-softmax taken only at the positions that predict a kept completion token
         mask = micro.target_mask.to(self.device)  # [B, T - 1]: column t scores token t + 1
         where = mask.nonzero(as_tuple=True)
-        logits = self._completion_logits(micro, where)  # [N, V], row-major over `where`
-        targets = micro.input_ids[:, 1:].to(self.device)[where]
-        temperature = micro.temperature.to(self.device)[where[0]]
-        if cfg.activation_checkpointing:  # recompute the float32 head in backward instead of keeping it
-            packed_logp = torch.utils.checkpoint.checkpoint(target_logprobs, logits, targets, temperature,
-                                                            use_reentrant=False)
-        else:
-            packed_logp = target_logprobs(logits, targets, temperature)
+        packed_logp, packed_entropy = self._scored_logprobs(micro, where, entropy_grad=cfg.entropy_coef > 0)
         token_logp = _unpack(packed_logp, where, mask.shape)
         behaviour = micro.behaviour_logp[:, 1:].to(self.device)
         # 2. the old policy: recomputed before the first step, the behaviour policy, or this forward
@@ -178,10 +188,9 @@ class REINFORCELearner(BaseLearner):
         ref_logp = micro.scatter([ref[i] for i in rows])[:, 1:].to(self.device) if ref is not None else None
         entropy = None
         if cfg.entropy_coef > 0:
-            entropy = _unpack(logits_entropy(logits, temperature), where, mask.shape)
+            entropy = _unpack(packed_entropy, where, mask.shape)
         elif epoch == 0:
-            with torch.no_grad():
-                totals.add("entropy_sum", logits_entropy(logits.detach(), temperature).sum())
+            totals.add("entropy_sum", packed_entropy.detach().sum())
         # 4. the loss and its backward
         loss, stats = policy_loss(
             token_logp, old_logp, advantages[rows].to(self.device), mask,
@@ -236,6 +245,50 @@ class REINFORCELearner(BaseLearner):
         return metrics
 
     # ---------------------------------------------------------------------------- forward passes
+    def micro_batches(self, steps: Sequence[Step]) -> list[list[int]]:
+        """Indices of ``steps`` cut into forward/backward passes (``config.micro_batching``)."""
+        cfg = self.config
+        if self.packed:
+            return packed_micro_batches(steps, cfg.max_tokens_per_micro_batch, cfg.max_train_len)
+        return micro_batches(steps, cfg.mini_batch_size, cfg.max_train_len)
+
+    def _scored_logprobs(self, micro: TokenBatch, where: tuple[Tensor, Tensor],
+                         entropy_grad: bool = False) -> tuple[Tensor, Tensor]:
+        """``(log-probs, entropies)``, ``[N]`` float32 each, of the tokens that the positions
+        ``where = (rows, columns)`` of ``micro`` predict, at each row's temperature. The entropies
+        carry a gradient only with ``entropy_grad`` (or with the chunked head, which gives both)."""
+        targets = micro.input_ids[:, 1:].to(self.device)[where]
+        temperature = micro.temperature.to(self.device)[where[0]]
+        if self._fused_head:  # never the [N, V] float32 logits: chunks, recomputed in backward
+            head = self.model.get_output_embeddings()
+            return chunked_target_logprobs(self._hidden_at(micro, where), head.weight, targets, temperature,
+                                           chunk_tokens=self.config.logprob_chunk_tokens, bias=head.bias)
+        logits = self._completion_logits(micro, where)
+        logp = target_logprobs(logits, targets, temperature)
+        if entropy_grad:
+            return logp, logits_entropy(logits, temperature)
+        with torch.no_grad():
+            return logp, logits_entropy(logits.detach(), temperature)
+
+    def _forward_inputs(self, micro: TokenBatch, where: tuple[Tensor, Tensor]) -> tuple[dict, Tensor, Tensor]:
+        """The model's keyword arguments for ``micro`` and where its positions ``where`` are in the
+        output: ``(kwargs, rows, columns)``. Buckets: the padded batch as it is. Packed: one row of
+        all its steps, position ids restarting per step, no attention mask (see
+        :func:`~unstable.learners.batching.pack_rows`)."""
+        input_ids = micro.input_ids.to(self.device)
+        attention_mask = micro.attention_mask.to(self.device)
+        rows, cols = where
+        if not self.packed:
+            return {"input_ids": input_ids, "attention_mask": attention_mask}, rows, cols
+        ids, positions, offsets = pack_rows(attention_mask, input_ids)
+        return {"input_ids": ids, "position_ids": positions}, torch.zeros_like(rows), offsets[rows] + cols
+
+    def _hidden_at(self, micro: TokenBatch, where: tuple[Tensor, Tensor]) -> Tensor:
+        """The final hidden states ``[N, H]`` at the positions ``where`` of ``micro`` (no LM head)."""
+        kwargs, rows, cols = self._forward_inputs(micro, where)
+        hidden = mu.decoder_body(self.model)(**kwargs, use_cache=False).last_hidden_state
+        return hidden[rows, cols]
+
     def _completion_logits(self, micro: TokenBatch, where: tuple[Tensor, Tensor]) -> Tensor:
         """Logits ``[N, V]`` at the positions ``where = (rows, columns)`` of ``micro`` only.
 
@@ -244,22 +297,21 @@ class REINFORCELearner(BaseLearner):
         such as a logit soft-cap, still runs). A model that computes its logits without calling
         its output-embedding module gets them cut with ``logits_to_keep`` and indexed instead.
         """
-        input_ids = micro.input_ids.to(self.device)
-        width = input_ids.shape[1]
-        keep = width - (micro.first_target - 1)  # logits_to_keep: from the first predicting position
+        kwargs, rows, cols = self._forward_inputs(micro, where)
+        width = kwargs["input_ids"].shape[1]
+        keep = width - int(cols.min()) if len(cols) else 1  # logits_to_keep: from the first predicting position
         offset = width - keep if self._logits_to_keep else 0  # column of the first hidden state kept
-        rows, cols = where
         selected: list[bool] = []
 
         def select(_module: nn.Module, args: tuple) -> tuple:
             selected.append(True)
             return (args[0][rows, cols - offset].unsqueeze(0), *args[1:])
 
-        kwargs = {"logits_to_keep": keep} if self._logits_to_keep else {}
+        if self._logits_to_keep:
+            kwargs["logits_to_keep"] = keep
         handle = self.model.get_output_embeddings().register_forward_pre_hook(select)
         try:
-            logits = self.model(input_ids=input_ids, attention_mask=micro.attention_mask.to(self.device),
-                                use_cache=False, **kwargs).logits
+            logits = self.model(**kwargs, use_cache=False).logits
         finally:
             handle.remove()
         return logits[0] if selected else logits[rows, cols - offset]
@@ -267,17 +319,16 @@ class REINFORCELearner(BaseLearner):
     @torch.no_grad()
     def _logprobs_no_grad(self, steps: Sequence[Step], reference: bool = False) -> list[Tensor]:
         """Each step's completion-token log-probs under the current policy, or the reference policy
-        (``reference_adapter``, else the base model with the adapter disabled), on the CPU."""
+        (``reference_adapter``, else the base model with the adapter disabled), on the CPU; cut into
+        passes as the update cuts them, so the first ratio of an update is exactly 1."""
         cfg = self.config
         out: list[Tensor] = [torch.empty(0)] * len(steps)
-        for idx in micro_batches(steps, cfg.mini_batch_size, cfg.max_train_len):
+        for idx in self.micro_batches(steps):
             micro = collate([steps[i] for i in idx], cfg.max_train_len, self.pad_id)
             mask = micro.target_mask
             where = tuple(w.to(self.device) for w in mask.nonzero(as_tuple=True))
             with self._reference_policy() if reference else nullcontext():
-                logits = self._completion_logits(micro, where)
-            logp = target_logprobs(logits, micro.input_ids[:, 1:].to(self.device)[where],
-                                   micro.temperature.to(self.device)[where[0]]).cpu()
+                logp = self._scored_logprobs(micro, where)[0].cpu()
             for i, values in zip(idx, logp.split(mask.sum(dim=1).tolist()), strict=True):  # row-major
                 out[i] = values
         return out
