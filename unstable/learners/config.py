@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from unstable.utils.checks import check_choice
+from unstable.utils.checks import INT64_MAX, check_choice
 
 DEFAULT_LORA_CFG: dict[str, Any] = {
     "lora_rank": 32,
@@ -25,6 +27,8 @@ RATIO_LEVELS = ("token", "sequence")
 OLD_LOGPROBS = ("recompute", "behaviour")
 CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+LEARNER_DTYPES = ("bfloat16", "bf16", "float16", "fp16", "float32", "fp32")
+"""The base-weight dtypes a learner loads in (:func:`unstable.learners.model_utils.resolve_dtype`'s names)."""
 STEP_FIELDS = ("env_id", "game_id", "player_id", "turn_index", "prompt")
 
 
@@ -149,6 +153,9 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         if not self.model_name:
             raise ValueError("model_name is required (a Hugging Face id or a local path)")
+        check_field_types(self)
+        if self.dtype is not None:
+            check_choice("dtype", self.dtype, LEARNER_DTYPES)
         for name in ("batch_size", "mini_batch_size", "max_generation_len", "max_consecutive_skips"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -227,6 +234,27 @@ class LearnerConfig:
         return self.old_logprobs == "behaviour" or self.off_policy_correction != "none"
 
 
+_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,)}
+
+
+def check_field_types(config: Any) -> None:
+    """Every ``int``, ``float`` and ``bool`` field of a config dataclass (or ``... | None``) holds
+    a value of that type (an int for a float is fine; a bool is no number; a float is finite; an int
+    fits 64 bits): what the range checks then compare, and what the learner's torch code takes.
+    Raises ``ValueError`` naming the field."""
+    for f in dataclasses.fields(config):
+        kind, _, rest = str(f.type).partition(" | ")
+        value = getattr(config, f.name)
+        if kind not in _TYPES or (value is None and rest == "None"):
+            continue
+        ok = isinstance(value, _TYPES[kind]) and (kind == "bool" or not isinstance(value, bool))
+        ok = ok and not (isinstance(value, float) and not math.isfinite(value))
+        ok = ok and not (isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX)
+        if not ok:
+            what = {"int": "an integer", "float": "a finite number", "bool": "true or false"}[kind]
+            raise ValueError(f"{f.name} must be {what}{' or None' if rest == 'None' else ''}, got {value!r}")
+
+
 def _complete_lora_cfg(lora_cfg: dict[str, Any] | None) -> dict[str, Any]:
     cfg = _default_lora_cfg()
     unknown = set(lora_cfg or {}) - set(cfg)
@@ -295,7 +323,7 @@ class GRPOConfig(LearnerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.group_by, str) or not self.group_by:
+        if not isinstance(self.group_by, list | tuple) or not self.group_by:
             raise ValueError(f"group_by must be a non-empty tuple of Step fields from {STEP_FIELDS}, "
                              f"got {self.group_by!r}")
         self.group_by = tuple(self.group_by)

@@ -27,6 +27,7 @@ from unstable.inference.adapters import resolve_transport
 from unstable.inference.config import VLLM_CONFIG_KEYS, choose_backend
 from unstable.inference.engine_settings import ENGINE_SETTINGS, check_engine_settings
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
+from unstable.learners.checkpoints import list_checkpoints
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES, LearnerConfig
 from unstable.models.checks import ModelInfo, check_adapter, check_device, check_model, check_target_modules
 from unstable.models.resolve import looks_like_path, resolve_model_name
@@ -56,6 +57,12 @@ LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
 DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool")
+MAX_SEED = 2**32 - 1
+"""The largest ``seed``: what every RNG it seeds takes, with room for the learner's per-step seeds
+(``torch.manual_seed`` refuses 2**64 and more, inside the learner actor, after Ray started)."""
+MAX_LEARNING_RATE = 1.0
+"""The largest ``learning_rate`` build() takes: LoRA adapters train at 1e-6 .. 1e-3; a rate above 1
+(``1e6``, a typo'd exponent) only turns the weights into NaNs after the run started."""
 
 # learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
 RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
@@ -238,6 +245,7 @@ class ModelConfig:
             raise ValueError(f"buffer_size ({self.buffer.size}) must be >= batch_size ({batch_size}), "
                              "or the learner would wait forever")
         _check_lora_config("lora", self.lora)
+        self._check_doubled_settings()
         self.learner_settings(learner_cls)  # known keys, and values the learner's own config accepts
         device = self.learner_device
         if device is not None and not (isinstance(device, str) and LEARNER_DEVICE.fullmatch(device)):
@@ -267,6 +275,21 @@ class ModelConfig:
             raise ValueError(f"num_learner_workers={n} needs CPU or CUDA learners (torch.distributed's gloo or "
                              f"NCCL), not learner_device={self.learner_device!r}: use 'cpu', 'cuda' or None")
 
+    def _check_doubled_settings(self) -> None:
+        """The inference keys that repeat a model setting (the seed's ``vllm_config`` carried them
+        beside the flat ones) must agree with it when both are given: the inference actors would
+        use one and the learner the other."""
+        tokens, length = self.inference.get("max_tokens"), self.learner.get("max_generation_len")
+        if tokens is not None and length is not None and tokens != length:
+            raise ValueError(f"inference['max_tokens']={tokens!r} and max_generation_len={length!r} are one setting "
+                             "(how many tokens a turn may generate: the inference actors read the first, the "
+                             "learner the second): give one, or the same value in both")
+        lora = self.inference.get("lora_config")
+        if isinstance(lora, dict) and self.lora is not None and {**DEFAULT_LORA_CFG, **lora} != self.lora_cfg:
+            raise ValueError(f"lora_config={self.lora!r} and the inference settings' lora_config "
+                             f"(vllm_config['lora_config'])={lora!r} differ: the inference actors would serve adapters "
+                             "of another shape than the learner trains: give one, or the same settings in both")
+
     def setting(self, name: str) -> Any:
         """A learner setting build() has a flat name for, or its default."""
         return self.learner.get(name, LEARNER_DEFAULTS[name])
@@ -277,6 +300,10 @@ class ModelConfig:
             check_int(name, self.setting(name), 1)
         check_int("max_train_len", self.setting("max_train_len"), 2, allow_none=True)  # prompt + completion token
         check_positive("learning_rate", self.setting("learning_rate"))
+        if self.setting("learning_rate") > MAX_LEARNING_RATE:
+            raise ValueError(f"learning_rate must be a number in (0, {MAX_LEARNING_RATE:g}], got "
+                             f"{self.setting('learning_rate')!r}: LoRA adapters train at about 1e-6 .. 1e-3 (a "
+                             "missing minus in the exponent?)")
         check_choice("lr_schedule", self.setting("lr_schedule"), LR_SCHEDULES)
         check_positive("grad_clip", self.setting("grad_clip"))
         if self.setting("batch_size") % self.setting("mini_batch_size"):
@@ -377,6 +404,11 @@ def _check_run_dir(cfg: BuildConfig) -> None:
     check_writable_dir("runs_dir", cfg.runs_dir)
     if cfg.run_name is None:
         return
+    run_dir = os.path.abspath(os.path.join(cfg.runs_dir, cfg.run_name))
+    names = [m.name for m in cfg.models] if len(cfg.models) > 1 else []
+    if has_checkpoints(os.path.join(run_dir, "checkpoints"), names):
+        raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
+                         f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
     if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
         raise ValueError(f"run_name {cfg.run_name!r}: {run_dir} exists and is not a directory; pick another "
@@ -384,6 +416,12 @@ def _check_run_dir(cfg: BuildConfig) -> None:
     if os.path.isdir(run_dir) and not os.access(run_dir, os.W_OK | os.X_OK):
         raise ValueError(f"run_name {cfg.run_name!r}: the run directory {run_dir} is not writable by this user; "
                          "pick another run_name, or change its permissions")
+
+
+def has_checkpoints(checkpoints_dir: str, names: list[str]) -> bool:
+    """Whether a run's checkpoints directory (or one of its models' subdirectories, ``names``) holds any."""
+    return bool(list_checkpoints(checkpoints_dir)) or any(
+        list_checkpoints(os.path.join(checkpoints_dir, n)) for n in names)
 
 
 def _opponent(spec: Any) -> str:
@@ -656,7 +694,7 @@ class BuildConfig:
                 raise ValueError(_section_label(name, str(exc), flat)) from None
         for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from", "mode"):
             setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
-        check_int("seed", self.seed, 0)
+        check_int("seed", self.seed, 0, maximum=MAX_SEED)
         check_choice("mode", self.mode, RUN_MODES)
         if self.mode == "sync":
             for i, declaration in enumerate(declarations):

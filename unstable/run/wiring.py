@@ -37,7 +37,6 @@ from unstable.games.templates import custom_templates
 from unstable.inference.adapters import resolve_transport
 from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import resolve_learner
-from unstable.learners.checkpoints import list_checkpoints
 from unstable.learners.distributed import free_port
 from unstable.learners.loop import SleepingEngines, TurnLock
 from unstable.models.checks import check_adapter, check_model
@@ -192,16 +191,14 @@ def start_actors(cfg, run_name: str) -> Actors:
     if wandb.notice:
         print(f"unstable: {wandb.notice}", flush=True)
     ensure_ray(cfg.ray_address)
-    check_resources(models, ray.cluster_resources())
+    cluster = ray.cluster_resources()
+    check_resources(models, cluster)
+    wait_for_free_resources(models, cluster)  # what other runs (another process's) hold is not free
     driver_node = ray.get_runtime_context().get_node_id()
     # hard affinity: a soft one lets Ray place them on any node whose worker pool is less busy
     light = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(driver_node, soft=False)}
     # the caller's cwd, not the actor's
     run_dir = str(resume.run_dir) if resume else os.path.abspath(os.path.join(cfg.runs_dir, run_name))
-    names = [m.name for m in models] if several else []
-    if not resume and _has_checkpoints(os.path.join(run_dir, "checkpoints"), names):
-        raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
-                         f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     run_id = new_run_id(run_name)
     tracker = actor_class(Tracker).options(**light, name=actor_name(run_id, "Tracker")).remote(
         run_name=run_name, wandb_project=cfg.tracker.wandb_project, run_dir=run_dir, use_wandb=wandb.enabled,
@@ -406,20 +403,46 @@ def _gpus(resources: dict[str, float]) -> int:
     return int(resources.get("GPU", 0))
 
 
-def check_resources(models, cluster: dict[str, float]) -> None:
-    """Refuse a run whose actors the cluster can never hold all at once (they would wait forever).
+def planned_resources(ray_address: str | None) -> dict[str, float] | None:
+    """The CPUs and GPUs the run's Ray has, asked before build() starts or joins one: the running
+    Ray's (``ray.init(num_cpus=...)`` before build()); with none running and no ``ray_address``, what
+    :func:`ensure_ray`'s local Ray will detect on this machine (Ray's own count: CPU affinity, cgroup
+    limits, ``CUDA_VISIBLE_DEVICES``); ``None`` for a cluster not joined yet (checked once joined)."""
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    if ray_address:
+        return None
+    return {"CPU": float(_local_cpus()), "GPU": float(_local_gpus())}
 
-    Counts what :func:`start_actors` asks Ray for: the learners and the inference actors (the
-    Tracker, registry, scheduler, buffers and collector reserve nothing), against the cluster's
-    total CPUs and GPUs (``ray.cluster_resources()``). Also refuses a CUDA learner on a cluster
-    without GPUs.
-    """
+
+def _local_cpus() -> int:
+    try:  # Ray's count for a local start (affinity and cgroup quotas), which os.cpu_count() does not see
+        from ray._private.utils import get_num_cpus
+
+        return int(get_num_cpus())
+    except (ImportError, AttributeError):
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _local_gpus() -> int:
+    try:  # Ray's own detection of a local start's GPUs
+        from ray._private.accelerators import get_accelerator_manager_for_resource
+
+        manager = get_accelerator_manager_for_resource("GPU")
+        found = manager.get_current_node_num_accelerators()
+        visible = manager.get_current_process_visible_accelerator_ids()
+        return found if visible is None else min(found, len(visible))
+    except (ImportError, AttributeError):
+        import torch
+
+        return torch.cuda.device_count()
+
+
+def resource_requests(models, cluster: dict[str, float]) -> tuple[list[tuple], dict[str, float]]:
+    """What :func:`start_actors` asks Ray for on a cluster with ``cluster``'s resources: the rows
+    ``(what, how many, CPUs each, GPUs each)`` (the learners and the inference actors; the Tracker,
+    registry, scheduler, buffers and collector reserve nothing) and their sum, ``{"CPU": .., "GPU": ..}``."""
     learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(cluster), _learner_workers(models))
-    cuda = [m.learner_device for m in models if (m.learner_device or "").startswith("cuda")]
-    if cuda and not learner_gpus:
-        raise ValueError(f"learner_device={cuda[0]!r}, but the Ray cluster has no GPU "
-                         f"({_amounts(cluster)}), so the learner would find no CUDA device: use 'cpu' or None, or "
-                         "join a cluster with GPUs (ray_address=...)")
     rows = [(_learner_label(m, len(models)), _workers(m), *_learner_share(learner_gpus, len(models)))
             for m in models]
     groups = _engine_groups(models)
@@ -428,8 +451,24 @@ def check_resources(models, cluster: dict[str, float]) -> None:
         label = f"{count} inference actor{'s' if count > 1 else ''}"
         rows.append((label if len(groups) == 1 else f"{label} of {group[0].model_name}", count,
                      *_engine_share(gpus_per_actor, len(groups))))
-    asked = {"CPU": sum(n * c for _, n, c, _ in rows), "GPU": sum(n * g for _, n, _, g in rows)}
-    short = [k for k, v in asked.items() if v > cluster.get(k, 0) + 1e-9]
+    return rows, {"CPU": sum(n * c for _, n, c, _ in rows), "GPU": sum(n * g for _, n, _, g in rows)}
+
+
+def check_resources(models, cluster: dict[str, float]) -> None:
+    """Refuse a run whose actors the cluster can never hold all at once (they would wait forever).
+
+    Counts what :func:`start_actors` asks Ray for (:func:`resource_requests`) against the
+    cluster's total CPUs and GPUs (``ray.cluster_resources()``, or before Ray starts
+    :func:`planned_resources`). Also refuses a CUDA learner on a cluster without GPUs.
+    """
+    learner_gpus, _, _ = gpu_layout(_gpus(cluster), _learner_workers(models))
+    cuda = [m.learner_device for m in models if (m.learner_device or "").startswith("cuda")]
+    if cuda and not learner_gpus:
+        raise ValueError(f"learner_device={cuda[0]!r}, but the Ray cluster has no GPU "
+                         f"({_amounts(cluster)}), so the learner would find no CUDA device: use 'cpu' or None, or "
+                         "join a cluster with GPUs (ray_address=...)")
+    rows, asked = resource_requests(models, cluster)
+    short = _short(asked, cluster)
     if not short:
         return
     parts = "; ".join(f"{what} {_amounts({'CPU': c, 'GPU': g})}{' each' if n > 1 else ''}" for what, n, c, g in rows)
@@ -440,6 +479,55 @@ def check_resources(models, cluster: dict[str, float]) -> None:
                      "larger cluster with ray_address=...)")
 
 
+def _short(asked: dict[str, float], have: dict[str, float]) -> list[str]:
+    return [k for k, v in asked.items() if v > have.get(k, 0) + 1e-9]
+
+
+def check_room_beside(models, cluster: dict[str, float], others: list[tuple[str, dict[str, float]]]) -> None:
+    """Refuse a run that fits the cluster alone but not beside the runs ``others`` (``(who, what
+    it holds)``: runs this process built and did not stop), whose actors hold their CPUs and GPUs
+    until ``stop()``: its actors would wait for them forever, without a word."""
+    _, asked = resource_requests(models, cluster)
+    held = {k: sum(h.get(k, 0) for _, h in others) for k in ("CPU", "GPU")}
+    short = _short({k: asked[k] + held[k] for k in asked}, cluster)
+    if not short:
+        return
+    who = "; ".join(f"{name} holds {_amounts(h)}" for name, h in others)
+    raise ValueError(f"another run built in this process is still running ({who}), and this run needs "
+                     f"{_amounts(asked)} more of the cluster's {_amounts(cluster)}, so its actors would wait forever "
+                     f"for {' and '.join(short)}: call stop() on that run first (or build it as "
+                     "`with unstable.build(...) as run:`), or give Ray more (ray.init(num_cpus=...) before the "
+                     "first build())")
+
+
+FREE_WAIT_S = 10.0
+"""How long :func:`wait_for_free_resources` waits for resources being released (a run stopped just
+before, whose actors Ray is still tearing down) before it refuses."""
+
+
+def wait_for_free_resources(models, cluster: dict[str, float], timeout_s: float = FREE_WAIT_S) -> None:
+    """Refuse a run whose actors fit the cluster but not what is free in it now: other actors (a run
+    of another process, in a cluster joined with ``ray_address``) hold the rest, and would until they
+    stop. Waits up to ``timeout_s`` for resources Ray is still releasing."""
+    import time
+
+    _, asked = resource_requests(models, cluster)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        free = ray.available_resources()
+        short = _short(asked, free)
+        if not short:
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    raise ValueError(f"the run asks Ray for {_amounts(asked)}, but only {_amounts(free)} of the cluster's "
+                     f"{_amounts(cluster)} are free: other actors hold the rest (another run, from another process "
+                     f"or an earlier build() whose run was not stopped), so this run's actors would wait forever "
+                     f"for {' and '.join(short)}: stop that run first (run.stop(), or end its process), or lower "
+                     "num_inference_actors")
+
+
 def _learner_label(m, num_models: int) -> str:
     n = _workers(m)
     who = "the learner" if n == 1 else f"{n} learner workers"
@@ -448,12 +536,6 @@ def _learner_label(m, num_models: int) -> str:
 
 def _amounts(resources: dict[str, float]) -> str:
     return " and ".join(f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU"))
-
-
-def _has_checkpoints(checkpoints_dir: str, names: list[str]) -> bool:
-    """Whether a run's checkpoints directory (or one of its models' subdirectories) holds any."""
-    return bool(list_checkpoints(checkpoints_dir)) or any(
-        list_checkpoints(os.path.join(checkpoints_dir, n)) for n in names)
 
 
 def _near(node_id: str, cpus: float, gpus: float) -> dict:
