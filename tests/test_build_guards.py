@@ -149,3 +149,27 @@ def test_what_a_resume_drops_is_said_once(capsys, caplog):
         assert restore_buffers({"stopped": True, "buffers": {"model": {"steps": 7}}}, {}) == 7
     assert capsys.readouterr().out.count("7 buffered steps from the previous run were not restored") == 1
     assert not caplog.records  # nothing on stderr a second time
+
+
+@pytest.mark.slow
+def test_a_real_second_build_is_refused_until_the_first_run_stops(ray_session, tiny_model_dir, tmp_path):
+    """The whole path with real actors: the first run's learner and inference actor hold the session's
+    2 CPUs; the second build() is refused at once, naming it; after ``stop()`` (Ray frees the CPUs
+    a moment later) the same build() goes through."""
+    import time
+
+    first = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "first"))
+    second = None
+    try:
+        began = time.monotonic()
+        with pytest.raises(ValueError, match=rf"run 'first' \({first.run_dir}\) holds 2 CPU .* call stop\(\) on that "
+                                             "run first"):
+            unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "second"))
+        assert time.monotonic() - began < 30  # refused, not left waiting in Ray
+        first.stop()
+        second = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "second"))
+        assert second.run_dir == str(tmp_path / "second")
+    finally:
+        for run in (first, second):
+            if run is not None and run in build_mod._LIVE_RUNS:  # not stopped yet
+                run.stop()
