@@ -411,6 +411,11 @@ RANGE_CASES = [
     ("max_generation_len 2**63", {"max_generation_len": 2**63}, "max_generation_len must be an integer in"),
     ("max_train_len 2**64", {"max_train_len": BIG}, "max_train_len must be an integer in"),
     ("lora_rank 2**63", {"lora_config": {"lora_rank": 2**63}}, r"lora_config\['lora_rank'\] must be an integer in"),
+    ("lora_rank above what the model's modules can hold", {"lora_config": {"lora_rank": 100_000}},
+     r"lora_config\['lora_rank'\] is 100000, above 128, the highest rank a LoRA update of its target modules can "
+     r"have \(min\(in, out features\) of .*q_proj\): a higher rank adds memory.*use lora_rank <= 128"),
+    ("models[0] lora rank above what the model holds", {"models": [{"lora": {"lora_rank": 129}}]},
+     r"models\[0\].lora\['lora_rank'\] is 129, above 128"),
     ("num_learner_workers 2**70", {"num_learner_workers": 2**70}, "num_learner_workers must be an integer in"),
     ("num_inference_actors 2**64", {"num_inference_actors": BIG}, "num_inference_actors must be an integer in"),
     ("max_staleness 2**64", {"max_staleness": BIG}, "max_staleness must be an integer in"),

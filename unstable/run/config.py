@@ -554,7 +554,29 @@ def _check_model(model: ModelConfig, index: int, nested: bool) -> ModelInfo:
     label = f"models[{index}].lora['target_modules']" if nested else "lora_config['target_modules']"
     # the defaults (q, k, v, o, gate, up, down) need only fit in part, as PEFT asks; a list given, in full
     check_target_modules(info, modules, label, all_needed="target_modules" in (model.lora or {}))
+    _check_lora_rank(info, model.lora_cfg, label.replace("['target_modules']", "['lora_rank']"))
     return info
+
+
+def _check_lora_rank(info: ModelInfo, lora: dict, label: str) -> None:
+    """A LoRA update ``B @ A`` of a module with ``in`` and ``out`` features has rank at most
+    ``min(in, out)``: a larger ``lora_rank`` only costs memory (a typo'd 100000 ran the learner out of
+    it after Ray had started). Refused above the largest such bound of the modules it targets."""
+    modules = lora["target_modules"]
+
+    def targeted(name: str) -> bool:
+        if isinstance(modules, str):  # PEFT: a regular expression over the full names
+            return re.fullmatch(modules, name) is not None
+        return any(name == m or name.endswith("." + m) for m in modules)
+
+    bounds = {name: min(dims) for name, dims in info.linear.items() if targeted(name)}
+    if not bounds:
+        return
+    name = max(bounds, key=bounds.get)
+    if lora["lora_rank"] > bounds[name]:
+        raise ValueError(f"{label} is {lora['lora_rank']}, above {bounds[name]}, the highest rank a LoRA update of "
+                         f"its target modules can have (min(in, out features) of {name}): a higher rank adds memory, "
+                         f"not expressiveness; use lora_rank <= {bounds[name]}")
 
 
 def _check_seats(cfg: BuildConfig) -> None:
