@@ -18,6 +18,7 @@ from conftest import small_run_kwargs
 
 import unstable
 import unstable.run.build as build_mod
+import unstable.run.resources as resources
 import unstable.run.wiring as wiring
 from unstable.run.build import Run
 from unstable.run.config import BuildConfig
@@ -69,12 +70,13 @@ def test_free_resources_count_what_other_actors_hold(ray_session, tiny_model_dir
     ray.get(holder.ping.remote())
     try:
         cfg = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, "busy"))
+        asked = wiring.resource_requests(cfg.models, ray.cluster_resources())[1]
         with pytest.raises(ValueError, match=r"asks Ray for 2 CPU and 0 GPU, but only 1 CPU and 0 GPU of the cluster's "
                                              r"2 CPU and 0 GPU are free: other actors hold the rest"):
-            wiring.wait_for_free_resources(cfg.models, ray.cluster_resources(), timeout_s=0.5)
+            resources.wait_for_free_resources(asked, ray.cluster_resources(), timeout_s=0.5)
     finally:
         ray.kill(holder)
-    wiring.wait_for_free_resources(cfg.models, ray.cluster_resources())  # released: it fits again
+    resources.wait_for_free_resources(asked, ray.cluster_resources())  # released: it fits again
 
 
 @pytest.mark.parametrize(("setting", "shown"), [
@@ -84,8 +86,8 @@ def test_free_resources_count_what_other_actors_hold(ray_session, tiny_model_dir
 def test_more_actors_than_the_machine_has_cpus_is_refused_before_ray(setting, shown, tiny_model_dir, tmp_path,
                                                                      monkeypatch, no_ray):
     """On a 2-CPU machine (the local Ray build() would start sees 2; the tests' Ray has 2 too)."""
-    monkeypatch.setattr(wiring, "_local_cpus", lambda: 2)
-    monkeypatch.setattr(wiring, "_local_gpus", lambda: 0)
+    monkeypatch.setattr(resources, "_local_cpus", lambda: 2)
+    monkeypatch.setattr(resources, "_local_gpus", lambda: 0)
     with pytest.raises(ValueError, match=rf"the run asks Ray for .*{shown}.*but the cluster has 2 CPU and 0 GPU"):
         unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, **setting))
 
@@ -96,11 +98,11 @@ def test_the_local_ray_resources_are_what_ray_would_detect(monkeypatch):
     import ray
 
     if ray.is_initialized():
-        assert wiring.planned_resources(None) == ray.cluster_resources()
+        assert resources.planned_resources(None) == ray.cluster_resources()
     else:
-        planned = wiring.planned_resources(None)
+        planned = resources.planned_resources(None)
         assert planned["CPU"] == len(os.sched_getaffinity(0)) and planned["GPU"] >= 0
-        assert wiring.planned_resources("10.0.0.1:6379") is None  # a cluster not joined yet: checked once joined
+        assert resources.planned_resources("10.0.0.1:6379") is None  # a cluster not joined yet: checked once joined
 
 
 def _finished_run(root, steps: int, buffered: int) -> str:

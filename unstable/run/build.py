@@ -76,11 +76,12 @@ def _claim_default_run_dir(cfg: BuildConfig) -> tuple[str, Any]:
 
 def _check_room(cfg: BuildConfig) -> None:
     """Refuse, before Ray starts, a run whose actors could never all be placed: more CPUs or GPUs than
-    the Ray it will start or join has (:func:`~unstable.run.wiring.planned_resources`), or more than is
+    the Ray it will start or join has (:func:`~unstable.run.resources.planned_resources`), or more than is
     left beside the runs this process built and has not stopped. Either would wait for Ray forever."""
     import ray
 
-    from unstable.run.wiring import check_resources, check_room_beside, planned_resources, resource_requests
+    from unstable.run.resources import check_room_beside, planned_resources
+    from unstable.run.wiring import check_resources, resource_requests
 
     cluster = planned_resources(cfg.ray_address)
     if cluster is None:  # a cluster not joined yet: start_actors checks it once joined
@@ -92,7 +93,7 @@ def _check_room(cfg: BuildConfig) -> None:
     if live:
         others = [(f"run {run.run_name!r} ({run.run_dir})", resource_requests(run.config.models, cluster)[1])
                   for run in live]
-        check_room_beside(cfg.models, cluster, others)
+        check_room_beside(resource_requests(cfg.models, cluster)[1], cluster, others)
 
 
 class LearnerDiedError(RuntimeError):

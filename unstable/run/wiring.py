@@ -45,6 +45,8 @@ from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
 from unstable.run.remote import ObjectStoreAdapters, actor_class, actor_name, new_run_id, start_inference_backends
+from unstable.run.resources import amounts as _amounts
+from unstable.run.resources import short_of, wait_for_free_resources
 from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffers, roll_back_registry
 from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
@@ -193,7 +195,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     ensure_ray(cfg.ray_address)
     cluster = ray.cluster_resources()
     check_resources(models, cluster)
-    wait_for_free_resources(models, cluster)  # what other runs (another process's) hold is not free
+    wait_for_free_resources(resource_requests(models, cluster)[1], cluster)  # another process's run holds some
     driver_node = ray.get_runtime_context().get_node_id()
     # hard affinity: a soft one lets Ray place them on any node whose worker pool is less busy
     light = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(driver_node, soft=False)}
@@ -403,41 +405,6 @@ def _gpus(resources: dict[str, float]) -> int:
     return int(resources.get("GPU", 0))
 
 
-def planned_resources(ray_address: str | None) -> dict[str, float] | None:
-    """The CPUs and GPUs the run's Ray has, asked before build() starts or joins one: the running
-    Ray's (``ray.init(num_cpus=...)`` before build()); with none running and no ``ray_address``, what
-    :func:`ensure_ray`'s local Ray will detect on this machine (Ray's own count: CPU affinity, cgroup
-    limits, ``CUDA_VISIBLE_DEVICES``); ``None`` for a cluster not joined yet (checked once joined)."""
-    if ray.is_initialized():
-        return ray.cluster_resources()
-    if ray_address:
-        return None
-    return {"CPU": float(_local_cpus()), "GPU": float(_local_gpus())}
-
-
-def _local_cpus() -> int:
-    try:  # Ray's count for a local start (affinity and cgroup quotas), which os.cpu_count() does not see
-        from ray._private.utils import get_num_cpus
-
-        return int(get_num_cpus())
-    except (ImportError, AttributeError):
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _local_gpus() -> int:
-    try:  # Ray's own detection of a local start's GPUs
-        from ray._private.accelerators import get_accelerator_manager_for_resource
-
-        manager = get_accelerator_manager_for_resource("GPU")
-        found = manager.get_current_node_num_accelerators()
-        visible = manager.get_current_process_visible_accelerator_ids()
-        return found if visible is None else min(found, len(visible))
-    except (ImportError, AttributeError):
-        import torch
-
-        return torch.cuda.device_count()
-
-
 def resource_requests(models, cluster: dict[str, float]) -> tuple[list[tuple], dict[str, float]]:
     """What :func:`start_actors` asks Ray for on a cluster with ``cluster``'s resources: the rows
     ``(what, how many, CPUs each, GPUs each)`` (the learners and the inference actors; the Tracker,
@@ -459,7 +426,7 @@ def check_resources(models, cluster: dict[str, float]) -> None:
 
     Counts what :func:`start_actors` asks Ray for (:func:`resource_requests`) against the
     cluster's total CPUs and GPUs (``ray.cluster_resources()``, or before Ray starts
-    :func:`planned_resources`). Also refuses a CUDA learner on a cluster without GPUs.
+    :func:`~unstable.run.resources.planned_resources`). Also refuses a CUDA learner on a cluster without GPUs.
     """
     learner_gpus, _, _ = gpu_layout(_gpus(cluster), _learner_workers(models))
     cuda = [m.learner_device for m in models if (m.learner_device or "").startswith("cuda")]
@@ -468,7 +435,7 @@ def check_resources(models, cluster: dict[str, float]) -> None:
                          f"({_amounts(cluster)}), so the learner would find no CUDA device: use 'cpu' or None, or "
                          "join a cluster with GPUs (ray_address=...)")
     rows, asked = resource_requests(models, cluster)
-    short = _short(asked, cluster)
+    short = short_of(asked, cluster)
     if not short:
         return
     parts = "; ".join(f"{what} {_amounts({'CPU': c, 'GPU': g})}{' each' if n > 1 else ''}" for what, n, c, g in rows)
@@ -479,63 +446,10 @@ def check_resources(models, cluster: dict[str, float]) -> None:
                      "larger cluster with ray_address=...)")
 
 
-def _short(asked: dict[str, float], have: dict[str, float]) -> list[str]:
-    return [k for k, v in asked.items() if v > have.get(k, 0) + 1e-9]
-
-
-def check_room_beside(models, cluster: dict[str, float], others: list[tuple[str, dict[str, float]]]) -> None:
-    """Refuse a run that fits the cluster alone but not beside the runs ``others`` (``(who, what
-    it holds)``: runs this process built and did not stop), whose actors hold their CPUs and GPUs
-    until ``stop()``: its actors would wait for them forever, without a word."""
-    _, asked = resource_requests(models, cluster)
-    held = {k: sum(h.get(k, 0) for _, h in others) for k in ("CPU", "GPU")}
-    short = _short({k: asked[k] + held[k] for k in asked}, cluster)
-    if not short:
-        return
-    who = "; ".join(f"{name} holds {_amounts(h)}" for name, h in others)
-    raise ValueError(f"another run built in this process is still running ({who}), and this run needs "
-                     f"{_amounts(asked)} more of the cluster's {_amounts(cluster)}, so its actors would wait forever "
-                     f"for {' and '.join(short)}: call stop() on that run first (or build it as "
-                     "`with unstable.build(...) as run:`), or give Ray more (ray.init(num_cpus=...) before the "
-                     "first build())")
-
-
-FREE_WAIT_S = 10.0
-"""How long :func:`wait_for_free_resources` waits for resources being released (a run stopped just
-before, whose actors Ray is still tearing down) before it refuses."""
-
-
-def wait_for_free_resources(models, cluster: dict[str, float], timeout_s: float = FREE_WAIT_S) -> None:
-    """Refuse a run whose actors fit the cluster but not what is free in it now: other actors (a run
-    of another process, in a cluster joined with ``ray_address``) hold the rest, and would until they
-    stop. Waits up to ``timeout_s`` for resources Ray is still releasing."""
-    import time
-
-    _, asked = resource_requests(models, cluster)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        free = ray.available_resources()
-        short = _short(asked, free)
-        if not short:
-            return
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(0.25)
-    raise ValueError(f"the run asks Ray for {_amounts(asked)}, but only {_amounts(free)} of the cluster's "
-                     f"{_amounts(cluster)} are free: other actors hold the rest (another run, from another process "
-                     f"or an earlier build() whose run was not stopped), so this run's actors would wait forever "
-                     f"for {' and '.join(short)}: stop that run first (run.stop(), or end its process), or lower "
-                     "num_inference_actors")
-
-
 def _learner_label(m, num_models: int) -> str:
     n = _workers(m)
     who = "the learner" if n == 1 else f"{n} learner workers"
     return who if num_models == 1 else f"{who} of {m.name}"
-
-
-def _amounts(resources: dict[str, float]) -> str:
-    return " and ".join(f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU"))
 
 
 def _near(node_id: str, cpus: float, gpus: float) -> dict:
