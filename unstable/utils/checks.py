@@ -17,11 +17,11 @@ def check_int(name: str, value: Any, minimum: int, *, allow_none: bool = False, 
         return
     or_none = " or None" if allow_none else ""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name} must be an integer {bound}{or_none}, got {value!r}")
-    if value > (INT64_MAX if maximum is None else maximum):
-        top = INT64_MAX if maximum is None else maximum
-        raise ValueError(f"{name} must be an integer in [{minimum}, {top}]{or_none}, got {value!r} (too large)")
+        bound = "" if maximum is None else f" and <= {maximum}"
+        raise ValueError(f"{name} must be an integer >= {minimum}{bound}{or_none}, got {value!r}")
+    top = INT64_MAX if maximum is None else maximum
+    if value > top:
+        raise ValueError(f"{name} must be an integer >= {minimum} and <= {top}{or_none}, got {value!r} (too large)")
 
 
 def check_positive(name: str, value: Any) -> None:
