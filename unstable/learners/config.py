@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from unstable.utils.checks import INT64_MAX, check_choice
+from unstable.utils.checks import check_choice
 
 DEFAULT_LORA_CFG: dict[str, Any] = {
     "lora_rank": 32,
@@ -151,11 +151,11 @@ class LearnerConfig:
     """Weight of the entropy bonus (subtracted from the loss); 0: entropy is only measured."""
 
     def __post_init__(self) -> None:
-        if not self.model_name:
-            raise ValueError("model_name is required (a Hugging Face id or a local path)")
-        check_field_types(self)
+        check_field_types(self)  # first: the checks below compare the values
         if self.dtype is not None:
             check_choice("dtype", self.dtype, LEARNER_DTYPES)
+        if not self.model_name:
+            raise ValueError("model_name is required (a Hugging Face id or a local path)")
         for name in ("batch_size", "mini_batch_size", "max_generation_len", "max_consecutive_skips"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -242,6 +242,8 @@ def check_field_types(config: Any) -> None:
     a value of that type (an int for a float is fine; a bool is no number; a float is finite; an int
     fits 64 bits): what the range checks then compare, and what the learner's torch code takes.
     Raises ``ValueError`` naming the field."""
+    from unstable.utils.checks import INT64_MAX
+
     for f in dataclasses.fields(config):
         kind, _, rest = str(f.type).partition(" | ")
         value = getattr(config, f.name)

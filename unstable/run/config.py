@@ -57,12 +57,6 @@ LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
 DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool")
-MAX_SEED = 2**32 - 1
-"""The largest ``seed``: what every RNG it seeds takes, with room for the learner's per-step seeds
-(``torch.manual_seed`` refuses 2**64 and more, inside the learner actor, after Ray started)."""
-MAX_LEARNING_RATE = 1.0
-"""The largest ``learning_rate`` build() takes: LoRA adapters train at 1e-6 .. 1e-3; a rate above 1
-(``1e6``, a typo'd exponent) only turns the weights into NaNs after the run started."""
 
 # learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
 RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
@@ -74,6 +68,12 @@ BUILD_LEARNER_DEFAULTS = {"infer_mini_batch_size": 16, "critic_learning_rate": 5
 LEARNER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LearnerConfig) if f.name in FLAT_LEARNER_NAMES}
 # inference settings besides the vllm_config keys
 INFERENCE_KEYS = {"backend", "num_actors", *VLLM_CONFIG_KEYS}
+MAX_SEED = 2**32 - 1
+"""The largest ``seed``: what every RNG it seeds takes, with room for the learner's per-step seeds
+(``torch.manual_seed`` refuses 2**64 and more, inside the learner actor, after Ray started)."""
+MAX_LEARNING_RATE = 1.0
+"""The largest ``learning_rate`` build() takes: LoRA adapters train at 1e-6 .. 1e-3; a rate above 1
+(``1e6``, a typo'd exponent) only turns the weights into NaNs after the run started."""
 
 
 def _spec_list(name: str, value: Any, cls: type, allow_none: bool) -> tuple:
