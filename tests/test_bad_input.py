@@ -332,6 +332,165 @@ START_CASES = [
 ]
 
 
+# every integer's range, every learner and engine setting, settings given twice with two values, and
+# what used to be refused only after Ray had started (a run directory holding checkpoints, more actors
+# than CPUs): the settings added since the first table, so that each build() setting has a case here
+BIG = 2**64  # torch.manual_seed and every C integer refuse it; it passed build() and killed the learner
+TOO_LARGE = r" must be an integer >= \d+ and <= 9223372036854775807(?: or None)?, got \d+ \(too large\)"
+LEARNER_CASES = [
+    ("weight_decay negative", {"learner": {"weight_decay": -1}}, "learner settings: weight_decay must be >= 0"),
+    ("dtype float64", {"learner": {"dtype": "float64"}}, r"learner settings: dtype must be one of \['bfloat16'"),
+    ("keep_every 0", {"learner": {"keep_every": 0}}, "keep_every must be >= 1 or None"),
+    ("poll_interval_s 0", {"learner": {"poll_interval_s": 0}}, "poll_interval_s must be > 0"),
+    ("poll_interval_s a string", {"learner": {"poll_interval_s": "1"}}, "poll_interval_s must be a finite number"),
+    ("wait_timeout_s negative", {"learner": {"wait_timeout_s": -1}}, "wait_timeout_s must be > 0 or None"),
+    ("max_consecutive_skips 0", {"learner": {"max_consecutive_skips": 0}}, "max_consecutive_skips must be >= 1"),
+    ("max_consecutive_skips float", {"learner": {"max_consecutive_skips": 2.5}},
+     "max_consecutive_skips must be an integer"),
+    ("loss_type unknown", {"learner": {"loss_type": "ppo"}}, "loss_type must be one of"),
+    ("clip_ratio negative", {"algorithm": "ppo", "learner": {"clip_ratio": -0.1}}, r"clip_ratio must be in \(0, 1\)"),
+    ("clip_ratio_high 0", {"algorithm": "ppo", "learner": {"clip_ratio_high": 0.0}}, "clip_ratio_high must be > 0"),
+    ("ratio_level unknown", {"learner": {"ratio_level": "episode"}}, "ratio_level must be one of"),
+    ("epochs 0", {"learner": {"epochs": 0}}, "epochs must be an int >= 1"),
+    ("minibatches 0", {"learner": {"minibatches": 0}}, "minibatches must be an int >= 1"),
+    ("old_logprobs unknown", {"learner": {"old_logprobs": "cached"}}, "old_logprobs must be one of"),
+    ("off_policy_correction unknown", {"learner": {"off_policy_correction": "clip"}},
+     "off_policy_correction must be one of"),
+    ("correction_cap below 1", {"learner": {"correction_cap": 0.5}}, "correction_cap must be >= 1"),
+    ("correction_floor without a mask correction", {"learner": {"correction_floor": 0.1}},
+     "correction_floor only applies to the \\*_mask corrections"),
+    ("beta negative", {"learner": {"beta": -1}}, "beta must be >= 0"),
+    ("kl_estimator unknown", {"learner": {"kl_estimator": "k9"}}, "kl_estimator must be one of"),
+    ("reference_adapter without beta", {"learner": {"reference_adapter": "$TMP/adapter"}},
+     "reference_adapter is only read for the KL penalty"),
+    ("entropy_coef a string", {"learner": {"entropy_coef": "x"}}, "entropy_coef must be a finite number, got 'x'"),
+    ("entropy_coef nan", {"learner": {"entropy_coef": float("nan")}}, "entropy_coef must be a finite number"),
+    ("A2C gae_lambda 2", {"algorithm": "a2c", "learner": {"gae_lambda": 2}}, r"gae_lambda must be in \[0, 1\]"),
+    ("A2C critic_learning_rate 0", {"algorithm": "a2c", "learner": {"critic_learning_rate": 0}},
+     "critic_learning_rate must be > 0"),
+    ("A2C infer_mini_batch_size 0", {"algorithm": "a2c", "learner": {"infer_mini_batch_size": 0}},
+     "infer_mini_batch_size must be >= 1"),
+    ("A2C normalize_adv a string", {"algorithm": "a2c", "learner": {"normalize_adv": "yes"}},
+     "normalize_adv must be true or false, got 'yes'"),
+    ("GRPO group_by a number", {"algorithm": "grpo", "learner": {"group_by": 5}}, "group_by must be a non-empty tuple"),
+    ("GRPO group_by unknown field", {"algorithm": "grpo", "learner": {"group_by": ["seat"]}},
+     "group_by must be one of"),
+    ("GRPO scale_rewards a string", {"algorithm": "grpo", "learner": {"scale_rewards": "no"}},
+     "scale_rewards must be true or false"),
+]
+ENGINE_CASES = [  # vllm_config's engine settings, checked whether or not vLLM is installed
+    ("gpu_memory_utilization 1.5", {"gpu_memory_utilization": 1.5}, r"\['gpu_memory_utilization'\] must be"),
+    ("enforce_eager a string", {"enforce_eager": "yes"}, r"\['enforce_eager'\] must be true or false"),
+    ("enable_sleep_mode 1", {"enable_sleep_mode": 1}, r"\['enable_sleep_mode'\] must be true or false"),
+    ("tensor_parallel_size 0", {"tensor_parallel_size": 0}, r"\['tensor_parallel_size'\] must be an integer >= 1"),
+    ("pipeline_parallel_size 0", {"pipeline_parallel_size": 0}, r"\['pipeline_parallel_size'\] must be an integer"),
+    ("max_num_seqs 0", {"max_num_seqs": 0}, r"\['max_num_seqs'\] must be an integer >= 1"),
+    ("max_num_batched_tokens 0", {"max_num_batched_tokens": 0}, r"\['max_num_batched_tokens'\] must be an integer"),
+    ("max_lora_rank 0", {"max_lora_rank": 0}, r"\['max_lora_rank'\] must be an integer >= 1"),
+    ("max_loras 0", {"max_loras": 0}, r"vllm_config\['max_loras'\] must be an integer >= 1"),
+    ("dtype float64", {"dtype": "float64"}, r"vllm_config\['dtype'\] must be one of"),
+    ("kv_cache_dtype a number", {"kv_cache_dtype": 5}, r"\['kv_cache_dtype'\] must be a non-empty string or None"),
+    ("quantization empty", {"quantization": ""}, r"\['quantization'\] must be a non-empty string or None"),
+    ("enable_prefix_caching a string", {"enable_prefix_caching": "x"}, r"\['enable_prefix_caching'\] must be true"),
+    ("enable_chunked_prefill a string", {"enable_chunked_prefill": "x"}, r"\['enable_chunked_prefill'\] must be"),
+    ("swap_space negative", {"swap_space": -1}, r"\['swap_space'\] must be a finite number in \[0, inf\)"),
+    ("cpu_offload_gb negative", {"cpu_offload_gb": -1}, r"\['cpu_offload_gb'\] must be a finite number"),
+    ("block_size 0", {"block_size": 0}, r"\['block_size'\] must be an integer >= 1 or None"),
+    ("trust_remote_code a string", {"trust_remote_code": "x"}, r"\['trust_remote_code'\] must be true or false"),
+    ("download_dir a number", {"download_dir": 5}, r"\['download_dir'\] must be a non-empty string or None"),
+    ("revision a number", {"revision": 5}, r"\['revision'\] must be a non-empty string or None"),
+    ("engine seed 2**64", {"seed": BIG}, r"vllm_config\['seed'\] must be an integer >= 0 and <= 9223372036854775807"),
+    ("an unknown engine key", {"enforce_eagerly": True}, r"unknown vllm_config keys \['enforce_eagerly'\]"),
+]
+RANGE_CASES = [
+    ("seed 2**64", {"seed": BIG},
+     r"seed must be an integer >= 0 and <= 4294967295, got 18446744073709551616 \(too large\)"),
+    ("seed 2**32", {"seed": 2**32}, "seed must be an integer >= 0 and <= 4294967295"),
+    ("batch_size 2**64", {"batch_size": BIG}, "batch_size must be an integer >= 1 and <= 9223372036854775807"),
+    ("mini_batch_size 2**64", {"mini_batch_size": BIG}, "mini_batch_size" + TOO_LARGE),
+    ("buffer_size 2**64", {"buffer_size": BIG}, "buffer_size" + TOO_LARGE),
+    ("max_generation_len 2**63", {"max_generation_len": 2**63}, "max_generation_len" + TOO_LARGE),
+    ("max_train_len 2**64", {"max_train_len": BIG}, "max_train_len" + TOO_LARGE),
+    ("lora_rank 2**63", {"lora_config": {"lora_rank": 2**63}}, r"lora_config\['lora_rank'\]" + TOO_LARGE),
+    ("lora_rank above what the model's modules can hold", {"lora_config": {"lora_rank": 100_000}},
+     r"lora_config\['lora_rank'\] is 100000, above 128, the highest rank a LoRA update of its target modules can "
+     r"have \(min\(in, out features\) of .*q_proj\): a higher rank adds memory.*use lora_rank <= 128"),
+    ("models[0] lora rank above what the model holds", {"models": [{"lora": {"lora_rank": 129}}]},
+     r"models\[0\].lora\['lora_rank'\] is 129, above 128"),
+    ("num_learner_workers 2**70", {"num_learner_workers": 2**70}, "num_learner_workers" + TOO_LARGE),
+    ("num_inference_actors 2**64", {"num_inference_actors": BIG}, "num_inference_actors" + TOO_LARGE),
+    ("max_staleness 2**64", {"max_staleness": BIG}, "max_staleness" + TOO_LARGE),
+    ("opponent_lag 2**64", {"opponent_lag": BIG}, "opponent_lag" + TOO_LARGE),
+    ("opponent_window 2**64", {"opponent_window": BIG}, "opponent_window" + TOO_LARGE),
+    ("max_consecutive_failures 2**64", {"max_consecutive_failures": BIG}, "max_consecutive_failures" + TOO_LARGE),
+    ("failure_rate_window 2**64", {"failure_rate_window": BIG}, "failure_rate_window" + TOO_LARGE),
+    ("api_max_retries 2**64", {"api_max_retries": BIG}, "api_max_retries" + TOO_LARGE),
+    ("api_opponents max_retries negative", {"api_opponents": {"max_retries": -1}},
+     "api_opponents.max_retries must be an integer >= 0"),
+    ("learning_rate 1e6", {"learning_rate": 1e6}, r"learning_rate must be a number in \(0, 1\], got 1000000.0"),
+    ("more inference actors than the machine has CPUs", {"num_inference_actors": 1000},
+     r"the run asks Ray for 1001 CPU .*would wait forever for CPU: lower num_inference_actors"),
+    ("a run directory holding checkpoints", {"run_name": "old"},
+     r"runs/old already holds checkpoints of an earlier run: continue it with unstable train --resume"),
+    # one setting, two values
+    ("temperature and vllm_config['temperature'] differ", {"temperature": 0.7, "vllm_config": {"temperature": 0.5}},
+     r"temperature is given twice: as build\(temperature=0.7\) and as vllm_config\['temperature'\]=0.5"),
+    ("vllm_config['max_tokens'] and max_generation_len differ", {"vllm_config": {"max_tokens": 32}},
+     r"vllm_config\['max_tokens'\]=32 and max_generation_len=16 are one setting"),
+    ("vllm_config['lora_config'] and lora_config differ",
+     {"lora_config": {"lora_rank": 4}, "vllm_config": {"lora_config": {"lora_rank": 8}}},
+     r"lora_config=\{'lora_rank': 4\} and the inference settings' lora_config .* differ"),
+    # the nested model declaration's own fields, and the env specs' newer ones
+    ("models[0] name with a slash", {"models": [{"name": "a/b"}]}, r"models\[0\]: name must be a lineage name"),
+    ("models[0] inference a list", {"models": [{"inference": [1]}]}, "inference must be a mapping"),
+    ("models[0] lora a number", {"models": [{"lora": 5}]}, r"models\[0\]: lora must be a dict or None"),
+    ("models[0] warm_start a number", {"models": [{"warm_start": 5}]}, r"models\[0\]: warm_start must be a mapping"),
+    ("models[0] learner_device", {"models": [{"learner_device": "gpu"}]}, r"models\[0\]: learner_device must be"),
+    ("models[0] num_learner_workers 0", {"models": [{"num_learner_workers": 0}]},
+     r"models\[0\]: num_learner_workers must be an integer >= 1"),
+    ("models[0] algorithm unknown", {"models": [{"algorithm": "dqn"}]}, r"models\[0\]: algorithm must be one of"),
+    ("train env seats name no model", {"train_envs": [{**TRAIN, "seats": ["x", "y"]}]},
+     r"train_envs\[0\].seats names \['x', 'y'\], which are not a declared model"),
+    ("train env weight 0", {"train_envs": [{**TRAIN, "weight": 0}]},
+     r"train_envs\[0\]: weight must be a finite number"),
+    ("eval env model not declared", {"eval_envs": [{**EVAL, "model": "nobody"}]},
+     r"eval_envs\[0\].model is 'nobody', not a declared model"),
+    *[(f"learner: {d}", v, m) for d, v, m in LEARNER_CASES],
+    *[(f"vllm_config: {d}", {"vllm_config": v}, m) for d, v, m in ENGINE_CASES],
+]
+ENV_CASES = [  # dataset environments and round specs, as build(train_envs=[...]) gets them; see _environment
+    ("single-turn num_samples 0", ("single", {"num_samples": 0}), "num_samples must be an integer >= 1"),
+    ("single-turn eval_samples a float", ("single", {"eval_samples": 1.5}), "eval_samples must be an integer"),
+    ("single-turn model a number", ("single", {"model": 5}), "model must be a trainable model's name or None"),
+    ("dataset env seed negative", ("single", {"seed": -1}), "seed must be an integer >= 0"),
+    ("dataset env seed 2**64", ("single", {"seed": BIG}), "seed" + TOO_LARGE),
+    ("dataset env weight 0", ("single", {"weight": 0}), r"weight must be a finite number in \(0, inf\)"),
+    ("dataset env train_data file missing", ("single", {"train_data": "no/such.jsonl"}), "no such data file"),
+    ("dataset env prompt_column missing", ("single", {"prompt_column": "nope"}),
+     "prompt column 'nope' is not a column"),
+    ("dataset env prompt_format field missing", ("single", {"prompt_format": "{nope}", "prompt_column": None}),
+     r"prompt template field \{nope\} is not a column"),
+    ("dataset env without data", ("single", {"train_data": None}), "has neither train_data nor eval_data"),
+    ("dataset env eval set name with a slash", ("single", {"eval_data": {"a/b": "DATA"}}), "an eval set name must be"),
+    ("dataset env without reward functions", ("single", {"reward_functions": []}),
+     "needs at least one reward function"),
+    ("dataset env prompt_template unknown", ("single", {"prompt_template": "nope"}), "unknown prompt template 'nope'"),
+    ("dataset env action_extraction unknown", ("single", {"action_extraction": "nope"}), "unknown action extraction"),
+    ("dataset env two with one name", ("twice", {}), "two environments are named 'e'; names must be distinct"),
+    ("round spec cut short", ("collab", {"round_spec": "Bob ->"}), "expected an actor name or '\\(' at position 6"),
+    ("round spec unknown actor", ("collab", {"round_spec": "Bob -> Alcie"}), "unknown actor 'Alcie' at position 7"),
+    ("round spec backwards range", ("collab", {"round_spec": "Bob*(3..1)"}), "a range must not run backwards"),
+    ("round spec a number", ("collab", {"round_spec": 5}), "a round spec must be a string"),
+    ("collaborative shared_reward a string", ("collab", {"shared_reward": "no"}),
+     "shared_reward must be true or false"),
+    ("collaborative without participants", ("collab", {"participants": []}), "needs participants with distinct names"),
+    ("parallel participants 1", ("parallel", {"participants": 1}), "needs at least 2 participants, got 1"),
+    ("parallel combiner not callable", ("parallel", {"combiner": 5}), "combiner must be a function"),
+    ("parallel participant_reward unknown", ("parallel", {"participant_reward": "x"}),
+     "participant_reward must be one"),
+]
+
+
 def _case(kind: str, row) -> object:
     marks = getattr(row, "marks", ())
     desc, value, match = row.values if hasattr(row, "marks") else row
@@ -340,15 +499,44 @@ def _case(kind: str, row) -> object:
 
 CASES = [_case(kind, row) for kind, rows in [("build", BUILD_CASES), ("train_env", TRAIN_ENV_CASES),
                                              ("eval_env", EVAL_ENV_CASES), ("yaml", YAML_CASES),
-                                             ("start", START_CASES)] for row in rows]
+                                             ("start", START_CASES), ("build", RANGE_CASES),
+                                             ("env", ENV_CASES)] for row in rows]
+
+
+def every_build_setting() -> set[str]:
+    """Every name a build() or start() setting goes by: the flat and nested arguments and every field
+    of the config dataclasses they fill (a model declaration, every registered learner's config, the
+    buffer, samplers, tracker, failure budget, API opponents, the env specs), every vllm_config key
+    and engine setting, and the LoRA keys; not the fields the run itself sets (device, output_dir ...)."""
+    import dataclasses
+
+    from unstable.buffers.config import BufferConfig
+    from unstable.collection.failures import FailureBudget
+    from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
+    from unstable.inference.engine_settings import ENGINE_SETTINGS, VLLM_CONFIG_KEYS
+    from unstable.learners.catalog import available_learners, resolve_learner
+    from unstable.learners.config import DEFAULT_LORA_CFG
+    from unstable.policies.api import APIOpponentConfig
+    from unstable.run.config import RUN_LEARNER_FIELDS, ModelConfig
+    from unstable.run.config_file import START_KEYS, build_keys
+    from unstable.samplers.config import SamplerConfig
+    from unstable.tracking.config import TrackerConfig
+
+    classes = [ModelConfig, BufferConfig, SamplerConfig, TrackerConfig, FailureBudget, APIOpponentConfig, TrainEnvSpec,
+               EvalEnvSpec, *(resolve_learner(name).config_cls for name in available_learners())]
+    names = build_keys() | set(START_KEYS) | {f.name for cls in classes for f in dataclasses.fields(cls)}
+    names |= {*VLLM_CONFIG_KEYS, *ENGINE_SETTINGS, *DEFAULT_LORA_CFG}
+    return names - RUN_LEARNER_FIELDS
 
 
 def test_the_table_covers_every_setting():
-    from unstable.run.config_file import START_KEYS, build_keys
-
+    """A setting without a case here fails this test: a new build() setting comes with its bad inputs."""
     assert len(CASES) >= 60
     text = repr([c.values for c in CASES])
-    missing = [k for k in sorted(build_keys() | set(START_KEYS)) if not re.search(rf"\b{k}\b", text)]
+    names = every_build_setting()
+    assert {"num_learner_workers", "mode", "checkpoint_transport", "models", "gpu_memory_utilization", "gamma",
+            "weight", "seats", "group_by"} <= names  # the enumeration reaches the nested and newer settings
+    missing = [k for k in sorted(names) if not re.search(rf"\b{k}\b", text)]
     assert not missing, f"no bad-input case for {missing}"
 
 
@@ -371,6 +559,7 @@ def bad_paths(tmp_path_factory) -> str:
         for file, text in content.items():
             (root / name / file).write_text(text)
     (root / "a-file").write_text("not a directory")
+    (root / "runs" / "old" / "checkpoints" / "ckpt-1").mkdir(parents=True)  # an earlier run's, under runs_dir
     (root / "read-only").mkdir(mode=0o555)
     (root / "binary.yaml").write_bytes(b"\xff\xfe\x00model_name: \x80\x81")
     return str(root)
@@ -406,8 +595,40 @@ def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_di
                 (tmp_path / "c.yaml").write_text(text)
             build_kwargs, _ = load_config(path, overrides)  # start()'s settings are checked here too
             unstable.build(**build_kwargs)
+        elif kind == "env":
+            unstable.build(**{**_fill(VALID, subs), "train_envs": _environment(*value), "eval_envs": []})
         else:
             Run.start(object.__new__(Run), **value)  # no actors: a check that passed would fail on self.actors
+
+
+@unstable.reward_function(name="correct")
+def _correct(completion: str, answer: str) -> float:
+    return float(completion.strip() == str(answer))
+
+
+def _environment(kind: str, kwargs: dict) -> list:
+    """The environments of an ``env`` case: ``kwargs`` over a valid one of that kind (``"twice"``: two
+    valid single-turn environments of one name)."""
+    from unstable.environments import (
+        CollaborativeEnvironment,
+        ParallelEnvironment,
+        Participant,
+        SingleTurnEnvironment,
+        arithmetic_dataset,
+    )
+
+    data = arithmetic_dataset(20)
+    kwargs = {k: ({n: data for n in v} if k == "eval_data" else v) for k, v in kwargs.items()}
+    common = {"reward_functions": [_correct], "train_data": data, "prompt_column": "question"}
+    if kind in ("single", "twice"):
+        env = SingleTurnEnvironment("e", **{**common, **kwargs})
+        return [env, SingleTurnEnvironment("e", **common)] if kind == "twice" else [env]
+    if kind == "collab":
+        seats = [Participant("Bob"), Participant("Alice")]
+        return [CollaborativeEnvironment("c", **{"round_spec": "Bob -> Alice", "participants": seats, **common,
+                                                 **kwargs})]
+    return [ParallelEnvironment("p", **{"participants": 2, "combiner": lambda prompt, answers: answers[0], **common,
+                                        **kwargs})]
 
 
 def test_valid_inputs_still_pass(tiny_model_dir, adapters, bad_paths, tmp_path, no_ray, monkeypatch):

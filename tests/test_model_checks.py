@@ -158,11 +158,11 @@ def test_a_checkpoint_of_another_base_is_refused_on_resume_before_ray(broken_ada
 
     monkeypatch.setattr(unstable.run.wiring, "ensure_ray", must_not_run)
     run_dir = tmp_path / "runs" / "r"
-    ckpt = _copy(broken_adapters["another base model"], run_dir / "checkpoints" / "ckpt-1")
-    for name in ("trainer_state.pt", "COMPLETE"):
+    config = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path / "runs", run_name="r")).to_dict()  # before its
+    ckpt = _copy(broken_adapters["another base model"], run_dir / "checkpoints" / "ckpt-1")  # checkpoints: then
+    for name in ("trainer_state.pt", "COMPLETE"):  # only a resume may use run_name 'r'
         (run_dir / "checkpoints" / "ckpt-1" / name).write_text("")
-    (run_dir / "config.json").write_text(json.dumps(BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path / "runs",
-                                                                                    run_name="r")).to_dict()))
+    (run_dir / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=f"the checkpoint to resume from '{ckpt}' holds .* trained on another base"):
         unstable.build(resume_from=str(run_dir))
 

@@ -258,6 +258,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     total = start_kwargs["learning_steps"]
     print(f"unstable train: {source} -> {total} learner steps in all", flush=True)
+    if args.resume:  # decided from the run directory, before Ray, an inference actor and a learner start
+        from unstable.run.resume import nothing_to_train
+
+        done = nothing_to_train(args.resume, total)
+        if done is not None:
+            print(f"unstable: {done}", flush=True)
+            print(f"run directory: {os.path.abspath(args.resume)}")
+            return 0
     run = unstable.build(**build_kwargs)
     try:
         summary = run.start(**start_kwargs, block=False)

@@ -28,6 +28,7 @@ from unstable.environments.round_spec import parse_round_spec
 from unstable.environments.single_turn import TaskEnvironment
 from unstable.policies.base import Policy
 from unstable.records import GameRecord, GameSpec
+from unstable.utils.checks import check_bool
 
 
 class CollaborativeEnvironment(TaskEnvironment):
@@ -44,7 +45,8 @@ class CollaborativeEnvironment(TaskEnvironment):
                  seed: int = 0):
         seats = participants_from(participants, f"environment {name!r}")
         self.round = parse_round_spec(round_spec, actors=[p.name for p in seats])
-        self.shared_reward = bool(shared_reward)
+        check_bool("shared_reward", shared_reward)  # bool("no") would be True
+        self.shared_reward = shared_reward
         super().__init__(name, reward_functions=reward_functions, participants=seats, train_data=train_data,
                          eval_data=eval_data, prompt_column=prompt_column, prompt_format=prompt_format,
                          prompt_template=prompt_template, action_extraction=action_extraction, weight=weight, seed=seed)

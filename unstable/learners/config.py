@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,8 @@ RATIO_LEVELS = ("token", "sequence")
 OLD_LOGPROBS = ("recompute", "behaviour")
 CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 KL_ESTIMATORS = ("k1", "k2", "k3")
+LEARNER_DTYPES = ("bfloat16", "bf16", "float16", "fp16", "float32", "fp32")
+"""The base-weight dtypes a learner loads in (:func:`unstable.learners.model_utils.resolve_dtype`'s names)."""
 STEP_FIELDS = ("env_id", "game_id", "player_id", "turn_index", "prompt")
 
 
@@ -167,6 +171,9 @@ class LearnerConfig:
     """Weight of the entropy bonus (subtracted from the loss); 0: entropy is only measured."""
 
     def __post_init__(self) -> None:
+        check_field_types(self)  # first: the checks below compare the values
+        if self.dtype is not None:
+            check_choice("dtype", self.dtype, LEARNER_DTYPES)
         if not self.model_name:
             raise ValueError("model_name is required (a Hugging Face id or a local path)")
         self.model_name = resolve_tiny_name(self.model_name)
@@ -250,6 +257,29 @@ class LearnerConfig:
         return self.old_logprobs == "behaviour" or self.off_policy_correction != "none"
 
 
+_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,)}
+
+
+def check_field_types(config: Any) -> None:
+    """Every ``int``, ``float`` and ``bool`` field of a config dataclass (or ``... | None``) holds
+    a value of that type (an int for a float is fine; a bool is no number; a float is finite; an int
+    fits 64 bits): what the range checks then compare, and what the learner's torch code takes.
+    Raises ``ValueError`` naming the field."""
+    from unstable.utils.checks import INT64_MAX
+
+    for f in dataclasses.fields(config):
+        kind, _, rest = str(f.type).partition(" | ")
+        value = getattr(config, f.name)
+        if kind not in _TYPES or (value is None and rest == "None"):
+            continue
+        ok = isinstance(value, _TYPES[kind]) and (kind == "bool" or not isinstance(value, bool))
+        ok = ok and not (isinstance(value, float) and not math.isfinite(value))
+        ok = ok and not (isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX)
+        if not ok:
+            what = {"int": "an integer", "float": "a finite number", "bool": "true or false"}[kind]
+            raise ValueError(f"{f.name} must be {what}{' or None' if rest == 'None' else ''}, got {value!r}")
+
+
 def _complete_lora_cfg(lora_cfg: dict[str, Any] | None) -> dict[str, Any]:
     cfg = _default_lora_cfg()
     unknown = set(lora_cfg or {}) - set(cfg)
@@ -318,7 +348,7 @@ class GRPOConfig(LearnerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.group_by, str) or not self.group_by:
+        if not isinstance(self.group_by, list | tuple) or not self.group_by:
             raise ValueError(f"group_by must be a non-empty tuple of Step fields from {STEP_FIELDS}, "
                              f"got {self.group_by!r}")
         self.group_by = tuple(self.group_by)

@@ -155,8 +155,11 @@ def _spread(model: dict, flat: dict, name: str) -> None:
         if taken:
             where = sorted({f"build({FLAT_LEARNER_NAMES[k]}=...)" for k in taken})
             raise ValueError(f"learner settings {taken} are set by {where}, not by learner={{...}}")
-    if name == "vllm_config" and flat.get("temperature") is not None:  # the flat temperature overrides vllm_config's
-        given.pop("temperature", None)
+    if name == "vllm_config" and flat.get("temperature") is not None and "temperature" in given:
+        if given["temperature"] != flat["temperature"]:  # one setting given two values: neither may win silently
+            raise ValueError(f"temperature is given twice: as build(temperature={flat['temperature']!r}) and as "
+                             f"vllm_config['temperature']={given['temperature']!r}; give one")
+        given.pop("temperature")  # the same value twice: the flat one stands
     twice = sorted(k for k in given if k in target)  # the flat singles never set these: the nested form did
     if twice:
         raise ValueError(f"{name} {twice} given twice: in build({name}=...) and in models[0].{section}; give one")

@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import time
+import weakref
 from typing import Any
 
 from unstable.run.arguments import argument_names, merge_arguments
@@ -26,6 +27,9 @@ from unstable.utils.paths import NAME_MAX
 log = logging.getLogger(__name__)
 
 WATCH_INTERVAL_S = 2.0  # how often Run.wait() asks the Tracker whether its writes still reach the disk
+# the runs this process built and has not stopped: their actors hold CPUs/GPUs until stop() (a Run
+# dropped unstopped takes its actors with it, as Ray ends actors whose handles are gone)
+_LIVE_RUNS: weakref.WeakSet = weakref.WeakSet()
 
 
 def build(**kwargs: Any) -> Run:
@@ -70,6 +74,28 @@ def _claim_default_run_dir(cfg: BuildConfig) -> tuple[str, Any]:
     raise ValueError(f"could not find a free run directory name under {cfg.runs_dir}; give run_name")
 
 
+def _check_room(cfg: BuildConfig) -> None:
+    """Refuse, before Ray starts, a run whose actors could never all be placed: more CPUs or GPUs than
+    the Ray it will start or join has (:func:`~unstable.run.resources.planned_resources`), or more than is
+    left beside the runs this process built and has not stopped. Either would wait for Ray forever."""
+    import ray
+
+    from unstable.run.resources import check_room_beside, planned_resources
+    from unstable.run.wiring import check_resources, resource_requests
+
+    cluster = planned_resources(cfg.ray_address)
+    if cluster is None:  # a cluster not joined yet: start_actors checks it once joined
+        return
+    check_resources(cfg.models, cluster)
+    if not ray.is_initialized():  # ray.shutdown() ended the actors of every run built before it
+        _LIVE_RUNS.clear()
+    live = list(_LIVE_RUNS)
+    if live:
+        others = [(f"run {run.run_name!r} ({run.run_dir})", resource_requests(run.config.models, cluster)[1])
+                  for run in live]
+        check_room_beside(resource_requests(cfg.models, cluster)[1], cluster, others)
+
+
 class LearnerDiedError(RuntimeError):
     """A learner's actor died (``kill -9``, out of memory, its node lost): the run stops. Its
     checkpoints so far are whole (each is written atomically), so the run resumes from the newest."""
@@ -91,6 +117,7 @@ class Run:
         from unstable.run.wiring import start_actors
 
         self.config = cfg
+        _check_room(cfg)  # before the run directory is claimed or Ray is started or asked for actors
         # the run directory is claimed before anything writes there: a second run given it is refused
         # here, not mid-run
         if cfg.resume_from:
@@ -107,6 +134,7 @@ class Run:
             release_run_dir(self._claim)
             raise
         self.run_dir = self.actors.run_dir
+        _LIVE_RUNS.add(self)
         self.run_id = self.actors.run_id  # its actors' names start with it (unstable.run.remote.actor_name)
         self.start_version = self.actors.start_version  # > 0 when resumed from ckpt-N
         print(f"unstable: run directory {self.run_dir}"
@@ -279,6 +307,7 @@ class Run:
         release the run directory."""
         import ray
 
+        _LIVE_RUNS.discard(self)
         release_run_dir(self._claim)
         if not ray.is_initialized():
             return

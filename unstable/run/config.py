@@ -27,6 +27,7 @@ from unstable.inference.adapters import resolve_transport
 from unstable.inference.config import VLLM_CONFIG_KEYS, choose_backend
 from unstable.inference.engine_settings import ENGINE_SETTINGS, check_engine_settings
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
+from unstable.learners.checkpoints import list_checkpoints
 from unstable.learners.config import DEFAULT_LORA_CFG, LR_SCHEDULES, LearnerConfig
 from unstable.local_models.resolve import looks_like_path, resolve_model_name
 from unstable.models.checks import ModelInfo, check_adapter, check_device, check_model, check_target_modules
@@ -67,6 +68,12 @@ BUILD_LEARNER_DEFAULTS = {"infer_mini_batch_size": 16, "critic_learning_rate": 5
 LEARNER_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LearnerConfig) if f.name in FLAT_LEARNER_NAMES}
 # inference settings besides the vllm_config keys
 INFERENCE_KEYS = {"backend", "num_actors", *VLLM_CONFIG_KEYS}
+MAX_SEED = 2**32 - 1
+"""The largest ``seed``: what every RNG it seeds takes, with room for the learner's per-step seeds
+(``torch.manual_seed`` refuses 2**64 and more, inside the learner actor, after Ray started)."""
+MAX_LEARNING_RATE = 1.0
+"""The largest ``learning_rate`` build() takes: LoRA adapters train at 1e-6 .. 1e-3; a rate above 1
+(``1e6``, a typo'd exponent) only turns the weights into NaNs after the run started."""
 
 
 def _spec_list(name: str, value: Any, cls: type, allow_none: bool) -> tuple:
@@ -238,6 +245,7 @@ class ModelConfig:
             raise ValueError(f"buffer_size ({self.buffer.size}) must be >= batch_size ({batch_size}), "
                              "or the learner would wait forever")
         _check_lora_config("lora", self.lora)
+        self._check_doubled_settings()
         self.learner_settings(learner_cls)  # known keys, and values the learner's own config accepts
         device = self.learner_device
         if device is not None and not (isinstance(device, str) and LEARNER_DEVICE.fullmatch(device)):
@@ -267,6 +275,21 @@ class ModelConfig:
             raise ValueError(f"num_learner_workers={n} needs CPU or CUDA learners (torch.distributed's gloo or "
                              f"NCCL), not learner_device={self.learner_device!r}: use 'cpu', 'cuda' or None")
 
+    def _check_doubled_settings(self) -> None:
+        """The inference keys that repeat a model setting (the seed's ``vllm_config`` carried them
+        beside the flat ones) must agree with it when both are given: the inference actors would
+        use one and the learner the other."""
+        tokens, length = self.inference.get("max_tokens"), self.learner.get("max_generation_len")
+        if tokens is not None and length is not None and tokens != length:
+            raise ValueError(f"inference['max_tokens']={tokens!r} and max_generation_len={length!r} are one setting "
+                             "(how many tokens a turn may generate: the inference actors read the first, the "
+                             "learner the second): give one, or the same value in both")
+        lora = self.inference.get("lora_config")
+        if isinstance(lora, dict) and self.lora is not None and {**DEFAULT_LORA_CFG, **lora} != self.lora_cfg:
+            raise ValueError(f"lora_config={self.lora!r} and the inference settings' lora_config "
+                             f"(vllm_config['lora_config'])={lora!r} differ: the inference actors would serve adapters "
+                             "of another shape than the learner trains: give one, or the same settings in both")
+
     def setting(self, name: str) -> Any:
         """A learner setting build() has a flat name for, or its default."""
         return self.learner.get(name, LEARNER_DEFAULTS[name])
@@ -277,6 +300,10 @@ class ModelConfig:
             check_int(name, self.setting(name), 1)
         check_int("max_train_len", self.setting("max_train_len"), 2, allow_none=True)  # prompt + completion token
         check_positive("learning_rate", self.setting("learning_rate"))
+        if self.setting("learning_rate") > MAX_LEARNING_RATE:
+            raise ValueError(f"learning_rate must be a number in (0, {MAX_LEARNING_RATE:g}], got "
+                             f"{self.setting('learning_rate')!r}: LoRA adapters train at about 1e-6 .. 1e-3 (a "
+                             "missing minus in the exponent?)")
         check_choice("lr_schedule", self.setting("lr_schedule"), LR_SCHEDULES)
         check_positive("grad_clip", self.setting("grad_clip"))
         if self.setting("batch_size") % self.setting("mini_batch_size"):
@@ -377,6 +404,11 @@ def _check_run_dir(cfg: BuildConfig) -> None:
     check_writable_dir("runs_dir", cfg.runs_dir)
     if cfg.run_name is None:
         return
+    run_dir = os.path.abspath(os.path.join(cfg.runs_dir, cfg.run_name))
+    names = [m.name for m in cfg.models] if len(cfg.models) > 1 else []
+    if has_checkpoints(os.path.join(run_dir, "checkpoints"), names):
+        raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
+                         f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
     if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
         raise ValueError(f"run_name {cfg.run_name!r}: {run_dir} exists and is not a directory; pick another "
@@ -384,6 +416,12 @@ def _check_run_dir(cfg: BuildConfig) -> None:
     if os.path.isdir(run_dir) and not os.access(run_dir, os.W_OK | os.X_OK):
         raise ValueError(f"run_name {cfg.run_name!r}: the run directory {run_dir} is not writable by this user; "
                          "pick another run_name, or change its permissions")
+
+
+def has_checkpoints(checkpoints_dir: str, names: list[str]) -> bool:
+    """Whether a run's checkpoints directory (or one of its models' subdirectories, ``names``) holds any."""
+    return bool(list_checkpoints(checkpoints_dir)) or any(
+        list_checkpoints(os.path.join(checkpoints_dir, n)) for n in names)
 
 
 def _opponent(spec: Any) -> str:
@@ -516,7 +554,29 @@ def _check_model(model: ModelConfig, index: int, nested: bool) -> ModelInfo:
     label = f"models[{index}].lora['target_modules']" if nested else "lora_config['target_modules']"
     # the defaults (q, k, v, o, gate, up, down) need only fit in part, as PEFT asks; a list given, in full
     check_target_modules(info, modules, label, all_needed="target_modules" in (model.lora or {}))
+    _check_lora_rank(info, model.lora_cfg, label.replace("['target_modules']", "['lora_rank']"))
     return info
+
+
+def _check_lora_rank(info: ModelInfo, lora: dict, label: str) -> None:
+    """A LoRA update ``B @ A`` of a module with ``in`` and ``out`` features has rank at most
+    ``min(in, out)``: a larger ``lora_rank`` only costs memory (a typo'd 100000 ran the learner out of
+    it after Ray had started). Refused above the largest such bound of the modules it targets."""
+    modules = lora["target_modules"]
+
+    def targeted(name: str) -> bool:
+        if isinstance(modules, str):  # PEFT: a regular expression over the full names
+            return re.fullmatch(modules, name) is not None
+        return any(name == m or name.endswith("." + m) for m in modules)
+
+    bounds = {name: min(dims) for name, dims in info.linear.items() if targeted(name)}
+    if not bounds:
+        return
+    name = max(bounds, key=bounds.get)
+    if lora["lora_rank"] > bounds[name]:
+        raise ValueError(f"{label} is {lora['lora_rank']}, above {bounds[name]}, the highest rank a LoRA update of "
+                         f"its target modules can have (min(in, out features) of {name}): a higher rank adds memory, "
+                         f"not expressiveness; use lora_rank <= {bounds[name]}")
 
 
 def _check_seats(cfg: BuildConfig) -> None:
@@ -656,7 +716,7 @@ class BuildConfig:
                 raise ValueError(_section_label(name, str(exc), flat)) from None
         for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from", "mode"):
             setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
-        check_int("seed", self.seed, 0)
+        check_int("seed", self.seed, 0, maximum=MAX_SEED)
         check_choice("mode", self.mode, RUN_MODES)
         if self.mode == "sync":
             for i, declaration in enumerate(declarations):

@@ -241,9 +241,39 @@ def restore_buffers(state: dict[str, Any] | None, buffers: dict[str, Any]) -> in
 
 
 def _say(message: str) -> None:
-    """What a resume changed, where the user sees it (stdout) and in the logs."""
-    log.warning(message)
+    """What a resume changed, where the user sees it (stdout, once) and in the logs (at INFO: a
+    warning would print it a second time, on stderr, where logging is not configured)."""
+    log.info(message)
     print(f"unstable: {message}", flush=True)
+
+
+def resumed_versions(run_dir: str | os.PathLike) -> dict[str, int]:
+    """Each model's learner version a resume of ``run_dir`` would start at (its newest complete
+    checkpoint with its optimiser state; 0: none), by model name, read from the run directory without
+    changing it (no Ray, nothing set aside): what :func:`find_resume_point` would pick, for deciding
+    before anything starts whether there is anything left to train."""
+    root = Path(run_dir).expanduser().resolve()
+    path = root / CONFIG_FILE
+    saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    models = saved.get("models") if isinstance(saved.get("models"), list) else []
+    names = [m.get("name", "model") for m in models if isinstance(m, dict)] or ["model"]
+    out = {}
+    for name in names:
+        found = ckpt.list_checkpoints(root / "checkpoints" / name if len(names) > 1 else root / "checkpoints",
+                                      complete_only=True)
+        out[name] = max((v for v, p in found.items() if (p / TRAINER_STATE).is_file()), default=0)
+    return out
+
+
+def nothing_to_train(run_dir: str | os.PathLike, learning_steps: int) -> str | None:
+    """The message saying that a resume of ``run_dir`` to ``learning_steps`` has nothing to train
+    (every model's learner is already there), or ``None`` when some learner has steps left."""
+    versions = resumed_versions(run_dir)
+    if any(v < learning_steps for v in versions.values()):
+        return None
+    at = ", ".join(f"{n} at step {v}" for n, v in versions.items()) if len(versions) > 1 else \
+        f"the learner is already at step {next(iter(versions.values()))}"
+    return f"{at} >= learning_steps ({learning_steps}); nothing to train (raise learning_steps to train on)"
 
 
 def _skip_issued_games(scheduler_state: dict[str, Any], run_dir: Path) -> None:

@@ -37,7 +37,6 @@ from unstable.games.templates import custom_templates
 from unstable.inference.adapters import resolve_transport
 from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import resolve_learner
-from unstable.learners.checkpoints import list_checkpoints
 from unstable.learners.distributed import free_port
 from unstable.learners.loop import SleepingEngines, TurnLock
 from unstable.models.checks import check_adapter, check_model
@@ -46,6 +45,8 @@ from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
 from unstable.run.remote import ObjectStoreAdapters, actor_class, actor_name, new_run_id, start_inference_backends
+from unstable.run.resources import amounts as _amounts
+from unstable.run.resources import short_of, wait_for_free_resources
 from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffers, roll_back_registry
 from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
@@ -192,16 +193,14 @@ def start_actors(cfg, run_name: str) -> Actors:
     if wandb.notice:
         print(f"unstable: {wandb.notice}", flush=True)
     ensure_ray(cfg.ray_address)
-    check_resources(models, ray.cluster_resources())
+    cluster = ray.cluster_resources()
+    check_resources(models, cluster)
+    wait_for_free_resources(resource_requests(models, cluster)[1], cluster)  # another process's run holds some
     driver_node = ray.get_runtime_context().get_node_id()
     # hard affinity: a soft one lets Ray place them on any node whose worker pool is less busy
     light = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(driver_node, soft=False)}
     # the caller's cwd, not the actor's
     run_dir = str(resume.run_dir) if resume else os.path.abspath(os.path.join(cfg.runs_dir, run_name))
-    names = [m.name for m in models] if several else []
-    if not resume and _has_checkpoints(os.path.join(run_dir, "checkpoints"), names):
-        raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
-                         f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     run_id = new_run_id(run_name)
     tracker = actor_class(Tracker).options(**light, name=actor_name(run_id, "Tracker")).remote(
         run_name=run_name, wandb_project=cfg.tracker.wandb_project, run_dir=run_dir, use_wandb=wandb.enabled,
@@ -406,20 +405,11 @@ def _gpus(resources: dict[str, float]) -> int:
     return int(resources.get("GPU", 0))
 
 
-def check_resources(models, cluster: dict[str, float]) -> None:
-    """Refuse a run whose actors the cluster can never hold all at once (they would wait forever).
-
-    Counts what :func:`start_actors` asks Ray for: the learners and the inference actors (the
-    Tracker, registry, scheduler, buffers and collector reserve nothing), against the cluster's
-    total CPUs and GPUs (``ray.cluster_resources()``). Also refuses a CUDA learner on a cluster
-    without GPUs.
-    """
+def resource_requests(models, cluster: dict[str, float]) -> tuple[list[tuple], dict[str, float]]:
+    """What :func:`start_actors` asks Ray for on a cluster with ``cluster``'s resources: the rows
+    ``(what, how many, CPUs each, GPUs each)`` (the learners and the inference actors; the Tracker,
+    registry, scheduler, buffers and collector reserve nothing) and their sum, ``{"CPU": .., "GPU": ..}``."""
     learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(cluster), _learner_workers(models))
-    cuda = [m.learner_device for m in models if (m.learner_device or "").startswith("cuda")]
-    if cuda and not learner_gpus:
-        raise ValueError(f"learner_device={cuda[0]!r}, but the Ray cluster has no GPU "
-                         f"({_amounts(cluster)}), so the learner would find no CUDA device: use 'cpu' or None, or "
-                         "join a cluster with GPUs (ray_address=...)")
     rows = [(_learner_label(m, len(models)), _workers(m), *_learner_share(learner_gpus, len(models)))
             for m in models]
     groups = _engine_groups(models)
@@ -428,8 +418,24 @@ def check_resources(models, cluster: dict[str, float]) -> None:
         label = f"{count} inference actor{'s' if count > 1 else ''}"
         rows.append((label if len(groups) == 1 else f"{label} of {group[0].model_name}", count,
                      *_engine_share(gpus_per_actor, len(groups))))
-    asked = {"CPU": sum(n * c for _, n, c, _ in rows), "GPU": sum(n * g for _, n, _, g in rows)}
-    short = [k for k, v in asked.items() if v > cluster.get(k, 0) + 1e-9]
+    return rows, {"CPU": sum(n * c for _, n, c, _ in rows), "GPU": sum(n * g for _, n, _, g in rows)}
+
+
+def check_resources(models, cluster: dict[str, float]) -> None:
+    """Refuse a run whose actors the cluster can never hold all at once (they would wait forever).
+
+    Counts what :func:`start_actors` asks Ray for (:func:`resource_requests`) against the
+    cluster's total CPUs and GPUs (``ray.cluster_resources()``, or before Ray starts
+    :func:`~unstable.run.resources.planned_resources`). Also refuses a CUDA learner on a cluster without GPUs.
+    """
+    learner_gpus, _, _ = gpu_layout(_gpus(cluster), _learner_workers(models))
+    cuda = [m.learner_device for m in models if (m.learner_device or "").startswith("cuda")]
+    if cuda and not learner_gpus:
+        raise ValueError(f"learner_device={cuda[0]!r}, but the Ray cluster has no GPU "
+                         f"({_amounts(cluster)}), so the learner would find no CUDA device: use 'cpu' or None, or "
+                         "join a cluster with GPUs (ray_address=...)")
+    rows, asked = resource_requests(models, cluster)
+    short = short_of(asked, cluster)
     if not short:
         return
     parts = "; ".join(f"{what} {_amounts({'CPU': c, 'GPU': g})}{' each' if n > 1 else ''}" for what, n, c, g in rows)
@@ -444,16 +450,6 @@ def _learner_label(m, num_models: int) -> str:
     n = _workers(m)
     who = "the learner" if n == 1 else f"{n} learner workers"
     return who if num_models == 1 else f"{who} of {m.name}"
-
-
-def _amounts(resources: dict[str, float]) -> str:
-    return " and ".join(f"{resources.get(k, 0):g} {k}" for k in ("CPU", "GPU"))
-
-
-def _has_checkpoints(checkpoints_dir: str, names: list[str]) -> bool:
-    """Whether a run's checkpoints directory (or one of its models' subdirectories) holds any."""
-    return bool(list_checkpoints(checkpoints_dir)) or any(
-        list_checkpoints(os.path.join(checkpoints_dir, n)) for n in names)
 
 
 def _near(node_id: str, cpus: float, gpus: float) -> dict:

@@ -5,13 +5,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
+INT64_MAX = 2**63 - 1
+"""The largest integer torch, numpy and the C code under them take (a 64-bit signed integer): the
+ceiling of every integer setting that says no tighter one."""
 
-def check_int(name: str, value: Any, minimum: int, *, allow_none: bool = False) -> None:
-    """``value`` must be an ``int`` (not a bool) ``>= minimum`` (or ``None`` when allowed)."""
+
+def check_int(name: str, value: Any, minimum: int, *, allow_none: bool = False, maximum: int | None = None) -> None:
+    """``value`` must be an ``int`` (not a bool) ``>= minimum`` and ``<= maximum`` (default
+    :data:`INT64_MAX`), or ``None`` when allowed."""
     if value is None and allow_none:
         return
+    or_none = " or None" if allow_none else ""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if allow_none else ''}, got {value!r}")
+        bound = "" if maximum is None else f" and <= {maximum}"
+        raise ValueError(f"{name} must be an integer >= {minimum}{bound}{or_none}, got {value!r}")
+    top = INT64_MAX if maximum is None else maximum
+    if value > top:
+        raise ValueError(f"{name} must be an integer >= {minimum} and <= {top}{or_none}, got {value!r} (too large)")
 
 
 def check_positive(name: str, value: Any) -> None:
