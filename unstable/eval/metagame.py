@@ -67,7 +67,7 @@ class NashAverage:
 
     mixture: tuple[float, ...]  # p*: the probability of each entry
     support: tuple[int, ...]  # the entries with p*_i > SUPPORT_TOL
-    nash_average: tuple[float, ...]  # (payoffs @ p*)_i: each entry's payoff against the mixture (0 on the support)
+    nash_average: tuple[float, ...]  # (payoffs @ p*)_i to 1e-12: payoff against the mixture (0 on the support)
     entropy: float  # of the mixture, in nats
 
 
@@ -168,7 +168,7 @@ def nash_averaging(payoffs: Sequence[Sequence[float]] | np.ndarray) -> NashAvera
     p[s] = x / x.sum()
     entropy = float(-np.sum(p[p > 0] * np.log(p[p > 0])))
     return NashAverage(tuple(p.tolist()), tuple(int(i) for i in np.flatnonzero(p > SUPPORT_TOL)),
-                       tuple((a @ p).tolist()), entropy)
+                       tuple((np.round(a @ p, 12) + 0.0).tolist()), entropy)
 
 
 # ----------------------------------------------------------------------------- α-Rank
