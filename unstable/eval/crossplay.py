@@ -121,9 +121,9 @@ class CrossPlayResult:
         for c in self.cells:
             if c.games:
                 i, j = index[c.row], index[c.col]
-                payoffs[i, j], payoffs[j, i] = c.payoff, -c.payoff
-                (lower[i, j], upper[i, j]), (lower[j, i], upper[j, i]) = c.payoff_ci95, (-c.payoff_ci95[1],
-                                                                                          -c.payoff_ci95[0])
+                payoffs[i, j], payoffs[j, i] = c.payoff, 0.0 - c.payoff  # 0.0 - x: no "-0.00" for a tie
+                (lower[i, j], upper[i, j]), (lower[j, i], upper[j, i]) = c.payoff_ci95, (0.0 - c.payoff_ci95[1],
+                                                                                          0.0 - c.payoff_ci95[0])
         return payoffs, lower, upper
 
     def cell(self, row: str, col: str) -> CellResult:
@@ -133,7 +133,7 @@ class CrossPlayResult:
                 return c
             if (c.row, c.col) == (col, row):
                 lo, hi = c.payoff_ci95
-                return CellResult(row, col, c.losses, c.draws, c.wins, c.failed, -c.payoff, (-hi, -lo))
+                return CellResult(row, col, c.losses, c.draws, c.wins, c.failed, 0.0 - c.payoff, (0.0 - hi, 0.0 - lo))
         raise KeyError(f"no cell {row!r} vs {col!r}; players: {list(self.players)}")
 
 

@@ -22,8 +22,8 @@ def plot_league_table(table: LeagueTable, path: str | os.PathLike) -> str:
     names = list(table.players)
     n = len(names)
     size = max(4.0, 0.9 * n + 2.5)
-    fig, (ax, bar) = plt.subplots(1, 2, figsize=(size + 1.5, size), width_ratios=[n, 1.2])
-    image = ax.imshow(payoffs, cmap="RdBu", vmin=-1, vmax=1)
+    fig, (ax, bar) = plt.subplots(1, 2, figsize=(size + 1.5, size), width_ratios=[n, 1.2], sharey=True)
+    image = ax.imshow(payoffs, cmap="RdBu", vmin=-1, vmax=1, aspect="auto")  # rows level with the bar's
     ax.set_xticks(range(n), names, rotation=45, ha="right")
     ax.set_yticks(range(n), names)
     ax.set_xlabel("column entry")
@@ -46,9 +46,7 @@ def plot_league_table(table: LeagueTable, path: str | os.PathLike) -> str:
 
 def _nash_bar(ax: Any, names: list[str], table: LeagueTable) -> None:
     mixture = table.nash.mixture
-    ax.barh(range(len(names)), mixture, color="tab:green")
-    ax.set_yticks(range(len(names)), names)
-    ax.invert_yaxis()
+    ax.barh(range(len(names)), mixture, color="tab:green")  # shares the matrix's rows (y axis)
     ax.set_xlim(0, 1)
     ax.set_title("Nash mixture", fontsize=9)
     for i, p in enumerate(mixture):
