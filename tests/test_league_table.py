@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,3 +134,33 @@ def test_checkpoint_selection():
     assert select_checkpoints(uids, "every:3") == ["base", "ckpt-3", "ckpt-4"]  # and the newest
     assert select_checkpoints(uids, "every:2") == ["base", "ckpt-2", "ckpt-4"]
     assert select_checkpoints(uids, "base, ckpt-4") == ["base", "ckpt-4"]
+
+
+def test_league_table_help_prints(capsys):
+    from unstable.cli.commands import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["league-table", "--help"])
+    assert info.value.code == 0 and "--games-per-cell" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_league_table_of_a_trained_run(ray_session, tiny_model_dir, tmp_path, capsys):
+    """A real two-step mirror self-play run, then its league table: the registry, paths and config as a run
+    writes them."""
+    from conftest import small_run_kwargs
+
+    import unstable
+    from unstable.cli.commands import main
+
+    run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "league"))
+    try:
+        run.start(learning_steps=2, num_collection_workers=8, num_eval_workers=2)
+    finally:
+        run.stop()
+    assert main(["league-table", run.run_dir, "--games-per-cell", "2", "--baselines", "random",
+                 "--max-new-tokens", "16"]) == 0
+    table = json.loads((Path(run.run_dir) / "league" / "league_table.json").read_text())
+    assert table["players"] == ["base", "ckpt-1", "ckpt-2", "random"]
+    assert sum(table["nash"]["mixture"]) == pytest.approx(1.0)
+    assert "random" in table["trueskill"] and table["settings"]["adapters"]["base"] is None
