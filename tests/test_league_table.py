@@ -164,3 +164,21 @@ def test_league_table_of_a_trained_run(ray_session, tiny_model_dir, tmp_path, ca
     assert table["players"] == ["base", "ckpt-1", "ckpt-2", "random"]
     assert sum(table["nash"]["mixture"]) == pytest.approx(1.0)
     assert "random" in table["trueskill"] and table["settings"]["adapters"]["base"] is None
+
+
+def test_a_kept_table_grows_by_the_cells_it_lacked_and_an_unplayed_cell_stops_the_analysis():
+    from unstable.eval.league import analyse_league
+
+    old = CrossPlayResult(("a", "b"), (CellResult.from_outcomes("a", "b", ["win", "loss", "win", "win"]),), 4)
+    new = CrossPlayResult(("b", "c", "a"), (CellResult.from_outcomes("b", "c", ["win"] * 4),
+                                            CellResult.from_outcomes("c", "a", ["draw"] * 4),
+                                            CellResult.from_outcomes("b", "a", ["win"] * 4)), 4)
+    grown = old.merged(new)
+    assert grown.players == ("a", "b", "c") and len(grown.cells) == 3
+    payoffs, _, _ = grown.matrices()
+    assert payoffs.tolist() == [[0.0, -1.0, 0.0], [1.0, 0.0, 1.0], [0.0, -1.0, 0.0]]  # b-a replaced by the new cell
+    table = analyse_league(grown, "TicTacToe-v0-train")
+    assert table.nash.mixture == pytest.approx([0, 1, 0], abs=1e-12)  # b beats both
+    unplayed = CrossPlayResult(("a", "b", "c"), old.cells + (CellResult.from_outcomes("a", "c", [], failed=4),), 4)
+    with pytest.raises(ValueError, match=r"cells without a finished game: \[\('a', 'c'\), \('b', 'c'\)\]"):
+        analyse_league(unplayed, "TicTacToe-v0-train")

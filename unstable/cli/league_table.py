@@ -113,7 +113,7 @@ def _progress(total: int, say: Any) -> Any:
 def run_league_table(args: argparse.Namespace) -> int:
     """``unstable league-table``: see the module docstring."""
     from unstable.eval.crossplay import play_cross_play
-    from unstable.eval.league import analyse_league
+    from unstable.eval.league import analyse_league, crossplay_dict
     from unstable.inference.base import SamplingParams
     from unstable.tracking.run_dir import atomic_write_json
 
@@ -136,11 +136,19 @@ def run_league_table(args: argparse.Namespace) -> int:
                              "max_new_tokens": sampling.max_new_tokens},
                 "greedy": args.greedy, "seed": args.seed, "checkpoints": args.checkpoints, "workers": args.workers,
                 "adapters": {p.uid: p.adapter_path for p in pool.players if p.kind == "checkpoint"}}
-    table = analyse_league(crossplay, pool.env_id, pool.trueskill, alpha=args.alpha,
-                           population_size=args.population_size, settings=settings)
-    table.print()
     out = Path(args.out or os.path.join(args.run_dir, LEAGUE_DIR))
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        table = analyse_league(crossplay, pool.env_id, pool.trueskill, alpha=args.alpha,
+                               population_size=args.population_size, settings=settings)
+    except ValueError:  # a cell with no finished game: keep the games played, then say why
+        atomic_write_json(str(out / "league_table.json"), {**crossplay_dict(crossplay, pool.env_id),
+                                                            "settings": settings})
+        for line in crossplay.failures[:5]:
+            say(f"  {line}")
+        say(f"the games played are in {out / 'league_table.json'}")
+        raise
+    table.print()
     atomic_write_json(str(out / "league_table.json"), table.to_dict())
     say(f"written: {out / 'league_table.json'}")
     try:

@@ -105,7 +105,7 @@ class CrossPlayResult:
 
     players: tuple[str, ...]  # the entries' uids, in matrix order
     cells: tuple[CellResult, ...]
-    games_per_cell: int
+    games_per_cell: int  # 0 when merged from tables with different counts (each cell has its own)
     failures: tuple[str, ...] = ()  # one line per failed game, with its seed
     wall_s: float = 0.0
 
@@ -125,6 +125,15 @@ class CrossPlayResult:
                 (lower[i, j], upper[i, j]), (lower[j, i], upper[j, i]) = c.payoff_ci95, (0.0 - c.payoff_ci95[1],
                                                                                           0.0 - c.payoff_ci95[0])
         return payoffs, lower, upper
+
+    def merged(self, new: CrossPlayResult) -> CrossPlayResult:
+        """This table with ``new``'s entries and cells added (a cell of the same pair, either way round, is
+        replaced by ``new``'s): how a table kept across updates (PSRO) grows by the cells it lacked."""
+        players = self.players + tuple(p for p in new.players if p not in self.players)
+        pairs = {frozenset((c.row, c.col)) for c in new.cells}
+        cells = tuple(c for c in self.cells if frozenset((c.row, c.col)) not in pairs) + new.cells
+        games = self.games_per_cell if self.games_per_cell == new.games_per_cell else 0
+        return CrossPlayResult(players, cells, games, self.failures + new.failures, self.wall_s + new.wall_s)
 
     def cell(self, row: str, col: str) -> CellResult:
         """The cell of ``row`` against ``col`` from ``row``'s side (a played cell's mirror image if need be)."""

@@ -52,19 +52,8 @@ class LeagueTable:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the entries, the matrix with its intervals, each cell's counts, the analyses."""
-        payoffs, lower, upper = self.crossplay.matrices()
-
-        def rows(m: np.ndarray) -> list[list[float | None]]:
-            return [[None if math.isnan(x) else float(x) for x in row] for row in m]
-
         return {
-            "env_id": self.env_id,
-            "players": list(self.players),
-            "payoff": "win rate minus loss rate of the row entry against the column entry, seats alternating",
-            "payoffs": rows(payoffs), "payoffs_ci95_lower": rows(lower), "payoffs_ci95_upper": rows(upper),
-            "cells": [{**asdict(c), "games": c.games} for c in self.crossplay.cells],
-            "games_per_cell": self.crossplay.games_per_cell, "failures": list(self.crossplay.failures),
-            "wall_s": self.crossplay.wall_s,
+            **crossplay_dict(self.crossplay, self.env_id),
             "nash": {**asdict(self.nash), "support": [self.players[i] for i in self.nash.support]},
             "alpharank": {**asdict(self.alpharank), "ranking": [self.players[i] for i in self.alpharank.ranking]},
             "transitivity": {"beats": [[self.players[i], self.players[j]] for i, j in self.transitivity.beats],
@@ -137,6 +126,25 @@ class LeagueTable:
         console = Console(width=max(100, 16 * (len(self.players) + 1) + 4))
         for table in self.tables():
             console.print(table)
+
+
+def crossplay_dict(crossplay: CrossPlayResult, env_id: str) -> dict[str, Any]:
+    """The played table as JSON-ready dicts: the entries, the matrix with its intervals (``None``: not played),
+    each cell's counts, the failed games."""
+    payoffs, lower, upper = crossplay.matrices()
+
+    def rows(m: np.ndarray) -> list[list[float | None]]:
+        return [[None if math.isnan(x) else float(x) for x in row] for row in m]
+
+    return {
+        "env_id": env_id,
+        "players": list(crossplay.players),
+        "payoff": "win rate minus loss rate of the row entry against the column entry, seats alternating",
+        "payoffs": rows(payoffs), "payoffs_ci95_lower": rows(lower), "payoffs_ci95_upper": rows(upper),
+        "cells": [{**asdict(c), "games": c.games} for c in crossplay.cells],
+        "games_per_cell": crossplay.games_per_cell, "failures": list(crossplay.failures),
+        "wall_s": crossplay.wall_s,
+    }
 
 
 def _cell(x: float, lo: float, hi: float, diagonal: bool) -> str:
