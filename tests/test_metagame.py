@@ -173,3 +173,15 @@ def test_score_interval_is_wilsons_without_draws_and_stays_inside_the_range_with
     assert score_interval(0, 10, 0) == pytest.approx(wilson_interval(5, 10))
     with pytest.raises(ValueError, match="counts >= 0"):
         score_interval(-1, 0, 0)
+
+
+def test_an_entry_off_the_support_that_would_gain_bounds_the_maximum_entropy_mixture():
+    """Rock twice (R1, R2) in rock-paper-scissors, and X, which beats R1 by 0.2 and loses to R2 by 0.1: any
+    split r1 + r2 = 1/3 is an equilibrium of R1, R2, P, S, but X scores 0.2 r1 - 0.1 r2 against it, so only the
+    splits with r1 <= r2 / 2 are equilibria of the whole game; the most even of them is (1/9, 2/9)."""
+    a = np.zeros((5, 5))
+    a[:4, :4] = 0.3 * np.array([[0, -1, 1], [1, 0, -1], [-1, 1, 0]])[np.ix_([0, 0, 1, 2], [0, 0, 1, 2])]
+    a[4, :2], a[:2, 4] = (0.2, -0.1), (-0.2, 0.1)
+    nash = nash_averaging(a)
+    assert nash.mixture == pytest.approx([1 / 9, 2 / 9, 1 / 3, 1 / 3, 0], abs=1e-6)
+    assert nash.support == (0, 1, 2, 3) and nash.nash_average[4] == pytest.approx(0, abs=1e-6)
