@@ -113,8 +113,11 @@ class LeagueTable:
                  f"{'transitive' if t.is_transitive else 'NOT transitive'}: {len(t.three_cycles)} 3-cycles"
                  f"{f' ({cycles})' if cycles else ''}; cyclic share of the matrix {t.cyclic_share:.2f}"]
         disagree = self.disagreements()
-        lines.append("TrueSkill disagrees with the table on: " + ", ".join(f"{a} above {b}" for a, b in disagree)
-                     if disagree else "TrueSkill's order contradicts no significant cell")
+        if len(self.trueskill) < 2:
+            lines.append("no TrueSkill ladder to compare (fewer than two entries rated)")
+        else:
+            lines.append("TrueSkill disagrees with the table on: " + ", ".join(f"{a} above {b}" for a, b in disagree)
+                         if disagree else "TrueSkill's order contradicts no significant cell")
         if self.crossplay.failures:
             lines.append(f"{len(self.crossplay.failures)} failed games (not counted)")
         return "\n".join(lines)
