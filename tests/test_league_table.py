@@ -179,6 +179,6 @@ def test_a_kept_table_grows_by_the_cells_it_lacked_and_an_unplayed_cell_stops_th
     assert payoffs.tolist() == [[0.0, -1.0, 0.0], [1.0, 0.0, 1.0], [0.0, -1.0, 0.0]]  # b-a replaced by the new cell
     table = analyse_league(grown, "TicTacToe-v0-train")
     assert table.nash.mixture == pytest.approx([0, 1, 0], abs=1e-12)  # b beats both
-    unplayed = CrossPlayResult(("a", "b", "c"), old.cells + (CellResult.from_outcomes("a", "c", [], failed=4),), 4)
+    unplayed = CrossPlayResult(("a", "b", "c"), (*old.cells, CellResult.from_outcomes("a", "c", [], failed=4)), 4)
     with pytest.raises(ValueError, match=r"cells without a finished game: \[\('a', 'c'\), \('b', 'c'\)\]"):
         analyse_league(unplayed, "TicTacToe-v0-train")
