@@ -8,6 +8,7 @@ import re
 import sys
 import time
 
+from unstable.cli.league_table import add_league_table_parser
 from unstable.games.scripted_names import describe_scripted_baselines
 from unstable.run.arguments import settings_help
 from unstable.ui.options import add_dashboard_arguments
@@ -450,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_field_options(p, "unstable.models.task_warmstart", "TaskWarmStartConfig", TASK_WARM_START_OPTIONS,
                       prefix="warm_start_")
     p.set_defaults(fn=_cmd_task_quickstart)
+    add_league_table_parser(sub)
     return parser
 
 

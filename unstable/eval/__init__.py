@@ -1,2 +1,3 @@
-"""Evaluation: the harness that plays a checkpoint against a baseline, its confidence intervals, and
-the ``unstable play`` games."""
+"""Evaluation: the harness that plays a checkpoint against a baseline, its confidence intervals, the
+``unstable play`` games, and the population evaluation (the cross-play table of a pool, its meta-game
+solvers and the league table)."""

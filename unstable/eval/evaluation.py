@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from multiprocessing import get_context
-from typing import Any
+from typing import Any, Protocol
 
 from rich.markup import escape
 
@@ -219,6 +219,26 @@ class EvalJob:
         return GameSpec(game_id=i, env_id=self.env_id, seed=self.seed + i, agents=agents, is_eval=True,
                         eval_player_id=seat)
 
+    def policies(self, backend: Any) -> Callable[[GameSpec], dict[int, Any]]:
+        """The policy of each seat of a spec: the model (with ``adapter``) and the opponent, LLMs on ``backend``."""
+        return _policies(self, backend)
+
+
+class PlayJob(Protocol):
+    """What :func:`play_eval_games` needs of a job (picklable, for worker processes): :class:`EvalJob`, or the
+    cross-play table's :class:`~unstable.eval.crossplay.CrossPlayJob`, whose seats are both LLM checkpoints."""
+
+    model: str  # the base model every LLM seat plays with, one backend per process
+    seed: int
+    max_concurrent: int
+    torch_threads: int | None
+
+    def game_spec(self, i: int) -> GameSpec:
+        """The spec of game ``i``."""
+
+    def policies(self, backend: Any) -> Callable[[GameSpec], dict[int, Any]]:
+        """The policy of each seat of a spec, LLMs served by ``backend``."""
+
 
 def _policies(job: EvalJob, backend: Any) -> Callable[[GameSpec], dict[int, Any]]:
     from unstable.policies.llm import LLMPolicy
@@ -239,20 +259,20 @@ def _policies(job: EvalJob, backend: Any) -> Callable[[GameSpec], dict[int, Any]
     return lambda spec: {a.player_id: model if a.player_id == spec.eval_player_id else opponent for a in spec.agents}
 
 
-def _play(job: EvalJob, indices: Sequence[int], backend: Any, on_done: Callable | None = None) -> list:
+def _play(job: PlayJob, indices: Sequence[int], backend: Any, on_done: Callable | None = None) -> list:
     import torch
 
     from unstable.collection.rollout import play_games
 
     torch.manual_seed(job.seed * 1_000_003 + indices[0])
     specs = [job.game_spec(i) for i in indices]
-    return asyncio.run(play_games(specs, _policies(job, backend), max_concurrent=job.max_concurrent, on_done=on_done))
+    return asyncio.run(play_games(specs, job.policies(backend), max_concurrent=job.max_concurrent, on_done=on_done))
 
 
 _WORKER_BACKEND: list[Any] = []  # the backend of this worker process, built once by _worker_init
 
 
-def _worker_init(job: EvalJob) -> None:
+def _worker_init(job: PlayJob) -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -265,11 +285,11 @@ def _worker_init(job: EvalJob) -> None:
     _WORKER_BACKEND.append(TransformersBackend(job.model, max_batch_size=job.max_concurrent))
 
 
-def _worker_play(job: EvalJob, indices: list[int]) -> list[GameRecord | FailedGame]:
+def _worker_play(job: PlayJob, indices: list[int]) -> list[GameRecord | FailedGame]:
     return _play(job, indices, _WORKER_BACKEND[0])
 
 
-def play_eval_games(job: EvalJob, games: int, *, num_workers: int = 1,
+def play_eval_games(job: PlayJob, games: int, *, num_workers: int = 1,
                     on_done: Callable[[GameRecord | FailedGame], None] | None = None) -> list[GameRecord | FailedGame]:
     """Play games ``0 .. games-1`` of ``job``; results in game order, failed games included."""
     if games < 1 or num_workers < 1:

@@ -78,3 +78,24 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[fl
     mean = statistics.fmean(values)
     half = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
     return mean - half, mean + half
+
+
+def score_interval(wins: int, draws: int, losses: int, z: float = Z95) -> tuple[float, float]:
+    """A 95% interval for the expected score ``q = (wins + draws / 2) / n`` (a win scores 1, a draw 1/2):
+    the Wilson score interval (Wilson 1927) with ``wins + draws / 2`` successes in ``n`` games.
+
+    Conservative when there are draws: a game's score lies in [0, 1], so its variance is at most
+    ``q (1 - q)`` (``s² <= s`` there), the Bernoulli variance the Wilson interval assumes; without
+    draws it is :func:`wilson_interval`. ``(0, 1)`` when ``n == 0``."""
+    if min(wins, draws, losses) < 0:
+        raise ValueError(f"need counts >= 0, got wins={wins}, draws={draws}, losses={losses}")
+    n = wins + draws + losses
+    if n == 0:
+        return 0.0, 1.0
+    q = (wins + draws / 2) / n
+    denom = 1 + z * z / n
+    centre = (q + z * z / (2 * n)) / denom
+    half = z * math.sqrt(q * (1 - q) / n + z * z / (4 * n * n)) / denom
+    lo = 0.0 if wins == draws == 0 else max(0.0, centre - half)
+    hi = 1.0 if losses == draws == 0 else min(1.0, centre + half)
+    return lo, hi
