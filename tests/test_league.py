@@ -328,3 +328,34 @@ def test_pfsp_through_the_scheduler_seats_the_opponent_the_learner_loses_to():
     assert rates["random"] > 0.75 > 0.35 > rates["heuristic"]  # few games against 'random' once PFSP has learned
     # the stationary share of 'heuristic' is 0.8^2 / (0.8^2 + 0.1^2) = 0.985
     assert seated["heuristic"] / sum(seated.values()) > 0.95
+
+
+# ----------------------------------------------------------------- config and wiring
+def test_yaml_settings_build_the_league_samplers(tiny_model_dir, tmp_path, no_ray):
+    """A config's ``samplers:`` section chooses PFSP, the rating curriculum and the env curriculum; the
+    run wires exactly those samplers with those settings."""
+    from unstable.run.config import BuildConfig
+    from unstable.run.config_file import load_config
+    from unstable.run.wiring import _env_sampler, _model_sampler
+
+    path = tmp_path / "league.yaml"
+    path.write_text(
+        f"model_name: {tiny_model_dir}\nruns_dir: {tmp_path}/runs\n"
+        "train_envs:\n  - {env_id: TicTacToe-v0-train, num_players: 2, num_actors: 1, prompt_template: qwen3-zs}\n"
+        "samplers: {opponent_sampling_strategy: pfsp, pfsp_weighting: even, pfsp_prior: 0.5, pfsp_window: 2,\n"
+        "           fixed_opponents: [random, heuristic], rating_curriculum: 0.25, rating_curriculum_width: 0.2,\n"
+        "           env_sampling_strategy: curriculum, env_curriculum_window: 16, env_curriculum_target: 0.6}\n")
+    build_kwargs, _ = load_config(str(path))
+    cfg = BuildConfig(**build_kwargs)
+    reg = league_registry()
+    mix = _model_sampler(cfg.samplers, reg, seed=0)
+    assert isinstance(mix, CurriculumMixModelSampler) and mix.weight == 0.25
+    assert isinstance(mix.base, PFSPModelSampler) and isinstance(mix.curriculum, RatingCurriculumModelSampler)
+    assert (mix.base.weighting, mix.base.prior, mix.base.window) == ("even", 0.5, 2)
+    assert mix.base.fixed_opponents == mix.curriculum.fixed_opponents == ("random", "heuristic")
+    assert (mix.curriculum.target, mix.curriculum.width) == (None, 0.2)
+    env = _env_sampler(cfg)
+    assert isinstance(env, SuccessCurriculumEnvSampler) and (env.window, env.target) == (16, 0.6)
+    plain = BuildConfig(**{**build_kwargs, "samplers": {"opponent_sampling_strategy": "pfsp"}})
+    assert isinstance(_model_sampler(plain.samplers, reg, seed=0), PFSPModelSampler)
+    assert isinstance(_env_sampler(plain), UniformRandomEnvSampler)
