@@ -359,3 +359,18 @@ def test_yaml_settings_build_the_league_samplers(tiny_model_dir, tmp_path, no_ra
     plain = BuildConfig(**{**build_kwargs, "samplers": {"opponent_sampling_strategy": "pfsp"}})
     assert isinstance(_model_sampler(plain.samplers, reg, seed=0), PFSPModelSampler)
     assert isinstance(_env_sampler(plain), UniformRandomEnvSampler)
+
+
+def test_the_docs_yaml_example_is_a_valid_config(tiny_model_dir, tmp_path, no_ray):
+    """docs/training.md's league example, with a model and a runs directory added, passes every check."""
+    from doc_examples import REPO, section_block
+
+    from unstable.run.config import BuildConfig
+    from unstable.run.config_file import load_config
+
+    block = section_block(REPO / "docs" / "training.md", "## League opponents and curricula", "yaml")
+    path = tmp_path / "league.yaml"
+    path.write_text(f"model_name: {tiny_model_dir}\nruns_dir: {tmp_path}/runs\n{block}")
+    cfg = BuildConfig(**load_config(str(path))[0])
+    assert (cfg.samplers.opponent_sampling_strategy, cfg.samplers.rating_curriculum) == ("pfsp", 0.2)
+    assert cfg.samplers.env_sampling_strategy == "curriculum"
