@@ -374,3 +374,35 @@ def test_the_docs_yaml_example_is_a_valid_config(tiny_model_dir, tmp_path, no_ra
     cfg = BuildConfig(**load_config(str(path))[0])
     assert (cfg.samplers.opponent_sampling_strategy, cfg.samplers.rating_curriculum) == ("pfsp", 0.2)
     assert cfg.samplers.env_sampling_strategy == "curriculum"
+
+
+def test_pfsp_on_real_tictactoe_games_seats_the_opponent_that_wins():
+    """Real TextArena games through the scheduler and the registry (no Ray): the learner's seat plays
+    uniformly random legal moves (a weak checkpoint's stand-in), the opponents are the scripted
+    'random' (the learner wins about half) and 'optimal' (it never wins). PFSP ('hard') learns the
+    win rates from the recorded games and seats 'optimal' most (stationary share about 0.96 / 1.21)."""
+    from unstable.collection.rollout import play_game_sync
+    from unstable.policies.scripted import RandomLegalPolicy, make_scripted_policy
+
+    reg = ModelRegistry()
+    reg.add_checkpoint(uid="base", path=None, iteration=0)
+    reg.add_fixed("random")
+    reg.add_fixed("optimal")
+    sampler = PFSPModelSampler(reg, weighting="hard", fixed_opponents=("random", "optimal"), rng_seed=0)
+    sched = GameScheduler(sampler, UniformRandomEnvSampler([TTT_VS], rng_seed=0), seed=0)
+    opponents = {name: make_scripted_policy(name, TTT_VS.env_id) for name in ("random", "optimal")}
+    learner = RandomLegalPolicy(uid="base")
+    seated: Counter = Counter()
+    for i in range(40):
+        jobs = sched.next_train_jobs(8)
+        records = []
+        for job in jobs:
+            policies = {a.player_id: learner if a.collect_data else opponents[a.policy.uid] for a in job.agents}
+            if i >= 20:
+                seated.update(a.policy.uid for a in job.agents if not a.collect_data)
+            records.append(play_game_sync(job, policies))
+        sched.update_many(records)
+    rates = sampler.win_rates()
+    assert rates["optimal"] < 0.1 and 0.3 < rates["random"] < 0.7, rates
+    assert reg.match_results()["base"]["optimal"]["win"] == 0
+    assert seated["optimal"] / sum(seated.values()) > 0.65, seated
