@@ -5,6 +5,7 @@ chi-square test, and the registry and scheduler real (no Ray)."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections import Counter
@@ -246,6 +247,10 @@ def test_mixture_sampler_normalises_drops_unknown_uids_and_round_trips():
     copy = MixtureModelSampler(reg)
     copy.load_state_dict(sampler.state_dict())
     assert copy.probabilities() == sampler.probabilities()
+    sched = GameScheduler(sampler, UniformRandomEnvSampler([TTT_VS]), seed=0)
+    resumed = GameScheduler(MixtureModelSampler(reg), UniformRandomEnvSampler([TTT_VS]), seed=0)
+    resumed.load_state_dict(json.loads(json.dumps(sched.state_dict())))  # through JSON, as a resume reads it
+    assert resumed.model_sampler.probabilities() == sampler.probabilities()
     with pytest.raises(ValueError, match="finite numbers >= 0"):
         sampler.set_mixture({"base": -0.1, "ckpt-1": 1.1})
     with pytest.raises(ValueError, match="needs a weight > 0"):
