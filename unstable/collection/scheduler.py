@@ -54,7 +54,8 @@ from unstable.utils.calls import CachedReads, call, has_method
 EVAL_SEED_OFFSET = 2**31
 # what the samplers and the scheduler read from the registry while drawing jobs (answers kept for one batch)
 REGISTRY_READS = frozenset({"lineages", "get_current_ckpt", "policy_ref", "checkpoint_uids", "fixed_uids",
-                            "ratings", "match_quality", "match_qualities", "get_name_or_lora_path"})
+                            "ratings", "match_quality", "match_qualities", "match_results",
+                            "get_name_or_lora_path"})
 MIRROR = "self"  # the opponent label of a game with no opponent seats
 
 
@@ -346,7 +347,16 @@ class GameScheduler:
         return {"next_game_id": self._next_game_id, "train_idx": self._train_idx, "eval_idx": self._eval_idx,
                 "eval_seat": dict(self._eval_seat), "env_train": dict(self._env_train), "rng_states": rng_states,
                 "totals": json.loads(json.dumps(self._totals)), "finished": self._finished,
-                "failed": dict(self._failed), "dropped": self._dropped}
+                "failed": dict(self._failed), "dropped": self._dropped, "samplers": self._sampler_states()}
+
+    def _samplers(self) -> dict[str, Any]:
+        """The samplers that keep state of their own (a curriculum's windows, a mixture): ``state_dict``."""
+        return {name: sampler for name, sampler in (("env_sampler", self.env_sampler),
+                                                    ("model_sampler", self.model_sampler))
+                if has_method(sampler, "state_dict") and has_method(sampler, "load_state_dict")}
+
+    def _sampler_states(self) -> dict[str, Any]:
+        return {name: json.loads(json.dumps(sampler.state_dict())) for name, sampler in self._samplers().items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict`'s snapshot: counters, RNG states and reward totals; no game is running."""
@@ -360,6 +370,10 @@ class GameScheduler:
         self._totals = json.loads(json.dumps(state["totals"]))
         self._finished, self._failed = state["finished"], dict(state["failed"])
         self._dropped = int(state.get("dropped", 0))
+        samplers = self._samplers()
+        for name, sampler_state in state.get("samplers", {}).items():
+            if name in samplers:
+                samplers[name].load_state_dict(sampler_state)
         self._running = {}
 
 

@@ -38,6 +38,9 @@ FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
     "opponent_sampling_strategy": ("samplers", "opponent_sampling_strategy"),
     "fixed_opponents": ("samplers", "fixed_opponents"), "opponent_lag": ("samplers", "opponent_lag"),
     "opponent_window": ("samplers", "opponent_window"),
+    **{name: ("samplers", name) for name in (
+        "pfsp_weighting", "pfsp_prior", "pfsp_window", "rating_curriculum", "rating_curriculum_target",
+        "rating_curriculum_width", "env_curriculum_window", "env_curriculum_target", "env_curriculum_width")},
     "wandb_project": ("tracker", "wandb_project"), "use_wandb": ("tracker", "use_wandb"),
     "max_consecutive_failures": ("failure_budget", "max_consecutive_failures"),
     "max_failure_rate": ("failure_budget", "max_failure_rate"),

@@ -56,7 +56,7 @@ INFERENCE_DEFAULTS = {"backend": "auto", "num_actors": None, "temperature": None
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
-DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool")
+DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool", "pfsp")
 
 # learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
 RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
@@ -434,7 +434,7 @@ def _check_opponents(cfg: BuildConfig, base: ModelInfo) -> tuple[str, ...]:
     """Fixed opponents must be playable now: scripted ones on every train env, checkpoints readable
     adapters that fit the first model's base (``base``, whose engines serve them), API names with a
     key in the environment. Returns the names with paths expanded."""
-    plays_fixed = cfg.samplers.opponent_sampling_strategy in ("fixed", "pool")
+    plays_fixed = cfg.samplers.plays_fixed()
     names = []
     games = [spec for spec in cfg.train_envs if isinstance(spec, TrainEnvSpec)]
     for i, name in enumerate(cfg.samplers.fixed_opponents):
@@ -626,6 +626,9 @@ def _check_opponent_seats(cfg: BuildConfig) -> None:
     if strategy in DRAWS_OPPONENTS:
         raise ValueError(f"opponent_sampling_strategy={strategy!r} draws opponents, but {why}, so none would ever "
                          f"play: {fix}, or use opponent_sampling_strategy='mirror' for self-play")
+    if cfg.samplers.rating_curriculum > 0:
+        raise ValueError(f"rating_curriculum={cfg.samplers.rating_curriculum} draws opponents, but {why}, so none "
+                         f"would ever play: {fix}, or set rating_curriculum=0")
     if cfg.samplers.fixed_opponents != SamplerConfig().fixed_opponents:
         raise ValueError(f"fixed_opponents {list(cfg.samplers.fixed_opponents)} would never play: {why}, and "
                          f"opponent_sampling_strategy={strategy!r} draws no opponent: {fix} and set "

@@ -48,8 +48,9 @@ from unstable.run.remote import ObjectStoreAdapters, actor_class, actor_name, ne
 from unstable.run.resources import amounts as _amounts
 from unstable.run.resources import short_of, wait_for_free_resources
 from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffers, roll_back_registry
+from unstable.samplers import league
 from unstable.samplers import model_samplers as ms
-from unstable.samplers.env_samplers import UniformRandomEnvSampler
+from unstable.samplers.env_samplers import SuccessCurriculumEnvSampler, UniformRandomEnvSampler
 from unstable.tracking import Tracker
 from unstable.tracking.wandb_writer import wandb_plan
 
@@ -142,6 +143,21 @@ class Actors:
 
 
 def _model_sampler(samplers, registry, seed: int):
+    """The opponent sampler ``samplers`` describes, with its rating curriculum mixed in when asked."""
+    base = _base_model_sampler(samplers, registry, seed)
+    if samplers.rating_curriculum == 0:
+        return base
+    curriculum = league.RatingCurriculumModelSampler(
+        model_registry=registry, target=samplers.rating_curriculum_target, width=samplers.rating_curriculum_width,
+        fixed_opponents=_fixed_uids(samplers), rng_seed=seed)
+    return league.CurriculumMixModelSampler(base, curriculum, samplers.rating_curriculum, rng_seed=seed)
+
+
+def _fixed_uids(samplers) -> tuple[str, ...]:
+    return tuple(fixed_policy_ref(name).uid for name in samplers.fixed_opponents)
+
+
+def _base_model_sampler(samplers, registry, seed: int):
     strategy = samplers.opponent_sampling_strategy
     if strategy in ("none", "mirror"):
         return ms.BaseModelSampler(model_registry=registry, rng_seed=seed)
@@ -149,11 +165,25 @@ def _model_sampler(samplers, registry, seed: int):
         return ms.FixedOpponentModelSampler(model_registry=registry, rng_seed=seed)
     if strategy == "pool":
         return ms.PoolModelSampler(model_registry=registry, rng_seed=seed)
+    if strategy == "pfsp":
+        return league.PFSPModelSampler(model_registry=registry, weighting=samplers.pfsp_weighting,
+                                       prior=samplers.pfsp_prior, window=samplers.pfsp_window,
+                                       fixed_opponents=_fixed_uids(samplers), rng_seed=seed)
     if strategy == "lagged":
         lag = samplers.opponent_lag
         window = None if lag is not None else samplers.opponent_window
         return ms.LaggedModelSampler(model_registry=registry, lag=lag, window=window, rng_seed=seed)
     return ms.MatchQualityModelSampler(model_registry=registry, rng_seed=seed)
+
+
+def _env_sampler(cfg):
+    samplers = cfg.samplers
+    if samplers.env_sampling_strategy == "curriculum":
+        return SuccessCurriculumEnvSampler(train_env_specs=list(cfg.train_envs), eval_env_specs=list(cfg.eval_envs),
+                                           rng_seed=cfg.seed, window=samplers.env_curriculum_window,
+                                           target=samplers.env_curriculum_target, width=samplers.env_curriculum_width)
+    return UniformRandomEnvSampler(train_env_specs=list(cfg.train_envs), eval_env_specs=list(cfg.eval_envs),
+                                   rng_seed=cfg.seed)
 
 
 def inference_config(model, backend: str, num_actors: int, gpus_per_actor: float,
@@ -225,15 +255,14 @@ def start_actors(cfg, run_name: str) -> Actors:
             _register_missing_checkpoints(registry, point)
         ray.get(tracker.set_learner_step.remote(max(p.version for p in points.values())))
     samplers = cfg.samplers
-    opponents = set(samplers.fixed_opponents if samplers.opponent_sampling_strategy in ("fixed", "pool") else ())
+    opponents = set(samplers.fixed_opponents if samplers.plays_fixed() else ())
     opponents |= {spec.fixed_opponent for spec in cfg.eval_envs if getattr(spec, "fixed_opponent", None)}
     opponents |= {p.policy for env in cfg.environments for p in env.participants if p.policy is not None}
     known = set(ray.get(registry.fixed_uids.remote()))
     for name in sorted(opponents):
         if fixed_policy_ref(name).uid not in known:
             ray.get(registry.add_fixed.remote(name=name))
-    env_sampler = UniformRandomEnvSampler(train_env_specs=list(cfg.train_envs), eval_env_specs=list(cfg.eval_envs),
-                                          rng_seed=cfg.seed)
+    env_sampler = _env_sampler(cfg)
     # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
     scheduler = actor_class(GameScheduler).options(**light).remote(
         model_sampler=_model_sampler(samplers, registry, cfg.seed), env_sampler=env_sampler, logging_dir=None,

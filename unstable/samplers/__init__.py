@@ -1,7 +1,14 @@
 """Which env and which opponents the scheduler sets up next (plain Python, no Ray)."""
 
-from unstable.samplers import env_samplers, model_samplers
-from unstable.samplers.env_samplers import BaseEnvSampler, UniformRandomEnvSampler
+from unstable.samplers import env_samplers, league, model_samplers
+from unstable.samplers.env_samplers import BaseEnvSampler, SuccessCurriculumEnvSampler, UniformRandomEnvSampler
+from unstable.samplers.league import (
+    CurriculumMixModelSampler,
+    DistributionModelSampler,
+    MixtureModelSampler,
+    PFSPModelSampler,
+    RatingCurriculumModelSampler,
+)
 from unstable.samplers.model_samplers import (
     BaseModelSampler,
     FixedOpponentModelSampler,
@@ -14,12 +21,19 @@ from unstable.samplers.model_samplers import (
 __all__ = [
     "BaseEnvSampler",
     "BaseModelSampler",
+    "CurriculumMixModelSampler",
+    "DistributionModelSampler",
     "FixedOpponentModelSampler",
     "LaggedModelSampler",
     "MatchQualityModelSampler",
     "MirrorModelSampler",
+    "MixtureModelSampler",
+    "PFSPModelSampler",
     "PoolModelSampler",
+    "RatingCurriculumModelSampler",
+    "SuccessCurriculumEnvSampler",
     "UniformRandomEnvSampler",
     "env_samplers",
+    "league",
     "model_samplers",
 ]

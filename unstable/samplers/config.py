@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from unstable.utils.checks import check_choice, check_int
+from unstable.samplers.league import PFSP_WEIGHTINGS
+from unstable.utils.checks import check_choice, check_int, check_number
 
-ENV_SAMPLING_STRATEGIES = ("random",)
-OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality", "pool")
+ENV_SAMPLING_STRATEGIES = ("random", "curriculum")
+OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality", "pool", "pfsp")
 
 
 @dataclass
@@ -16,11 +17,14 @@ class SamplerConfig:
     """The env and opponent samplers' settings (build()'s flat arguments of the same names)."""
 
     env_sampling_strategy: str = "random"
-    """How the next train env is picked: ``"random"`` (uniform over ``train_envs``)."""
+    """How the next train env is picked: ``"random"`` (uniform over ``train_envs``, or by their
+    ``weight``) or ``"curriculum"`` (weighted by recent success: the ``env_curriculum_*`` settings)."""
     opponent_sampling_strategy: str = "none"
     """Who fills ``"opponent"`` seats: ``"none"``/``"mirror"`` (self-play), ``"fixed"`` (one of
-    ``fixed_opponents``), ``"lagged"``, ``"match-quality"``, or ``"pool"`` (the other trainable models'
-    checkpoints and ``fixed_opponents``; see :mod:`unstable.samplers.model_samplers`)."""
+    ``fixed_opponents``), ``"lagged"``, ``"match-quality"``, ``"pool"`` (the other trainable models'
+    checkpoints and ``fixed_opponents``; see :mod:`unstable.samplers.model_samplers`), or ``"pfsp"``
+    (prioritised fictitious self-play over past checkpoints and ``fixed_opponents``: the ``pfsp_*``
+    settings, :mod:`unstable.samplers.league`)."""
     fixed_opponents: Any = ("random",)
     """Opponent names for ``"fixed"``: scripted ones, adapter directories or API model names (the
     seed's default was an API model, which needs a key)."""
@@ -28,6 +32,28 @@ class SamplerConfig:
     """For ``"lagged"``: play the checkpoint this many versions back ..."""
     opponent_window: int | None = 4
     """... or (``opponent_lag=None``) one uniformly from the last this many checkpoints."""
+    pfsp_weighting: str = "hard"
+    """For ``"pfsp"``: the weight of an opponent the learner beats with probability p: ``"hard"`` (1-p)^2,
+    ``"even"`` p(1-p), ``"linear"`` 1-p (Vinyals et al. 2019)."""
+    pfsp_prior: float = 1.0
+    """For ``"pfsp"``: pseudo-wins and pseudo-losses added to every opponent's record (a Beta prior), so a
+    new opponent starts at p = 0.5."""
+    pfsp_window: int = 4
+    """For ``"pfsp"``: the win rates count the games of the learner's this many newest checkpoints."""
+    rating_curriculum: float = 0.0
+    """The share of opponents drawn by TrueSkill match quality near ``rating_curriculum_target`` instead of
+    by ``opponent_sampling_strategy`` (0: off; 1: only the curriculum), from past checkpoints and
+    ``fixed_opponents``."""
+    rating_curriculum_target: float | None = None
+    """The match quality the rating curriculum aims at (None: the best the pool offers, the most even match)."""
+    rating_curriculum_width: float = 0.1
+    """How far from the target (in match quality) an opponent's weight falls to exp(-1/2) of the nearest's."""
+    env_curriculum_window: int = 32
+    """For env ``"curriculum"``: the recent train games per env whose success counts."""
+    env_curriculum_target: float = 0.5
+    """For env ``"curriculum"``: the success rate (win 1, draw 0.5, loss 0) the curriculum prefers."""
+    env_curriculum_width: float = 0.25
+    """For env ``"curriculum"``: how far from the target an env's weight falls to exp(-1/2) of the nearest's."""
 
     def __post_init__(self) -> None:
         check_choice("env_sampling_strategy", self.env_sampling_strategy, ENV_SAMPLING_STRATEGIES)
@@ -37,6 +63,23 @@ class SamplerConfig:
             raise ValueError("opponent_sampling_strategy='fixed' needs at least one name in fixed_opponents")
         check_int("opponent_lag", self.opponent_lag, 1, allow_none=True)
         check_int("opponent_window", self.opponent_window, 1, allow_none=True)
+        check_choice("pfsp_weighting", self.pfsp_weighting, PFSP_WEIGHTINGS)
+        check_number("pfsp_prior", self.pfsp_prior, 0.0, low_open=True)
+        check_int("pfsp_window", self.pfsp_window, 1)
+        check_number("rating_curriculum", self.rating_curriculum, 0.0, 1.0)
+        check_number("rating_curriculum_target", self.rating_curriculum_target, 0.0, 1.0, allow_none=True)
+        check_number("rating_curriculum_width", self.rating_curriculum_width, 0.0, low_open=True)
+        check_int("env_curriculum_window", self.env_curriculum_window, 1)
+        check_number("env_curriculum_target", self.env_curriculum_target, 0.0, 1.0)
+        check_number("env_curriculum_width", self.env_curriculum_width, 0.0, low_open=True)
+
+    def draws_opponents(self) -> bool:
+        """Whether the opponent sampler (with its rating curriculum) seats anyone but the learner itself."""
+        return self.opponent_sampling_strategy not in ("none", "mirror") or self.rating_curriculum > 0
+
+    def plays_fixed(self) -> bool:
+        """Whether ``fixed_opponents`` are drawn as training opponents."""
+        return self.opponent_sampling_strategy in ("fixed", "pool", "pfsp") or self.rating_curriculum > 0
 
 
 def opponent_names(value: Any) -> tuple[str, ...]:
