@@ -358,6 +358,10 @@ START_CASES = [
 BIG = 2**64  # torch.manual_seed and every C integer refuse it; it passed build() and killed the learner
 TOO_LARGE = r" must be an integer >= \d+ and <= 9223372036854775807(?: or None)?, got \d+ \(too large\)"
 LEARNER_CASES = [
+    ("logprob_chunk_tokens 0", {"learner": {"logprob_chunk_tokens": 0}}, "logprob_chunk_tokens must be >= 1"),
+    ("max_tokens_per_micro_batch 0", {"learner": {"max_tokens_per_micro_batch": 0}},
+     "max_tokens_per_micro_batch must be >= 1"),
+    ("micro_batching unknown", {"learner": {"micro_batching": "bins"}}, "micro_batching must be one of"),
     ("weight_decay negative", {"learner": {"weight_decay": -1}}, "learner settings: weight_decay must be >= 0"),
     ("dtype float64", {"learner": {"dtype": "float64"}}, r"learner settings: dtype must be one of \['bfloat16'"),
     ("keep_every 0", {"learner": {"keep_every": 0}}, "keep_every must be >= 1 or None"),
