@@ -18,8 +18,8 @@ from unstable.utils.fields import add_field_options
 TASK_OPTIONS = ("out", "task", "level", "learning_steps", "learning_rate", "num_samples", "batch_size", "eval_problems",
                 "format_weight", "seed")
 TASK_WARM_START_OPTIONS = ["examples"]
-# APIOpponentConfig fields offered as --api-* options of eval (build()'s api_timeout_s, api_max_retries)
-API_OPTIONS = ["timeout_s", "max_retries"]
+# APIOpponentConfig fields offered as --api-* options of eval (build()'s api_timeout_s, api_max_retries, ...)
+API_OPTIONS = ["timeout_s", "max_retries", "turn_deadline_s"]
 WARM_START_OPTIONS = ["positions", "target_legal_mass", "target_greedy_legal", "max_rounds"]
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
                       "eval_workers", "seed", "algorithm", "max_staleness"]

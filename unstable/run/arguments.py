@@ -43,6 +43,7 @@ FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
     "max_failure_rate": ("failure_budget", "max_failure_rate"),
     "failure_rate_window": ("failure_budget", "failure_rate_window"),
     "api_timeout_s": ("api_opponents", "timeout_s"), "api_max_retries": ("api_opponents", "max_retries"),
+    "api_turn_deadline_s": ("api_opponents", "turn_deadline_s"),
 }
 MODEL_SECTIONS = ("learner", "inference", "buffer")
 RUN_SECTIONS = ("samplers", "tracker", "failure_budget", "api_opponents")
