@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import html
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ import sys
 import textwrap
 import threading
 import traceback
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -33,6 +35,10 @@ ROUTER_KEY = "planted-router-SECRET-5678"  # not key-shaped: only the environmen
 TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
 
 
+OPENAI_KEY_14 = "sk-short-key14"  # short test keys: 14 and 8 characters (11 and 5 without "sk-")
+OPENAI_KEY_8 = "sk-k8sec"
+
+
 def encoded_forms(key: str) -> list[str]:
     """How an error body may echo a key other than as itself: base64 (a Basic auth header, a JSON
     blob, at each byte alignment), URL-safe base64, and without its ``sk-`` prefix."""
@@ -42,13 +48,26 @@ def encoded_forms(key: str) -> list[str]:
     return forms
 
 
+def escaped_forms(key: str) -> list[str]:
+    """How text may carry a key escaped: URL-encoded, JSON- and Python-escaped, HTML-escaped, in hex."""
+    return [urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key), json.dumps(key)[1:-1],
+            json.dumps(key).replace("/", "\\/")[1:-1], repr(key)[1:-1], html.escape(key), key.encode().hex()]
+
+
 class _FakeOpenAI(BaseHTTPRequestHandler):
     """``/v1/chat/completions``: a model named ``*bad*`` gets a 401 echoing the key; others a reply quoting it."""
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
-        if "encoded" in body["model"]:  # the key only in forms that are not the key itself
+        if "quotes-encoded" in body["model"]:  # a reply quoting the key in forms that are not the key itself
+            status, reply = 200, {
+                "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": (
+                    "keys: " + " / ".join(encoded_forms(key) + escaped_forms(key)) + " \\boxed{4}")}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        elif "encoded" in body["model"]:  # the key only in forms that are not the key itself
             status, reply = 401, {"error": {"message": "Bad credentials: " + " / ".join(encoded_forms(key)),
                                             "type": "invalid_request_error", "code": "invalid_api_key"}}
         elif "bad" in body["model"]:
@@ -242,6 +261,56 @@ def test_a_failed_games_log_holds_no_encoded_or_prefixless_key(planted, fake_api
     failed = (tmp_path / "run" / "logs" / "failed_games.jsonl").read_text()
     assert "Bad credentials" in failed and REDACTED in failed
     assert not files_holding(tmp_path / "run", OPENAI_KEY, *encoded_forms(OPENAI_KEY))
+
+
+@pytest.mark.parametrize("key", [OPENAI_KEY_14, OPENAI_KEY_8, 'sk-a+b/c"d\\e<f>&g h\u00e9'])
+def test_a_short_or_odd_key_is_redacted_in_every_form(key):
+    """Whatever its length from 8 on: 14 characters and 8 (5 without ``sk-``), and one whose
+    escaped forms differ from it (``+``, ``/``, quotes, a backslash, HTML, a space, non-ASCII)."""
+    forms = [key, *encoded_forms(key), *escaped_forms(key), *encoded_forms(key.removeprefix("sk-")),
+             *escaped_forms(key.removeprefix("sk-"))]
+    for lead in ("", "a", "ab"):
+        for form in forms:
+            out = redact(f"x {lead}{form}! y", (key,))
+            assert REDACTED in out and form not in out and key.removeprefix("sk-") not in out, (form, out)
+    assert redact("ordinary text: sk-1 ok, max_tokens=16", (key,)) == "ordinary text: sk-1 ok, max_tokens=16"
+
+
+@pytest.mark.parametrize("key", [OPENAI_KEY_14, OPENAI_KEY_8])
+def test_a_short_key_reaches_no_failed_games_log_transcript_or_output(key, fake_api, tmp_path, monkeypatch,
+                                                                      caplog, capsys):
+    """A 14- and an 8-character key, echoed by an error (without its prefix, in base64) and quoted by
+    a reply (also URL-encoded, JSON-escaped, ...): logs/failed_games.jsonl, games/transcripts.jsonl,
+    every other file of the run, the log and stdout/stderr hold none of its forms."""
+    import unstable
+    from unstable.policies.api import APIPolicy
+    from unstable.records import AgentSpec, GameFailedError, GameSpec, PolicyRef
+    from unstable.tracking import Tracker
+
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    caplog.set_level(logging.DEBUG)
+    tracker = Tracker(run_name="s", run_dir=str(tmp_path / "run"), use_wandb=False, config={"model_name": "m"})
+    for i, model in enumerate(["fake/encoded-model", "fake/quotes-encoded-model", "fake/ok-model"]):
+        api = APIPolicy(model, base_url=fake_api, api_key_env="OPENAI_API_KEY", max_retries=0)
+        spec = GameSpec(game_id=i, env_id="TicTacToe-v0-train", seed=i, agents=(
+            AgentSpec(0, api.ref, collect_data=False), AgentSpec(1, PolicyRef("random", "scripted"))))
+        try:
+            result = asyncio.run(unstable.play_game(spec, {0: api, 1: unstable.RandomLegalPolicy()}))
+            print(result.turns[0].completion_text)
+        except GameFailedError as err:
+            result = err.failure
+            print(result.message)
+            logging.getLogger("unstable").warning("game failed: %s", result.message)
+        tracker.log_game(result)
+    tracker.close()
+    assert "Bad credentials" in (tmp_path / "run" / "logs" / "failed_games.jsonl").read_text()
+    assert "keys: " in (tmp_path / "run" / "games" / "transcripts.jsonl").read_text()
+    prefixless = key.removeprefix("sk-")
+    assert not files_holding(tmp_path / "run", key, prefixless, *encoded_forms(key), *escaped_forms(key))
+    out = capsys.readouterr()
+    assert "Bad credentials" in out.out and "keys: " in out.out
+    for text in (caplog.text, out.out, out.err):
+        assert key not in text and prefixless not in text
 
 
 # ----------------------------------------------------------------------------- a real run
