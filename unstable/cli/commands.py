@@ -25,6 +25,12 @@ QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "l
                       "eval_workers", "seed", "algorithm", "max_staleness"]
 
 
+def plain_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: reST's inline markup (````x````, ``:class:`~a.B```) taken out."""
+    doc = re.sub(r":[a-z]+:`~?(?:[\w.]*\.)?([^`]+)`", r"\1", doc)
+    return doc.replace("``", "")
+
+
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
     from unstable.models.tiny import build_tiny_model
 
@@ -51,7 +57,9 @@ def _cmd_play(args: argparse.Namespace) -> int:
     from unstable.eval.play import play_vs_opponent
     from unstable.inference.base import SamplingParams
     from unstable.models.resolve import resolve_model_name
+    from unstable.utils.checks import check_int
 
+    check_int("--concurrency", args.concurrency, 1)  # before the model loads, by the option's name
     t0 = time.perf_counter()
     print(f"resolving model {args.model!r} ...", flush=True)
     model = resolve_model_name(args.model)
@@ -316,7 +324,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``unstable`` parser: a subcommand per job, each with its handler in ``fn``."""
-    parser = argparse.ArgumentParser(prog="unstable", description=__doc__)
+    parser = argparse.ArgumentParser(prog="unstable", description=plain_text(__doc__))
     opponent_help = (f"a scripted baseline ({describe_scripted_baselines()}), a LoRA adapter directory, "
                      "or an API model name")
     sub = parser.add_subparsers(dest="command", required=True)
