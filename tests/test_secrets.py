@@ -16,8 +16,10 @@ import json
 import logging
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import traceback
@@ -319,14 +321,14 @@ RUN_SCRIPT = textwrap.dedent("""
     import ray, unstable
 
     logging.basicConfig(level=logging.INFO)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True,
-             _temp_dir=tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True, _temp_dir=sys.argv[3])
     ttt = dict(env_id="TicTacToe-v0-train", num_players=2, prompt_template="qwen3-zs")
     run = unstable.build(
         model_name=sys.argv[1], runs_dir=sys.argv[2], run_name="secret", inference_backend="transformers",
         train_envs=[unstable.TrainEnvSpec(num_actors=1, **ttt)],
-        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="fake/bad-model", **ttt)],
-        opponent_sampling_strategy="fixed", fixed_opponents=["fake/ok-model"],
+        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="fake/bad-model", **ttt),
+                   unstable.EvalEnvSpec(fixed_opponent="fake/encoded-model", **ttt)],
+        opponent_sampling_strategy="fixed", fixed_opponents=["fake/ok-model", "fake/quotes-encoded-model"],
         batch_size=8, mini_batch_size=8, learning_rate=1e-3, max_generation_len=8,
         lora_config={"lora_rank": 4, "lora_alpha": 8}, activation_checkpointing=False,
         gradient_checkpointing=False, wandb_project="secrets-test", use_wandb=True,
@@ -340,19 +342,29 @@ RUN_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_a_run_against_api_opponents_writes_no_key(fake_api, tiny_model_dir, tmp_path):
-    """build() + one learner step with API opponents (train: replies quoting the key; eval: 401s
-    echoing it) and W&B offline; then the run directory, W&B's files and all output are searched."""
-    env = {**os.environ, "OPENROUTER_API_KEY": ROUTER_KEY, "OPENAI_API_KEY": OPENAI_KEY,
+@pytest.mark.parametrize("router_key", [ROUTER_KEY, OPENAI_KEY_14])
+def test_a_run_against_api_opponents_writes_no_key(router_key, fake_api, tiny_model_dir, tmp_path):
+    """build() + one learner step with API opponents (train: replies quoting the key, as it is and
+    encoded; eval: 401s echoing it, as it is and encoded) and W&B offline; then the run directory,
+    W&B's files, Ray's logs and all output are searched. Once with a 14-character key."""
+    env = {**os.environ, "OPENROUTER_API_KEY": router_key, "OPENAI_API_KEY": OPENAI_KEY,
            "UNSTABLE_API_BASE_URL": fake_api, "WANDB_MODE": "offline", "WANDB_SILENT": "true",
            "WANDB_DIR": str(tmp_path / "wandb"), "RAY_AUTH_MODE": "disabled"}
-    out = subprocess.run([sys.executable, "-c", RUN_SCRIPT, tiny_model_dir, str(tmp_path / "runs")], env=env,
-                         capture_output=True, text=True, timeout=540)
+    ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    try:
+        out = subprocess.run([sys.executable, "-c", RUN_SCRIPT, tiny_model_dir, str(tmp_path / "runs"), ray_dir],
+                             env=env, capture_output=True, text=True, timeout=540)
+        ray_logs = [p for p in Path(ray_dir).rglob("*") if p.is_file() and "logs" in p.parts]
+        leaked = files_holding(ray_dir, router_key, router_key.removeprefix("sk-"), OPENAI_KEY)
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert ray_logs and not leaked, leaked
     run_dir = tmp_path / "runs" / "secret"
     transcripts = (run_dir / "games" / "transcripts.jsonl").read_text()
     assert "fake/bad-model" in transcripts and "fake/ok-model" in transcripts and REDACTED in transcripts
     assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "config.json").is_file()
     assert list(run_dir.rglob("*.wandb")) or list((tmp_path / "wandb").rglob("*.wandb")), "no W&B files"
-    assert not files_holding(tmp_path, ROUTER_KEY, OPENAI_KEY)
-    assert ROUTER_KEY not in out.stdout + out.stderr and OPENAI_KEY not in out.stdout + out.stderr
+    forms = (router_key, router_key.removeprefix("sk-"), *encoded_forms(router_key), OPENAI_KEY)
+    assert not files_holding(tmp_path, *forms)
+    assert not [f for f in forms if f in out.stdout + out.stderr]
