@@ -342,11 +342,12 @@ RUN_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("router_key", [ROUTER_KEY, OPENAI_KEY_14])
-def test_a_run_against_api_opponents_writes_no_key(router_key, fake_api, tiny_model_dir, tmp_path):
+def test_a_run_against_api_opponents_writes_no_key(fake_api, tiny_model_dir, tmp_path):
     """build() + one learner step with API opponents (train: replies quoting the key, as it is and
     encoded; eval: 401s echoing it, as it is and encoded) and W&B offline; then the run directory,
-    W&B's files, Ray's logs and all output are searched. Once with a 14-character key."""
+    W&B's files, Ray's logs and all output are searched. The key is a 14-character one, known only
+    from the environment (too short to look like a key: ``sk-`` and 11)."""
+    router_key = OPENAI_KEY_14
     env = {**os.environ, "OPENROUTER_API_KEY": router_key, "OPENAI_API_KEY": OPENAI_KEY,
            "UNSTABLE_API_BASE_URL": fake_api, "WANDB_MODE": "offline", "WANDB_SILENT": "true",
            "WANDB_DIR": str(tmp_path / "wandb"), "RAY_AUTH_MODE": "disabled"}
