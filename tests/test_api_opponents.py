@@ -20,6 +20,7 @@ from conftest import TTT
 from test_secrets import _FakeOpenAI
 
 import unstable
+from unstable.collection.failures import FailureBudget, FailureBudgetSpentError, FailureCounter
 from unstable.policies.api import APIOpponentConfig, APIPolicy
 from unstable.records import AgentSpec, GameFailedError, GameSpec, PolicyRef
 from unstable.run.config import BuildConfig
@@ -83,6 +84,8 @@ def run_kwargs(model_dir, tmp_path, **overrides):
     ({"api_opponents": {"max_retries": -2}}, r"api_opponents.max_retries must be an integer >= 0"),
     ({"api_opponents": {"timeout": 3}}, r"api_opponents: .*unexpected keyword argument 'timeout'"),
     ({"api_timeout_s": 3, "api_opponents": {"timeout_s": 4}}, r"api_timeout_s is given twice"),
+    ({"api_turn_deadline_s": 0}, "api_turn_deadline_s must be a number > 0"),
+    ({"api_opponents": {"turn_deadline_s": -1}}, r"api_opponents.turn_deadline_s must be a number > 0"),
 ])
 def test_bad_api_settings_are_refused_before_ray_starts_naming_the_setting_as_given(
         given, message, tiny_model_dir, tmp_path, no_ray):
@@ -111,7 +114,7 @@ def test_unstable_eval_refuses_a_bad_api_timeout(capsys):
 
 # ----------------------------------------------------------------------------- the values reach APIPolicy
 def test_the_defaults_are_documented_and_used():
-    assert APIOpponentConfig() == APIOpponentConfig(timeout_s=60.0, max_retries=3)
+    assert APIOpponentConfig() == APIOpponentConfig(timeout_s=20.0, max_retries=2, turn_deadline_s=45.0)
     assert BuildConfig.__dataclass_fields__["api_opponents"].default_factory() == APIOpponentConfig()
 
 
@@ -119,30 +122,36 @@ def test_build_and_yaml_settings_are_the_run_config_and_reach_the_collectors_api
         api_env, tiny_model_dir, tmp_path):
     from unstable.collection.collector import Collector
 
-    cfg = BuildConfig(**run_kwargs(tiny_model_dir, tmp_path, api_timeout_s=2.5, api_max_retries=0))
-    assert cfg.api_opponents == APIOpponentConfig(2.5, 0) and (cfg.api_timeout_s, cfg.api_max_retries) == (2.5, 0)
-    assert cfg.to_dict()["api_opponents"] == {"timeout_s": 2.5, "max_retries": 0}  # config.json: a resume keeps them
-    nested = BuildConfig(**run_kwargs(tiny_model_dir, tmp_path, api_opponents={"timeout_s": 2.5, "max_retries": 0}))
+    cfg = BuildConfig(**run_kwargs(tiny_model_dir, tmp_path, api_timeout_s=2.5, api_max_retries=0,
+                                   api_turn_deadline_s=9.0))
+    assert cfg.api_opponents == APIOpponentConfig(2.5, 0, 9.0)
+    assert (cfg.api_timeout_s, cfg.api_max_retries, cfg.api_turn_deadline_s) == (2.5, 0, 9.0)
+    # config.json: a resume keeps them
+    assert cfg.to_dict()["api_opponents"] == {"timeout_s": 2.5, "max_retries": 0, "turn_deadline_s": 9.0}
+    nested = BuildConfig(**run_kwargs(tiny_model_dir, tmp_path, api_opponents={
+        "timeout_s": 2.5, "max_retries": 0, "turn_deadline_s": 9.0}))
     assert nested.to_dict() == cfg.to_dict()
-    for text in ("api_timeout_s: 2.5\napi_max_retries: 0\n", "api_opponents: {timeout_s: 2.5, max_retries: 0}\n"):
+    for text in ("api_timeout_s: 2.5\napi_max_retries: 0\napi_turn_deadline_s: 9\n",
+                 "api_opponents: {timeout_s: 2.5, max_retries: 0, turn_deadline_s: 9}\n"):
         path = tmp_path / "run.yaml"
         path.write_text(f"model_name: {tiny_model_dir}\ntrain_envs: [{{env_id: TicTacToe-v0-train, num_players: 2, "
                         f"num_actors: 2, prompt_template: qwen3-zs}}]\nwandb_project: null\nruns_dir: {tmp_path}\n"
                         + text)
         build_kwargs, _ = load_config(str(path))
-        assert BuildConfig(**build_kwargs).api_opponents == APIOpponentConfig(2.5, 0)
+        assert BuildConfig(**build_kwargs).api_opponents == APIOpponentConfig(2.5, 0, 9.0)
     build_kwargs, _ = load_config(str(path), ["api_timeout_s=7"])  # --set, over the file's nested section
-    assert BuildConfig(**build_kwargs).api_opponents == APIOpponentConfig(7, 0)
+    assert BuildConfig(**build_kwargs).api_opponents == APIOpponentConfig(7, 0, 9.0)
 
     spec = GameSpec(0, "TicTacToe-v0-train", 0, (AgentSpec(0, PolicyRef("fake/ok-model", "api")),
                                                  AgentSpec(1, PolicyRef("random", "scripted"))))
     collector = Collector(buffer=object(), game_scheduler=object(), backends=[object()],
                           api_opponents=cfg.api_opponents)
     policy = collector._policies(spec, [])[0]
-    assert isinstance(policy, APIPolicy) and (policy.timeout_s, policy.max_retries) == (2.5, 0)
+    assert isinstance(policy, APIPolicy)
+    assert (policy.timeout_s, policy.max_retries, policy.turn_deadline_s) == (2.5, 0, 9)
     assert policy.client.timeout == 2.5 and policy.client.max_retries == 0  # our loop retries, not the client's
     default = Collector(buffer=object(), game_scheduler=object(), backends=[object()])._policies(spec, [])[0]
-    assert (default.timeout_s, default.max_retries) == (60.0, 3)
+    assert (default.timeout_s, default.max_retries, default.turn_deadline_s) == (20.0, 2, 45.0)
 
 
 def test_eval_settings_reach_the_api_opponent(api_env, tiny_model_dir, monkeypatch):
@@ -153,12 +162,13 @@ def test_eval_settings_reach_the_api_opponent(api_env, tiny_model_dir, monkeypat
     monkeypatch.setattr(evaluation, "play_eval_games", lambda job, *a, **k: jobs.append(job) or [])
     # the stand-in plays no game, so eval exits 1 (nothing finished); the settings reached the job first
     assert main(["eval", "--model", tiny_model_dir, "--opponent", "fake/ok-model", "--games", "1",
-                 "--api-timeout-s", "2.5", "--api-max-retries", "0"]) == 1
+                 "--api-timeout-s", "2.5", "--api-max-retries", "0", "--api-turn-deadline-s", "9"]) == 1
     (job,) = jobs
-    assert job.api == APIOpponentConfig(2.5, 0)
+    assert job.api == APIOpponentConfig(2.5, 0, 9.0)
     spec = job.game_spec(0)
     opponent = evaluation._policies(job, backend=None)(spec)[1 - spec.eval_player_id]
-    assert isinstance(opponent, APIPolicy) and (opponent.timeout_s, opponent.max_retries) == (2.5, 0)
+    assert isinstance(opponent, APIPolicy)
+    assert (opponent.timeout_s, opponent.max_retries, opponent.turn_deadline_s) == (2.5, 0, 9.0)
 
 
 # ----------------------------------------------------------------------------- a server that hangs
@@ -181,6 +191,40 @@ def test_a_game_against_an_api_opponent_that_hangs_fails_after_timeout_times_att
     assert failure.stage == "policy" and failure.error_type == "APIPolicyError"
     assert ("API opponent 'fake/hang-model' failed after 2 attempt(s): the last call got no answer within 0.5 s "
             "(api_timeout_s; retries: api_max_retries=1)") in failure.message
+    with pytest.raises(FailureBudgetSpentError):  # a failed game, counted by the failure budget
+        FailureCounter(FailureBudget(max_consecutive_failures=1), "train").record(err.value)
+
+
+def _hung_turn_seconds(config: APIOpponentConfig, backoff_s: float) -> tuple[float, str]:
+    """How long one turn against the hanging model takes under ``config``, and its error message."""
+    from unstable.policies.api import APIPolicyError
+    from unstable.policies.base import TurnContext
+
+    policy = APIPolicy("fake/hang-model", backoff_s=backoff_s, **config.policy_kwargs())
+    ctx = TurnContext("TicTacToe-v0-train", 0, "your move", 0, None, random.Random(0))
+    t0 = time.perf_counter()
+    with pytest.raises(APIPolicyError) as err:
+        asyncio.run(asyncio.wait_for(policy.act(ctx), timeout=30))  # the outer bound: a regression fails, not hangs
+    return time.perf_counter() - t0, str(err.value)
+
+
+def test_the_turn_deadline_bounds_a_hung_turn_whatever_the_retries(api_env):
+    """Ten retries of 0.4 s would take 4.4 s; the turn's 1 s deadline cuts them off."""
+    elapsed, message = _hung_turn_seconds(APIOpponentConfig(timeout_s=0.4, max_retries=10, turn_deadline_s=1.0), 0.05)
+    assert 1.0 <= elapsed < 1.0 + 0.5, elapsed
+    assert "the turn's 1 s (api_turn_deadline_s) are spent" in message
+
+
+def test_the_defaults_bound_a_hung_training_turn_to_under_a_minute(api_env):
+    """The defaults, on a clock 100 times faster (every duration / 100, as the retries and their
+    backoff scale alike): the hung turn ends at the deadline, not after 4 x 60 s as it used to."""
+    d = APIOpponentConfig()
+    assert d.turn_deadline_s <= 60 and d.timeout_s < d.turn_deadline_s and d.max_retries >= 1
+    scaled = APIOpponentConfig(d.timeout_s / 100, d.max_retries, d.turn_deadline_s / 100)
+    elapsed, message = _hung_turn_seconds(scaled, backoff_s=1.0 / 100)
+    assert elapsed < d.turn_deadline_s / 100 + 0.3, elapsed
+    assert elapsed >= d.turn_deadline_s / 100 - 0.05, elapsed  # the retries used the turn's time
+    assert f"failed after {d.max_retries + 1} attempt(s)" in message
 
 
 def test_an_api_opponent_that_answers_is_not_cut_short(api_env):

@@ -244,6 +244,7 @@ BUILD_CASES = [
     ("failure_budget rate", {"failure_budget": {"max_failure_rate": 2}}, "max_failure_rate must be a finite number"),
     ("api_timeout_s zero", {"api_timeout_s": 0}, "api_timeout_s must be a number > 0, got 0"),
     ("api_max_retries negative", {"api_max_retries": -1}, "api_max_retries must be an integer >= 0, got -1"),
+    ("api_turn_deadline_s zero", {"api_turn_deadline_s": 0}, "api_turn_deadline_s must be a number > 0, got 0"),
     ("api_opponents timeout_s", {"api_opponents": {"timeout_s": "5"}}, "api_opponents.timeout_s must be a number > 0"),
     # unknown and secret arguments
     ("misspelt argument", {"learning_rte": 1e-3}, r"unknown build\(\) arguments \['learning_rte'\] .*'learning_rate'"),

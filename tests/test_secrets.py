@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import html
 import json
 import logging
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import traceback
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -33,6 +37,10 @@ ROUTER_KEY = "planted-router-SECRET-5678"  # not key-shaped: only the environmen
 TTT = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
 
 
+OPENAI_KEY_14 = "sk-short-key14"  # short test keys: 14 and 8 characters (11 and 5 without "sk-")
+OPENAI_KEY_8 = "sk-k8sec"
+
+
 def encoded_forms(key: str) -> list[str]:
     """How an error body may echo a key other than as itself: base64 (a Basic auth header, a JSON
     blob, at each byte alignment), URL-safe base64, and without its ``sk-`` prefix."""
@@ -42,13 +50,26 @@ def encoded_forms(key: str) -> list[str]:
     return forms
 
 
+def escaped_forms(key: str) -> list[str]:
+    """How text may carry a key escaped: URL-encoded, JSON- and Python-escaped, HTML-escaped, in hex."""
+    return [urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key), json.dumps(key)[1:-1],
+            json.dumps(key).replace("/", "\\/")[1:-1], repr(key)[1:-1], html.escape(key), key.encode().hex()]
+
+
 class _FakeOpenAI(BaseHTTPRequestHandler):
     """``/v1/chat/completions``: a model named ``*bad*`` gets a 401 echoing the key; others a reply quoting it."""
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         key = self.headers.get("Authorization", "").removeprefix("Bearer ")
-        if "encoded" in body["model"]:  # the key only in forms that are not the key itself
+        if "quotes-encoded" in body["model"]:  # a reply quoting the key in forms that are not the key itself
+            status, reply = 200, {
+                "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": (
+                    "keys: " + " / ".join(encoded_forms(key) + escaped_forms(key)) + " \\boxed{4}")}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        elif "encoded" in body["model"]:  # the key only in forms that are not the key itself
             status, reply = 401, {"error": {"message": "Bad credentials: " + " / ".join(encoded_forms(key)),
                                             "type": "invalid_request_error", "code": "invalid_api_key"}}
         elif "bad" in body["model"]:
@@ -244,20 +265,70 @@ def test_a_failed_games_log_holds_no_encoded_or_prefixless_key(planted, fake_api
     assert not files_holding(tmp_path / "run", OPENAI_KEY, *encoded_forms(OPENAI_KEY))
 
 
+@pytest.mark.parametrize("key", [OPENAI_KEY_14, OPENAI_KEY_8, 'sk-a+b/c"d\\e<f>&g h\u00e9'])
+def test_a_short_or_odd_key_is_redacted_in_every_form(key):
+    """Whatever its length from 8 on: 14 characters and 8 (5 without ``sk-``), and one whose
+    escaped forms differ from it (``+``, ``/``, quotes, a backslash, HTML, a space, non-ASCII)."""
+    forms = [key, *encoded_forms(key), *escaped_forms(key), *encoded_forms(key.removeprefix("sk-")),
+             *escaped_forms(key.removeprefix("sk-"))]
+    for lead in ("", "a", "ab"):
+        for form in forms:
+            out = redact(f"x {lead}{form}! y", (key,))
+            assert REDACTED in out and form not in out and key.removeprefix("sk-") not in out, (form, out)
+    assert redact("ordinary text: sk-1 ok, max_tokens=16", (key,)) == "ordinary text: sk-1 ok, max_tokens=16"
+
+
+@pytest.mark.parametrize("key", [OPENAI_KEY_14, OPENAI_KEY_8])
+def test_a_short_key_reaches_no_failed_games_log_transcript_or_output(key, fake_api, tmp_path, monkeypatch,
+                                                                      caplog, capsys):
+    """A 14- and an 8-character key, echoed by an error (without its prefix, in base64) and quoted by
+    a reply (also URL-encoded, JSON-escaped, ...): logs/failed_games.jsonl, games/transcripts.jsonl,
+    every other file of the run, the log and stdout/stderr hold none of its forms."""
+    import unstable
+    from unstable.policies.api import APIPolicy
+    from unstable.records import AgentSpec, GameFailedError, GameSpec, PolicyRef
+    from unstable.tracking import Tracker
+
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    caplog.set_level(logging.DEBUG)
+    tracker = Tracker(run_name="s", run_dir=str(tmp_path / "run"), use_wandb=False, config={"model_name": "m"})
+    for i, model in enumerate(["fake/encoded-model", "fake/quotes-encoded-model", "fake/ok-model"]):
+        api = APIPolicy(model, base_url=fake_api, api_key_env="OPENAI_API_KEY", max_retries=0)
+        spec = GameSpec(game_id=i, env_id="TicTacToe-v0-train", seed=i, agents=(
+            AgentSpec(0, api.ref, collect_data=False), AgentSpec(1, PolicyRef("random", "scripted"))))
+        try:
+            result = asyncio.run(unstable.play_game(spec, {0: api, 1: unstable.RandomLegalPolicy()}))
+            print(result.turns[0].completion_text)
+        except GameFailedError as err:
+            result = err.failure
+            print(result.message)
+            logging.getLogger("unstable").warning("game failed: %s", result.message)
+        tracker.log_game(result)
+    tracker.close()
+    assert "Bad credentials" in (tmp_path / "run" / "logs" / "failed_games.jsonl").read_text()
+    assert "keys: " in (tmp_path / "run" / "games" / "transcripts.jsonl").read_text()
+    prefixless = key.removeprefix("sk-")
+    assert not files_holding(tmp_path / "run", key, prefixless, *encoded_forms(key), *escaped_forms(key))
+    out = capsys.readouterr()
+    assert "Bad credentials" in out.out and "keys: " in out.out
+    for text in (caplog.text, out.out, out.err):
+        assert key not in text and prefixless not in text
+
+
 # ----------------------------------------------------------------------------- a real run
 RUN_SCRIPT = textwrap.dedent("""
     import logging, os, sys, tempfile
     import ray, unstable
 
     logging.basicConfig(level=logging.INFO)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True,
-             _temp_dir=tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=True, _temp_dir=sys.argv[3])
     ttt = dict(env_id="TicTacToe-v0-train", num_players=2, prompt_template="qwen3-zs")
     run = unstable.build(
         model_name=sys.argv[1], runs_dir=sys.argv[2], run_name="secret", inference_backend="transformers",
         train_envs=[unstable.TrainEnvSpec(num_actors=1, **ttt)],
-        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="fake/bad-model", **ttt)],
-        opponent_sampling_strategy="fixed", fixed_opponents=["fake/ok-model"],
+        eval_envs=[unstable.EvalEnvSpec(fixed_opponent="fake/bad-model", **ttt),
+                   unstable.EvalEnvSpec(fixed_opponent="fake/encoded-model", **ttt)],
+        opponent_sampling_strategy="fixed", fixed_opponents=["fake/ok-model", "fake/quotes-encoded-model"],
         batch_size=8, mini_batch_size=8, learning_rate=1e-3, max_generation_len=8,
         lora_config={"lora_rank": 4, "lora_alpha": 8}, activation_checkpointing=False,
         gradient_checkpointing=False, wandb_project="secrets-test", use_wandb=True,
@@ -272,18 +343,29 @@ RUN_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_a_run_against_api_opponents_writes_no_key(fake_api, tiny_model_dir, tmp_path):
-    """build() + one learner step with API opponents (train: replies quoting the key; eval: 401s
-    echoing it) and W&B offline; then the run directory, W&B's files and all output are searched."""
-    env = {**os.environ, "OPENROUTER_API_KEY": ROUTER_KEY, "OPENAI_API_KEY": OPENAI_KEY,
+    """build() + one learner step with API opponents (train: replies quoting the key, as it is and
+    encoded; eval: 401s echoing it, as it is and encoded) and W&B offline; then the run directory,
+    W&B's files, Ray's logs and all output are searched. The key is a 14-character one, known only
+    from the environment (too short to look like a key: ``sk-`` and 11)."""
+    router_key = OPENAI_KEY_14
+    env = {**os.environ, "OPENROUTER_API_KEY": router_key, "OPENAI_API_KEY": OPENAI_KEY,
            "UNSTABLE_API_BASE_URL": fake_api, "WANDB_MODE": "offline", "WANDB_SILENT": "true",
            "WANDB_DIR": str(tmp_path / "wandb"), "RAY_AUTH_MODE": "disabled"}
-    out = subprocess.run([sys.executable, "-c", RUN_SCRIPT, tiny_model_dir, str(tmp_path / "runs")], env=env,
-                         capture_output=True, text=True, timeout=540)
+    ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    try:
+        out = subprocess.run([sys.executable, "-c", RUN_SCRIPT, tiny_model_dir, str(tmp_path / "runs"), ray_dir],
+                             env=env, capture_output=True, text=True, timeout=540)
+        ray_logs = [p for p in Path(ray_dir).rglob("*") if p.is_file() and "logs" in p.parts]
+        leaked = files_holding(ray_dir, router_key, router_key.removeprefix("sk-"), OPENAI_KEY)
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert ray_logs and not leaked, leaked
     run_dir = tmp_path / "runs" / "secret"
     transcripts = (run_dir / "games" / "transcripts.jsonl").read_text()
     assert "fake/bad-model" in transcripts and "fake/ok-model" in transcripts and REDACTED in transcripts
     assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "config.json").is_file()
     assert list(run_dir.rglob("*.wandb")) or list((tmp_path / "wandb").rglob("*.wandb")), "no W&B files"
-    assert not files_holding(tmp_path, ROUTER_KEY, OPENAI_KEY)
-    assert ROUTER_KEY not in out.stdout + out.stderr and OPENAI_KEY not in out.stdout + out.stderr
+    forms = (router_key, router_key.removeprefix("sk-"), *encoded_forms(router_key), OPENAI_KEY)
+    assert not files_holding(tmp_path, *forms)
+    assert not [f for f in forms if f in out.stdout + out.stderr]

@@ -19,11 +19,17 @@ from unstable.utils.fields import add_field_options
 TASK_OPTIONS = ("out", "task", "level", "learning_steps", "learning_rate", "num_samples", "batch_size", "eval_problems",
                 "format_weight", "seed")
 TASK_WARM_START_OPTIONS = ["examples"]
-# APIOpponentConfig fields offered as --api-* options of eval (build()'s api_timeout_s, api_max_retries)
-API_OPTIONS = ["timeout_s", "max_retries"]
+# APIOpponentConfig fields offered as --api-* options of eval (build()'s api_timeout_s, api_max_retries, ...)
+API_OPTIONS = ["timeout_s", "max_retries", "turn_deadline_s"]
 WARM_START_OPTIONS = ["positions", "target_legal_mass", "target_greedy_legal", "max_rounds"]
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
                       "eval_workers", "seed", "algorithm", "max_staleness"]
+
+
+def plain_text(doc: str) -> str:
+    """A docstring as ``--help`` shows it: reST's inline markup (````x````, ``:class:`~a.B```) taken out."""
+    doc = re.sub(r":[a-z]+:`~?(?:[\w.]*\.)?([^`]+)`", r"\1", doc)
+    return doc.replace("``", "")
 
 
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
@@ -52,7 +58,9 @@ def _cmd_play(args: argparse.Namespace) -> int:
     from unstable.eval.play import play_vs_opponent
     from unstable.inference.base import SamplingParams
     from unstable.local_models.resolve import resolve_model_name
+    from unstable.utils.checks import check_int
 
+    check_int("--concurrency", args.concurrency, 1)  # before the model loads, by the option's name
     t0 = time.perf_counter()
     print(f"resolving model {args.model!r} ...", flush=True)
     model = resolve_model_name(args.model)
@@ -353,7 +361,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``unstable`` parser: a subcommand per job, each with its handler in ``fn``."""
-    parser = argparse.ArgumentParser(prog="unstable", description=__doc__)
+    parser = argparse.ArgumentParser(prog="unstable", description=plain_text(__doc__))
     opponent_help = (f"a scripted baseline ({describe_scripted_baselines()}), a LoRA adapter directory, "
                      "or an API model name")
     sub = parser.add_subparsers(dest="command", required=True)

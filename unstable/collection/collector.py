@@ -267,8 +267,7 @@ class Collector:
 
                 policies[agent.player_id] = APIPolicy(_fixed_name(ref.uid), uid=ref.uid,
                                                       action_extraction=agent.action_extraction,
-                                                      timeout_s=self.api_opponents.timeout_s,
-                                                      max_retries=self.api_opponents.max_retries)
+                                                      **self.api_opponents.policy_kwargs())
         return policies
 
     async def _run(self, spec: GameSpec, backends: list[int]) -> tuple[GameRecord | GameFailedError, list[int]]:

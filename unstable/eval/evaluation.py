@@ -255,7 +255,7 @@ def _policies(job: EvalJob, backend: Any) -> Callable[[GameSpec], dict[int, Any]
     else:
         from unstable.policies.api import APIPolicy
 
-        opponent = APIPolicy(job.opponent, timeout_s=job.api.timeout_s, max_retries=job.api.max_retries)
+        opponent = APIPolicy(job.opponent, **job.api.policy_kwargs())
     return lambda spec: {a.player_id: model if a.player_id == spec.eval_player_id else opponent for a in spec.agents}
 
 
@@ -337,7 +337,7 @@ def _check_opponent(opponent: str, api: APIOpponentConfig) -> str:
     if ref.kind == "api":
         from unstable.policies.api import APIPolicy
 
-        APIPolicy(opponent, timeout_s=api.timeout_s, max_retries=api.max_retries)  # raises now if the key is missing
+        APIPolicy(opponent, **api.policy_kwargs())  # raises now if the key is missing
     return opponent
 
 
@@ -346,6 +346,7 @@ def evaluate(model: str, env_id: str, opponent: str = "random", games: int = 100
              num_workers: int = 1, greedy: bool = False, num_players: int = 2, max_concurrent: int = 32,
              torch_threads: int | None = 1, api_timeout_s: float = APIOpponentConfig.timeout_s,
              api_max_retries: int = APIOpponentConfig.max_retries,
+             api_turn_deadline_s: float = APIOpponentConfig.turn_deadline_s,
              on_done: Callable[[GameRecord | FailedGame], None] | None = None) -> EvalResult:
     """Play ``games`` games of ``model`` (+ ``adapter``) against ``opponent``, alternating seats.
 
@@ -354,7 +355,8 @@ def evaluate(model: str, env_id: str, opponent: str = "random", games: int = 100
     ``sampling``, so games still differ). ``num_workers > 1`` spawns worker processes (see the
     module docstring for when that pays off); ``torch_threads`` is each process's torch thread count
     (``None``: torch's own). An API opponent's calls time out after ``api_timeout_s`` and are retried
-    ``api_max_retries`` times (see :class:`~unstable.policies.api.APIOpponentConfig`). ``on_done`` is
+    ``api_max_retries`` times within ``api_turn_deadline_s`` a turn (see
+    :class:`~unstable.policies.api.APIOpponentConfig`). ``on_done`` is
     called with each finished or failed game, in this process.
     """
     from unstable.games.specs import EvalEnvSpec
@@ -363,7 +365,8 @@ def evaluate(model: str, env_id: str, opponent: str = "random", games: int = 100
     EvalEnvSpec(env_id, num_players, prompt_template, fixed_opponent=opponent)  # validates env, template, baseline
     check_positive("api_timeout_s", api_timeout_s)
     check_int("api_max_retries", api_max_retries, 0)
-    api = APIOpponentConfig(api_timeout_s, api_max_retries)
+    check_positive("api_turn_deadline_s", api_turn_deadline_s)
+    api = APIOpponentConfig(api_timeout_s, api_max_retries, api_turn_deadline_s)
     opponent = _check_opponent(opponent, api)
     if adapter is not None and not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
         raise FileNotFoundError(f"adapter {adapter!r} is not a PEFT LoRA adapter directory")

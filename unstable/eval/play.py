@@ -12,6 +12,7 @@ from unstable.eval.evaluation import EvalJob, OutcomeStats, play_eval_games
 from unstable.games.specs import EvalEnvSpec
 from unstable.inference.base import SamplingParams
 from unstable.records import FailedGame, GameRecord
+from unstable.utils.checks import check_int
 
 
 def play_vs_opponent(
@@ -33,6 +34,7 @@ def play_vs_opponent(
     uses with confidence intervals and per-seat results. Returns every result (failed games
     included) and the model's :class:`~unstable.eval.evaluation.OutcomeStats` over the finished ones.
     """
+    check_int("max_concurrent", max_concurrent, 1)  # not the inference backend's max_batch_size it becomes
     spec = EvalEnvSpec(env_id=env_id, num_players=2, prompt_template=prompt_template, fixed_opponent=opponent)
     sampling = sampling or SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=64)
     job = EvalJob(model_name, spec.env_id, opponent, adapter_path, spec.num_players, prompt_template,

@@ -225,15 +225,22 @@ def count_parameters(size: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _check_seed(seed: object) -> None:
+    """A seed ``torch.manual_seed`` takes as given (it wraps a negative one silently)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+
+
 def build_tiny_model(out_dir: str | os.PathLike, size: str = "1m", seed: int = 0, *,
                      overwrite: bool = False) -> Path:
     """Build a randomly initialised Qwen3 model and its tokenizer into ``out_dir``; returns it.
 
-    Raises ``ValueError`` for an unknown ``size`` or an ``out_dir`` that is a file or can't be
-    written, and ``FileExistsError`` when ``out_dir`` is not empty, unless ``overwrite=True`` (which
-    deletes what is there first).
+    Raises ``ValueError`` for an unknown ``size``, a ``seed`` outside ``torch.manual_seed``'s
+    ``[0, 2**64)``, or an ``out_dir`` that is a file or can't be written, and ``FileExistsError``
+    when ``out_dir`` is not empty, unless ``overwrite=True`` (which deletes what is there first).
     """
     config = tiny_config(size)
+    _check_seed(seed)
     out = Path(out_dir)
     check_writable_dir("out_dir", out)  # a file there, or a place this user can't write: said now
     if out.exists() and any(out.iterdir()):
@@ -271,7 +278,8 @@ def tiny_model_path(size: str = "1m", seed: int = 0, cache_dir: str | os.PathLik
     ``~/.cache/unstable/tiny-models``. A build is written beside its final place and renamed into
     it, so an interrupted build never leaves a directory that looks complete.
     """
-    tiny_config(size)  # unknown size: fail before touching the cache
+    tiny_config(size)  # unknown size or seed: fail before touching the cache
+    _check_seed(seed)
     root = Path(cache_dir) if cache_dir is not None else _default_cache_root()
     final = root / f"{size}-seed{seed}-v{TINY_MODEL_VERSION}"
     if final.is_dir():

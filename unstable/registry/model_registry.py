@@ -51,12 +51,11 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import trueskill
-
 from unstable.games.legal_moves import SCRIPTED_POLICIES
 from unstable.inference.adapters import read_adapter
 from unstable.records import GameRecord, PolicyKind, PolicyRef
 from unstable.utils.calls import call
+from unstable.utils.quiet import import_trueskill
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +124,7 @@ class ModelRegistry:
         if log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {log_every}")
         self.tracker, self.beta, self.draw_probability, self.log_every = tracker, beta, draw_probability, log_every
-        self.TS = trueskill.TrueSkill(beta=beta, draw_probability=draw_probability)
+        self.TS = import_trueskill().TrueSkill(beta=beta, draw_probability=draw_probability)
         self._models: dict[str, ModelEntry] = {}
         self._current: dict[str, str] = {}  # lineage -> its current checkpoint, in order of first registration
         self._matches: dict[str, dict[str, int]] = {}
@@ -390,7 +389,7 @@ class ModelRegistry:
         if state.get("format") not in (1, 2):
             raise ValueError(f"unknown registry state format {state.get('format')!r}")
         self.beta, self.draw_probability = state["beta"], state["draw_probability"]
-        self.TS = trueskill.TrueSkill(beta=self.beta, draw_probability=self.draw_probability)
+        self.TS = import_trueskill().TrueSkill(beta=self.beta, draw_probability=self.draw_probability)
         models = [dict(m) for m in state["models"]]
         current = state["current"]
         if state["format"] == 1:

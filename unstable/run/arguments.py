@@ -46,6 +46,7 @@ FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
     "max_failure_rate": ("failure_budget", "max_failure_rate"),
     "failure_rate_window": ("failure_budget", "failure_rate_window"),
     "api_timeout_s": ("api_opponents", "timeout_s"), "api_max_retries": ("api_opponents", "max_retries"),
+    "api_turn_deadline_s": ("api_opponents", "turn_deadline_s"),
 }
 MODEL_SECTIONS = ("learner", "inference", "buffer")
 RUN_SECTIONS = ("samplers", "tracker", "failure_budget", "api_opponents")
@@ -106,6 +107,17 @@ def _section_dict(name: str, value: Any) -> dict:
     return _mapping(name, value)
 
 
+def _per_model_places(names: list[str]) -> str:
+    """Where each flat per-model setting goes in a ``models=[...]`` declaration, e.g.
+    ``reward_transforms -> models[i].buffer.reward_transforms``."""
+    places = []
+    for name in names:
+        section, field = FLAT_ARGUMENTS[name]
+        path = "models[i]" + ("" if section == MODEL else f".{section}") + (f".{field}" if field else "")
+        places.append(f"{name} -> {path}" + ("" if field else " (its keys)"))
+    return "; ".join(places)
+
+
 def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """build()'s keywords (flat, nested or both, without overlap) in the nested form, and the flat
     names that were given. Unknown keywords are the caller's to reject first."""
@@ -120,7 +132,7 @@ def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     per_model = sorted(k for k in flat if FLAT_ARGUMENTS[k][0] in (MODEL, *MODEL_SECTIONS))
     if per_model and len(nested.get("models", ())) > 1:
         raise ValueError(f"{per_model} set one model's settings, but models declares {len(nested['models'])}: "
-                         f"give them in each declaration (models=[{{'name': ..., 'learner': {{...}}}}, ...])")
+                         f"give them in each declaration ({_per_model_places(per_model)})")
     for name, value in flat.items():
         section, field = FLAT_ARGUMENTS[name]
         if section in RUN_SECTIONS:

@@ -37,7 +37,7 @@ from unstable.utils.secrets import SecretInConfigError, redact, reject_secret_se
 START_KEYS = {"learning_steps": 200, "num_collection_workers": 256, "num_eval_workers": 16}
 START_MINIMUM = {"learning_steps": 1, "num_collection_workers": 1, "num_eval_workers": 0}
 REQUIRED_KEYS = ("model_name", "train_envs")
-FLOAT_KEYS = ("learning_rate", "gradient_clipping", "temperature", "api_timeout_s")
+FLOAT_KEYS = ("learning_rate", "gradient_clipping", "temperature", "api_timeout_s", "api_turn_deadline_s")
 _EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 MAX_CONFIG_VALUES = 100_000
 """The most values (scalars, lists, mappings) a config may stand for with its aliases expanded."""

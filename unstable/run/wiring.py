@@ -53,12 +53,14 @@ from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import SuccessCurriculumEnvSampler, UniformRandomEnvSampler
 from unstable.tracking import Tracker
 from unstable.tracking.wandb_writer import wandb_plan
+from unstable.utils.quiet import quiet_ray_token_auth_notice
 
 log = logging.getLogger(__name__)
 
 
 def ensure_ray(address: str | None = None) -> None:
     """Connect to ``address`` (an existing cluster), or start a local Ray if none is running here."""
+    quiet_ray_token_auth_notice()  # a new local cluster's notice, which every first run printed
     if ray.is_initialized():
         return
     if address:

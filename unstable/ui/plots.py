@@ -266,6 +266,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def plot_run(run_dir: str | os.PathLike) -> list[Path]:
     """Write the plots whose data ``run_dir`` holds into ``run_dir/plots/``; return their paths."""
     root = Path(run_dir)
+    if root.exists() and not root.is_dir():
+        raise NotADirectoryError(f"{str(root)!r} is a file, not a run directory (give the folder a run writes, "
+                                 "runs/<run_name>)")
     if not root.is_dir():
         raise FileNotFoundError(f"run directory {str(root)!r} does not exist")
     run = RunData(read_metrics(root) if (root / METRICS_FILE).is_file() else [],

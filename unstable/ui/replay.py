@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from rich.console import Console, Group
@@ -110,14 +111,23 @@ def replay(run_dir: str | os.PathLike, game: int | None = None, last: int | None
     console = console or Console()
     for line in chosen:
         console.print(render_game(line, show_prompts=show_prompts, max_chars=max_chars))
-    if not chosen:
-        what = f"game {game}" if game is not None else "games"
-        console.print(f"no {what}{f' of {env}' if env else ''} in the transcripts of {run_dir}")
     return len(chosen)
 
 
 def run(args: argparse.Namespace) -> int:
-    """``unstable replay``: exit status 0 if something was printed, 1 if the selection was empty."""
+    """``unstable replay``: exit status 0 if something was printed, 1 (and an error line on stderr,
+    as the other commands write it) if the selection was empty."""
     printed = replay(args.run_dir, game=args.game, last=args.last, env=args.env, show_prompts=args.prompts,
                      max_chars=args.max_chars)
+    if not printed:
+        print(f"unstable replay: error: {_nothing_selected(args.run_dir, args.game, args.env)}", file=sys.stderr)
     return 0 if printed else 1
+
+
+def _nothing_selected(run_dir: str | os.PathLike, game: int | None, env: str | None) -> str:
+    """Why the selection is empty, with the game ids the transcripts do hold (some games' transcripts
+    may not be kept: see ``TranscriptConfig.sample_rate``)."""
+    what = f"game {game}" if game is not None else "games"
+    ids = sorted({line.get("game_id") for line in read_transcripts(run_dir) if isinstance(line.get("game_id"), int)})
+    held = f"they hold {len(ids)} games, ids {ids[0]} to {ids[-1]}" if ids else "they hold no game"
+    return f"no {what}{f' of {env}' if env else ''} in the transcripts of {run_dir} ({held})"

@@ -7,16 +7,20 @@ API error that echoes the request's key, a failed game's message and traceback, 
 through :func:`redact` first: it replaces the values of secret-looking environment variables
 (``*_API_KEY``, ``*_TOKEN``, ``*SECRET*``, ``*PASSWORD*``) and key-shaped strings (``sk-...``,
 ``Bearer ...``) with ``[REDACTED]``. A value is also found without its provider prefix (``sk-``,
-``sk-proj-``...) and base64-encoded (standard or URL-safe, at any alignment in a longer encoded
-text, as in a ``Basic`` auth header an error body echoes): see :func:`secret_forms`.
+``sk-proj-``...), URL-encoded, JSON- or Python-escaped, HTML-escaped, in hex and base64-encoded
+(standard or URL-safe, at any alignment in a longer encoded text, as in a ``Basic`` auth header an
+error body echoes), whatever the key's length from :data:`MIN_SECRET_LEN` on: see :func:`secret_forms`.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import html
+import json
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,9 +33,10 @@ MIN_SECRET_LEN = 8
 #: Prefixes providers put before a key's random part; the part after one is a secret too.
 KEY_PREFIXES = ("sk-", "sk-proj-", "sk-svcacct-", "sk-admin-", "sk-or-", "sk-or-v1-", "sk-ant-", "sk-ant-api03-",
                 "pk-", "rk-", "hf_", "ghp_", "gho_", "ghs_", "github_pat_", "xoxb-", "xoxp-", "glpat-")
-#: A key without its prefix, or a piece of its base64, is redacted only from this length on (shorter
-#: ones could be ordinary words or ordinary base64).
-MIN_DERIVED_LEN = 16
+#: A key without its prefix, or a piece of its base64, is redacted only from this length on: shorter
+#: pieces would match ordinary text and give little away. A key of 8 characters (``sk-`` and 5) still
+#: has its 5 redacted; the key itself is redacted from :data:`MIN_SECRET_LEN` on, whatever it is.
+MIN_DERIVED_LEN = 4
 
 _SECRET_ENV_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _SECRET_SETTING = re.compile(
@@ -62,8 +67,10 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
 
 @functools.lru_cache(maxsize=64)
 def secret_forms(value: str) -> tuple[str, ...]:
-    """The strings that give ``value`` away, longest first: the value itself, the value after each
-    known prefix it starts with (:data:`KEY_PREFIXES`), and the base64 of each of those.
+    """The strings that give ``value`` away, longest first: the value itself and the value after
+    each known prefix it starts with (:data:`KEY_PREFIXES`), each as it is, escaped as text that
+    carries it may escape it (:func:`_escaped_forms`: URL, JSON, Python, HTML, hex), and the base64 of
+    each of those.
 
     Base64 of a longer text that holds the value encodes it differently at each of the three byte
     alignments, and the characters at its edges mix in the neighbouring bytes; so each alignment's
@@ -74,6 +81,7 @@ def secret_forms(value: str) -> tuple[str, ...]:
     plain = {s for s in plain if s == value or len(s) >= MIN_DERIVED_LEN}
     forms = set(plain)
     for secret in plain:
+        forms |= _escaped_forms(secret)
         for pad in range(3):
             encoded = base64.b64encode(b"\0" * pad + secret.encode()).decode().rstrip("=")
             # Characters 0..2 hold the padding bytes (none, 2 or 3 of them); the last one holds the
@@ -82,6 +90,16 @@ def secret_forms(value: str) -> tuple[str, ...]:
             if len(core) >= MIN_DERIVED_LEN:
                 forms |= {core, core.replace("+", "-").replace("/", "_")}
     return tuple(sorted(forms, key=len, reverse=True))
+
+
+def _escaped_forms(secret: str) -> set[str]:
+    """``secret`` as text that carries it may have escaped it: URL-encoded (a query string, a form
+    body), JSON-escaped (ASCII or not, ``/`` as ``\\/`` too), Python's ``repr``, HTML, and hex."""
+    escaped = {urllib.parse.quote(secret, safe=""), urllib.parse.quote(secret), urllib.parse.quote_plus(secret),
+               json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1],
+               html.escape(secret), secret.encode().hex(), secret.encode().hex().upper()}
+    escaped |= {e.replace("/", "\\/") for e in escaped}
+    return escaped
 
 
 def redact(text: str, extra: tuple[str, ...] = ()) -> str:
