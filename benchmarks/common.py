@@ -49,7 +49,7 @@ def shape_dir(arch: str) -> str:
     builds the model directly on its device in its dtype (no 16 GB written to disk and read back)."""
     from transformers import Qwen3Config
 
-    from unstable.models.tiny import tiny_model_path
+    from unstable.local_models.tiny import tiny_model_path
 
     tiny = tiny_model_path("1m")
     out = tiny.parent.parent / "bench-models" / f"{arch}-config-only"

@@ -33,9 +33,9 @@ def test_help_shows_plain_text(capsys):
 
 
 def test_play_concurrency_zero_names_the_option_before_the_model_loads(capsys, monkeypatch):
-    import unstable.models.resolve
+    import unstable.local_models.resolve
 
-    monkeypatch.setattr(unstable.models.resolve, "resolve_model_name", lambda *a: pytest.fail("model resolved"))
+    monkeypatch.setattr(unstable.local_models.resolve, "resolve_model_name", lambda *a: pytest.fail("model resolved"))
     assert main(["play", "--model", "tiny", "--concurrency", "0", "--games", "1"]) == 2
     err = capsys.readouterr().err
     assert "unstable play: error: --concurrency must be an integer >= 1, got 0" in err
@@ -87,7 +87,7 @@ def test_the_multi_model_hint_for_a_flat_setting_names_its_section():
 
 @pytest.mark.parametrize("seed", [-1, 2**64, 1.5, True])
 def test_a_tiny_model_seed_out_of_range_is_refused_before_anything_is_written(seed, tmp_path):
-    from unstable.models.tiny import build_tiny_model, tiny_model_path
+    from unstable.local_models.tiny import build_tiny_model, tiny_model_path
 
     with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64\)"):
         build_tiny_model(tmp_path / "m", seed=seed)

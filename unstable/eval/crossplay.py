@@ -174,7 +174,7 @@ def play_cross_play(model: str, env_id: str, players: Sequence[PolicyRef], *, ga
     equally. ``sampling`` is every LLM seat's (default: temperature 0.6, top-p 0.95, 64 new tokens).
     ``on_done`` gets each finished or failed game in this process, for progress."""
     from unstable.games.specs import EvalEnvSpec
-    from unstable.models.resolve import resolve_model_name
+    from unstable.local_models.resolve import resolve_model_name
 
     EvalEnvSpec(env_id, 2, prompt_template)  # a known two-player game and template, or a clear error
     _check_players(players, env_id)
