@@ -245,6 +245,8 @@ BUILD_CASES = [
     ("api_timeout_s zero", {"api_timeout_s": 0}, "api_timeout_s must be a number > 0, got 0"),
     ("api_max_retries negative", {"api_max_retries": -1}, "api_max_retries must be an integer >= 0, got -1"),
     ("api_turn_deadline_s zero", {"api_turn_deadline_s": 0}, "api_turn_deadline_s must be a number > 0, got 0"),
+    ("api_opponents turn_deadline_s", {"api_opponents": {"turn_deadline_s": -1}},
+     "api_opponents.turn_deadline_s must be a number > 0"),
     ("api_opponents timeout_s", {"api_opponents": {"timeout_s": "5"}}, "api_opponents.timeout_s must be a number > 0"),
     # unknown and secret arguments
     ("misspelt argument", {"learning_rte": 1e-3}, r"unknown build\(\) arguments \['learning_rte'\] .*'learning_rate'"),
