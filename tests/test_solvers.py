@@ -1,0 +1,241 @@
+"""Exact exploitability (``unstable.eval.solvers``): known answers, and cross-checks against OpenSpiel's
+``best_response`` and ``exploitability`` on its own ``tic_tac_toe`` and ``kuhn_poker``."""
+
+from __future__ import annotations
+
+import random
+
+import pyspiel
+import pytest
+from open_spiel.python import policy as os_policy
+from open_spiel.python.algorithms import best_response, exploitability
+
+from unstable.eval.solvers import (
+    INFO_SETS,
+    kuhn_exploitability,
+    kuhn_match_exploitability,
+    kuhn_match_info_states,
+    kuhn_nash_table,
+    match_table_from_hand_table,
+    reachable_boards,
+    tictactoe_exploitability,
+    tictactoe_table,
+    to_move,
+    uniform_kuhn_table,
+)
+from unstable.eval.solvers.kuhn import LEGAL_ACTIONS
+from unstable.policies.baselines import tictactoe_heuristic_cells, tictactoe_optimal_cells
+
+
+# ------------------------------------------------------------------------------------ TicTacToe
+class TicTacToeTablePolicy(os_policy.Policy):
+    """A TicTacToe table as an OpenSpiel policy: OpenSpiel's player 0 (``x``, first) is TextArena's
+    player 0 (``O``, first), and both number the cells row-major."""
+
+    def __init__(self, game, table):
+        super().__init__(game, [0, 1])
+        self.table = table
+
+    def action_probabilities(self, state, player_id=None):
+        board = [" "] * 9
+        for i, cell in enumerate(state.history()):
+            board[cell] = "O" if i % 2 == 0 else "X"
+        return dict(self.table["".join(board)])
+
+
+def openspiel_best_response(table, responder: int) -> float:
+    game = pyspiel.load_game("tic_tac_toe")
+    return best_response.BestResponsePolicy(game, responder, TicTacToeTablePolicy(game, table)).value(
+        game.new_initial_state())
+
+
+def noisy_optimal_table(seed: int) -> dict[str, dict[int, float]]:
+    """Seeded, non-uniform, not optimal: up to two optimal cells and one random cell, random weights
+    leaning to the optimal ones. A small support keeps OpenSpiel's tree walk fast."""
+    rng = random.Random(seed)
+    table = {}
+    for board in reachable_boards():
+        cells = [c for c in range(9) if board[c] == " "]
+        good = tictactoe_optimal_cells(tuple("" if m == " " else m for m in board), to_move(board))
+        support = sorted(set(good[:2]) | {rng.choice(cells)})
+        weights = [rng.random() + (3 if c in good else 0) for c in support]
+        table[board] = {c: w / sum(weights) for c, w in zip(support, weights, strict=True)}
+    return table
+
+
+def test_reachable_boards_are_the_4520_positions_in_play_with_o_first():
+    boards = reachable_boards()
+    assert len(boards) == len(set(boards)) == 4520
+    assert boards[0] == " " * 9 and to_move(" " * 9) == "O" and to_move("    O    ") == "X"
+    assert all(b.count("O") - b.count("X") in (0, 1) for b in boards)
+
+
+def test_the_best_response_value_equals_openspiel_on_a_seeded_table():
+    table = noisy_optimal_table(seed=7)
+    result = tictactoe_exploitability(table)
+    # OpenSpiel's value is the responder's return (+1 win, -1 loss): responder 0 faces the policy second.
+    assert result.best_response_second == pytest.approx(openspiel_best_response(table, 0), abs=1e-9)
+    assert result.best_response_first == pytest.approx(openspiel_best_response(table, 1), abs=1e-9)
+    assert 0.1 < result.best_response_first < 0.9 and 0.1 < result.best_response_second < 0.9  # not trivial
+    assert result.exploitability == pytest.approx((result.best_response_first + result.best_response_second) / 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cells_for", [None, tictactoe_heuristic_cells], ids=["uniform", "heuristic"])
+def test_the_best_response_value_equals_openspiel_on_full_support_tables(cells_for):
+    table = tictactoe_table(cells_for)
+    result = tictactoe_exploitability(table)
+    assert result.best_response_second == pytest.approx(openspiel_best_response(table, 0), abs=1e-9)
+    assert result.best_response_first == pytest.approx(openspiel_best_response(table, 1), abs=1e-9)
+
+
+def test_known_answers_uniform_heuristic_optimal():
+    """Exact fractions (OpenSpiel agrees: the slow test above); uniform and heuristic never beat optimal."""
+    uniform = tictactoe_exploitability(tictactoe_table())
+    assert (uniform.best_response_first, uniform.best_response_second) == pytest.approx((874 / 945, 191 / 192))
+    assert uniform.vs_optimal_first == pytest.approx((0.0, 757 / 3402, 1 - 757 / 3402))
+    heuristic = tictactoe_exploitability(tictactoe_table(tictactoe_heuristic_cells))
+    assert (heuristic.best_response_first, heuristic.best_response_second) == pytest.approx((0.4, 89 / 96))
+    assert heuristic.vs_optimal_first == pytest.approx((0.0, 263 / 315, 52 / 315))
+    optimal = tictactoe_exploitability(tictactoe_table(tictactoe_optimal_cells))
+    assert optimal.exploitability == pytest.approx(0.0, abs=1e-12)
+    assert optimal.vs_optimal_first == pytest.approx((0.0, 1.0, 0.0)) == optimal.vs_optimal_second
+
+
+def test_invalid_mass_counts_as_a_loss():
+    always_invalid = tictactoe_exploitability({board: {} for board in reachable_boards()})
+    assert always_invalid.exploitability == 1.0
+    assert always_invalid.vs_optimal_first == (0.0, 0.0, 1.0)
+    assert always_invalid.invalid_vs_best_response_first == 1.0 == always_invalid.invalid_vs_best_response_second
+    # Optimal play that answers invalidly with probability 0.1 at every board: nobody wins a game of
+    # valid optimal play, so the responder plays for the longest game (a full board) and wins exactly
+    # when the policy errs in one of its 5 moves (first) or 4 moves (second).
+    optimal = tictactoe_table(tictactoe_optimal_cells)
+    leaky = {board: {c: 0.9 * p for c, p in probs.items()} for board, probs in optimal.items()}
+    result = tictactoe_exploitability(leaky)
+    assert result.best_response_first == pytest.approx(1 - 0.9**5, abs=1e-12)
+    assert result.best_response_second == pytest.approx(1 - 0.9**4, abs=1e-12)
+    assert result.exploitability == pytest.approx(0.376705, abs=1e-12)
+    assert result.invalid_vs_best_response_first == pytest.approx(1 - 0.9**5, abs=1e-12)
+    assert result.vs_optimal_first == pytest.approx((0.0, 0.9**5, 1 - 0.9**5), abs=1e-12)
+    assert result.to_dict()["vs_optimal_first"] == list(result.vs_optimal_first)
+
+
+def test_bad_tables_are_refused_with_the_board_named():
+    table = tictactoe_table()
+    missing = dict(table)
+    del missing["    O    "]
+    with pytest.raises(ValueError, match=r"no entry for board '    O    '"):
+        tictactoe_exploitability(missing)
+    with pytest.raises(ValueError, match="more X than O"):
+        tictactoe_exploitability({**table, "    X    ": {0: 1.0}})
+    with pytest.raises(ValueError, match="cell 4 is not an empty cell"):
+        tictactoe_exploitability({**table, "    O    ": {4: 1.0}})
+    with pytest.raises(ValueError, match="sum to"):
+        tictactoe_exploitability({**table, " " * 9: {0: 0.7, 1: 0.7}})
+
+
+# ------------------------------------------------------------------------------------ Kuhn poker
+KUHN = pyspiel.load_game("kuhn_poker")
+_OPENSPIEL_HISTORY = {"": "", "p": "check", "b": "bet", "pb": "check,bet"}
+
+
+def to_openspiel_kuhn(table) -> os_policy.TabularPolicy:
+    """A per-hand table as OpenSpiel's TabularPolicy: its keys are ``<card 0-2><history of p/b>`` and
+    its actions 0 = pass (check or fold), 1 = bet (bet or call); player 0 acts first."""
+    policy = os_policy.TabularPolicy(KUHN)
+    for key in policy.state_lookup:
+        history = _OPENSPIEL_HISTORY[key[1:]]
+        probs = table[f"{'JQK'[int(key[0])]}:{history}"]
+        passive, aggressive = LEGAL_ACTIONS[history]
+        policy.policy_for_key(key)[:] = [probs.get(passive, 0.0), probs.get(aggressive, 0.0)]
+    return policy
+
+
+def lopsided_kuhn_table() -> dict[str, dict[str, float]]:
+    """Not uniform, not Nash: the aggressive action with probability 0.1, 0.7, 0.25 or 0.9, varying by key."""
+    weights = (0.1, 0.7, 0.25, 0.9)
+    return {key: dict(zip(LEGAL_ACTIONS[key.split(":", 1)[1]], (1 - weights[i % 4], weights[i % 4]), strict=True))
+            for i, key in enumerate(INFO_SETS)}
+
+
+@pytest.mark.parametrize("name, table", [("uniform", uniform_kuhn_table()), ("nash 1/3", kuhn_nash_table()),
+                                         ("nash 0.1", kuhn_nash_table(0.1)), ("lopsided", lopsided_kuhn_table())])
+def test_kuhn_exploitability_equals_openspiel(name, table):
+    ours = kuhn_exploitability(table).exploitability
+    assert ours == pytest.approx(exploitability.exploitability(KUHN, to_openspiel_kuhn(table)), abs=1e-6)
+
+
+def test_kuhn_known_answers():
+    uniform = kuhn_exploitability(uniform_kuhn_table())
+    assert uniform.exploitability == pytest.approx(11 / 24)  # 0.458333..., OpenSpiel's uniform-policy value
+    for alpha in (0.0, 0.1, 1 / 3):
+        nash = kuhn_exploitability(kuhn_nash_table(alpha))
+        assert nash.exploitability == pytest.approx(0.0, abs=1e-12)
+        # Against an equilibrium the best response gets the game value: the first player's -1/18.
+        assert nash.best_response_second == pytest.approx(-1 / 18) and nash.best_response_first == pytest.approx(1 / 18)
+    # TextArena's stakes (a bet adds nothing): folding is never better than calling, so Nash is exploitable.
+    assert kuhn_exploitability(kuhn_nash_table()).textarena_exploitability == pytest.approx(1 / 6)
+    assert kuhn_exploitability(lopsided_kuhn_table()).exploitability == pytest.approx(37 / 60, abs=1e-12)
+
+
+def test_kuhn_invalid_mass_is_a_fold():
+    always_invalid = kuhn_exploitability({key: {} for key in INFO_SETS})
+    assert always_invalid.exploitability == 1.0 == always_invalid.textarena_exploitability
+    # Nash that answers invalidly with probability 0.1 everywhere gives the best response more.
+    leaky = {k: {a: 0.9 * p for a, p in v.items()} for k, v in kuhn_nash_table().items()}
+    assert 0 < kuhn_exploitability(leaky).exploitability < 0.2
+
+
+def test_kuhn_bad_tables_are_refused_with_the_key_named():
+    table = uniform_kuhn_table()
+    with pytest.raises(ValueError, match="no entry for information set 'Q:bet'"):
+        kuhn_exploitability({k: v for k, v in table.items() if k != "Q:bet"})
+    with pytest.raises(ValueError, match="'fold' is not legal"):
+        kuhn_exploitability({**table, "J:": {"fold": 1.0}})
+    with pytest.raises(ValueError, match="not one of the 12"):
+        kuhn_exploitability({**table, "A:": {"bet": 1.0}})
+
+
+# -------------------------------------------------------------------- the 3-round KuhnPoker-v0 match
+def test_the_match_has_7212_information_states_and_round_one_is_the_per_hand_table():
+    keys = kuhn_match_info_states()
+    assert len(keys) == 7212 and [sum(k.count("|") == r for k in keys) for r in range(3)] == [12, 288, 6912]
+    assert set(keys[:12]) == set(INFO_SETS)
+    assert "KJ:bet,call|Q?:check,bet,fold|J:check" in keys
+
+
+@pytest.mark.parametrize("name, table", [("nash", kuhn_nash_table()), ("lopsided", lopsided_kuhn_table())])
+def test_one_round_in_chips_equals_the_per_hand_textarena_value(name, table):
+    match = kuhn_match_exploitability(match_table_from_hand_table(table, rounds=1), rounds=1, reward="chips")
+    hand = kuhn_exploitability(table)
+    # Player 1 opens round 1: the policy as player 0 acts second.
+    assert match.best_response_player0 == pytest.approx(hand.textarena_best_response_second, abs=1e-12)
+    assert match.best_response_player1 == pytest.approx(hand.textarena_best_response_first, abs=1e-12)
+
+
+def test_the_match_against_a_history_blind_policy_is_a_best_of_three():
+    """A policy that ignores earlier rounds makes the rounds independent, and each round is won or lost,
+    so the best responder maximises each round's win probability p = (1 + per-hand value) / 2 and wins
+    the match with P(at least 2 of 3). Player 1 opens rounds 1 and 3."""
+    table = lopsided_kuhn_table()
+    hand = kuhn_exploitability(table)
+    first, second = (1 + hand.textarena_best_response_first) / 2, (1 + hand.textarena_best_response_second) / 2
+
+    def best_of_three(a, b, c):
+        return 2 * (a * b + a * c + b * c - 2 * a * b * c) - 1
+
+    match = kuhn_match_exploitability(match_table_from_hand_table(table))
+    assert match.best_response_player0 == pytest.approx(best_of_three(second, first, second), abs=1e-12)
+    assert match.best_response_player1 == pytest.approx(best_of_three(first, second, first), abs=1e-12)
+    assert 0 < match.exploitability < 1
+
+
+def test_an_invalid_move_loses_the_match():
+    """Invalid in round 3 only: the best responder only has to reach round 3."""
+    table = match_table_from_hand_table(kuhn_nash_table())
+    table = {key: ({} if key.count("|") == 2 else probs) for key, probs in table.items()}
+    result = kuhn_match_exploitability(table)
+    assert result.best_response_player0 == 1.0 == result.best_response_player1
+    with pytest.raises(ValueError, match=r"no entry for information state '[JQK]:"):
+        kuhn_match_exploitability({})
