@@ -151,7 +151,7 @@ class PolicyReader:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         adapter_kw = self._adapter_kwargs(len(items))
         out = backend.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                            position_ids=positions.to(device), use_cache=True, **adapter_kw)
+                            position_ids=positions.to(device), use_cache=True, logits_to_keep=1, **adapter_kw)
         first = self._step_logprobs(out.logits[:, -1]).cpu()  # [P, V]: the first completion token
         rows = [(p, c) for p, item in enumerate(items) for c in range(len(item.candidates))]
         cands = [items[p].candidates[c] for p, c in rows]
