@@ -174,3 +174,36 @@ def test_kuhn_exploitability_of_a_tiny_model_exact_and_sampled(answering_model):
         assert result.exploitability == result.solver["exploitability"]
         json.dumps(result.to_dict(with_policy=True))
     assert set(exact.policy) == set(INFO_SETS)
+
+
+def test_an_adapter_is_read_with_its_weights(tiny_model_dir, adapters, ttt_states):
+    """Log-probabilities (the untrained model's are tiny, but exact) of a LoRA seat: the backend's adapter
+    rows equal the adapter merged into the weights, and differ from the base seat's."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from unstable.algorithms.policy_gradient import token_logprobs
+    from unstable.eval.policy_reading import _Item
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(tiny_model_dir)
+    try:
+        sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=16)
+        base, lora = (PolicyReader(backend, adapter, sampling) for adapter in (None, adapters[0]))
+        prompt = render_prompt("qwen3-board", ttt_states[STATE].observation)
+        ids = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answers = [lora.answer_ids(m) for m in ("[1]", "[8]")]
+        (read,) = lora._score([_Item(ids, answers, 16)])
+        (read_base,) = base._score([_Item(ids, answers, 16)])
+    finally:
+        backend.close()
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapters[0])
+    merged = merged.merge_and_unload().eval()
+    for answer, value, value_base in zip(answers, read, read_base, strict=True):
+        totals = []
+        for eos in sorted(backend.eos_ids):
+            seq = torch.tensor([ids + answer + [eos]])
+            with torch.no_grad():
+                totals.append(token_logprobs(merged(input_ids=seq).logits, seq)[0, len(ids) - 1:].sum())
+        assert value == pytest.approx(float(torch.logsumexp(torch.stack(totals), 0)), abs=1e-3)
+        assert abs(value - value_base) > 1e-2
