@@ -1,5 +1,6 @@
 """Reading an LLM seat's policy: real game states, exact teacher-forced move probabilities that match the
-backend's samples, and exploitability from them."""
+backend's samples, and exploitability from them. The tests that read a model are marked slow: the
+fine-tuned fixture model takes ~30 s to make on a quiet 2-core machine (minutes on a busy one)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ def _independent_logprob(backend, prompt: str, answer: list[int], temperature: f
     return float(torch.logsumexp(torch.tensor(total), 0))
 
 
+@pytest.mark.slow
 def test_exact_reading_equals_one_sequence_at_a_time_scoring(answering_model, ttt_states):
     """Batched prompts of different lengths, a shared prompt cache and the stop tokens: the same numbers
     as scoring each full completion alone with the learners' token_logprobs."""
@@ -158,6 +160,7 @@ def test_exploitability_refuses_games_without_a_solver_and_history_dependent_pro
         evaluate_exploitability("tiny", ENV, prompt_template="qwen3-zs", method="exact")
 
 
+@pytest.mark.slow
 def test_kuhn_exploitability_of_a_tiny_model_exact_and_sampled(answering_model):
     from unstable.inference.transformers_backend import TransformersBackend
 
@@ -165,7 +168,7 @@ def test_kuhn_exploitability_of_a_tiny_model_exact_and_sampled(answering_model):
     try:
         exact = evaluate_exploitability(answering_model, "KuhnPoker-v0-train", backend=backend)
         sampled = evaluate_exploitability(answering_model, "KuhnPoker-v0-train", backend=backend, method="sampled",
-                                          samples=8)
+                                          samples=8, max_new_tokens=8)
     finally:
         backend.close()
     assert exact.method == "exact" and exact.states == 12 and sampled.method == "sampled" and sampled.samples == 8
@@ -176,6 +179,7 @@ def test_kuhn_exploitability_of_a_tiny_model_exact_and_sampled(answering_model):
     assert set(exact.policy) == set(INFO_SETS)
 
 
+@pytest.mark.slow
 def test_an_adapter_is_read_with_its_weights(tiny_model_dir, adapters, ttt_states):
     """Log-probabilities (the untrained model's are tiny, but exact) of a LoRA seat: the backend's adapter
     rows equal the adapter merged into the weights, and differ from the base seat's."""
@@ -207,3 +211,18 @@ def test_an_adapter_is_read_with_its_weights(tiny_model_dir, adapters, ttt_state
                 totals.append(token_logprobs(merged(input_ids=seq).logits, seq)[0, len(ids) - 1:].sum())
         assert value == pytest.approx(float(torch.logsumexp(torch.stack(totals), 0)), abs=1e-3)
         assert abs(value - value_base) > 1e-2
+
+
+@pytest.mark.slow
+def test_the_cli_prints_and_writes_the_exploitability(answering_model, tmp_path, capsys):
+    from unstable.cli.commands import main
+
+    out = tmp_path / "exploit.json"
+    assert main(["eval", "--exploitability", "--model", answering_model, "--env", "KuhnPoker-v0-train",
+                 "--temperature", "1", "--top-p", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "exploitability" in printed and "12 states read (exact)" in printed
+    saved = json.loads(out.read_text())
+    assert saved["env_id"] == "KuhnPoker-v0-train" and set(saved["policy"]) == set(INFO_SETS)
+    assert main(["eval", "--exploitability", "--model", "tiny", "--env", "ConnectFour-v0-train"]) == 2
+    assert "no exploitability solver" in capsys.readouterr().err
