@@ -226,3 +226,33 @@ def test_the_cli_prints_and_writes_the_exploitability(answering_model, tmp_path,
     assert saved["env_id"] == "KuhnPoker-v0-train" and set(saved["policy"]) == set(INFO_SETS)
     assert main(["eval", "--exploitability", "--model", "tiny", "--env", "ConnectFour-v0-train"]) == 2
     assert "no exploitability solver" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.7, 0.9), (1.3, 0.8)])
+def test_under_top_p_the_reading_equals_the_backends_own_log_probs(answering_model, ttt_states, temperature, top_p):
+    """Each canonical completion the backend samples records its tokens' log-probs under the temperature and
+    the nucleus; the reading of the same answer tokens (a token limit that ends generation right after
+    them, so no stop token is scored) gives the same sum."""
+    from unstable.eval.policy_reading import _Item
+    from unstable.inference.base import GenerationRequest
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(answering_model, batch_wait_ms=0)
+    try:
+        sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=16)
+        reader = PolicyReader(backend, None, sampling)
+        state = ttt_states[STATE]
+        prompt = render_prompt("qwen3-board", state.observation)
+        ids = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        checked = 0
+        for result in backend.generate_batch([GenerationRequest(prompt, None, sampling)] * 32):
+            move = reader.extract(result.sample.text).action
+            if move in state.moves and reader._is_canonical(result.sample, move):
+                answer = reader.answer_ids(move)
+                (read,) = reader._score([_Item(ids, [answer], len(answer))])
+                assert read[0] == pytest.approx(sum(result.sample.completion_logprobs[:-1]), abs=1e-4)
+                checked += 1
+    finally:
+        backend.close()
+    assert checked >= 10
