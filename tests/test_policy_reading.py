@@ -12,9 +12,16 @@ import pytest
 import torch
 
 from unstable.eval.exploitability import NoSolverError, evaluate_exploitability
-from unstable.eval.game_states import canonical_history, kuhn_states, replay, reversed_history, tictactoe_states
+from unstable.eval.game_states import (
+    board_string,
+    canonical_history,
+    kuhn_states,
+    replay,
+    reversed_history,
+    tictactoe_states,
+)
 from unstable.eval.policy_reading import PolicyReader
-from unstable.eval.solvers import INFO_SETS, reachable_boards
+from unstable.eval.solvers import INFO_SETS, reachable_boards, to_move
 from unstable.games.templates import render_prompt
 from unstable.inference.base import SamplingParams
 
@@ -55,7 +62,10 @@ def answering_model(tiny_model_dir, tmp_path_factory) -> str:
 
 
 def test_states_are_every_board_in_play_replayed_in_a_real_env(ttt_states):
-    assert set(ttt_states) == set(reachable_boards())  # the solver's 4,520 boards
+    assert set(ttt_states) == set(reachable_boards()) and len(ttt_states) == 4520  # the solver's boards
+    for board, state in ttt_states.items():  # each history really reaches its board, with that seat to move
+        player, _, env = replay(ENV, state.history)
+        assert board_string(env) == board and player == state.player == (0 if to_move(board) == "O" else 1)
     state = ttt_states[STATE]
     assert state.history == ("[0]", "[4]") and state.player == 0
     assert state.moves == tuple(f"[{c}]" for c in (1, 2, 3, 5, 6, 7, 8))

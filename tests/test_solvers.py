@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import random
+import re
+from collections.abc import Mapping
+from pathlib import Path
 
 import pyspiel
 import pytest
@@ -12,11 +15,15 @@ from open_spiel.python.algorithms import best_response, exploitability
 
 from unstable.eval.solvers import (
     INFO_SETS,
+    board_key,
+    connect_four_exploitability_bounds,
+    connect_four_positions,
     kuhn_exploitability,
     kuhn_match_exploitability,
     kuhn_match_info_states,
     kuhn_nash_table,
     match_table_from_hand_table,
+    position_key,
     reachable_boards,
     tictactoe_exploitability,
     tictactoe_table,
@@ -25,6 +32,8 @@ from unstable.eval.solvers import (
 )
 from unstable.eval.solvers.kuhn import LEGAL_ACTIONS
 from unstable.policies.baselines import tictactoe_heuristic_cells, tictactoe_optimal_cells
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------------ TicTacToe
@@ -239,3 +248,107 @@ def test_an_invalid_move_loses_the_match():
     assert result.best_response_player0 == 1.0 == result.best_response_player1
     with pytest.raises(ValueError, match=r"no entry for information state '[JQK]:"):
         kuhn_match_exploitability({})
+
+
+# ------------------------------------------------------------------------------------ the docs page
+def test_the_exploitability_section_of_the_docs_runs_and_prints_what_it_shows(capsys):
+    """docs/evaluation.md, "## Exploitability": its python blocks as one script print its text block."""
+    section = (REPO / "docs" / "evaluation.md").read_text(encoding="utf-8").split("\n## Exploitability\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    script = "\n".join(re.findall(r"```python\n(.*?)```", section, re.S))
+    (shown,) = re.findall(r"```text\n(.*?)```", section, re.S)
+    exec(compile(script, "docs/evaluation.md", "exec"), {})
+    assert capsys.readouterr().out == shown
+
+
+# ------------------------------------------------------------------------------------ ConnectFour
+class ColumnsTable(Mapping):
+    """A ConnectFour table computed on demand: ``share`` of the mass spread uniformly over
+    ``columns(position)``, the rest invalid."""
+
+    def __init__(self, columns, share: float = 1.0):
+        self.columns, self.share = columns, share
+
+    def __getitem__(self, position):
+        cols = self.columns(position)
+        return {c: self.share / len(cols) for c in cols}
+
+    def __iter__(self):
+        raise TypeError("computed on demand")
+
+    def __len__(self):
+        raise TypeError("computed on demand")
+
+
+def _open(position):
+    return [c for c in range(7) if position[c] == "."]
+
+
+def test_connect_four_bounds_known_answers():
+    assert connect_four_exploitability_bounds(ColumnsTable(_open, share=0.0), depth=3).exploitability == (1.0, 1.0)
+    # Nobody can connect four before ply 7: until then only invalid moves decide, and the lower bound
+    # is 1 - 2 * 0.9**k after the policy's k moves (upper bound 1).
+    leaky = ColumnsTable(_open, share=0.9)
+    for depth in (1, 2, 3, 4, 5):
+        result = connect_four_exploitability_bounds(leaky, depth)
+        first, second = (depth + 1) // 2, depth // 2
+        assert result.best_response_first == pytest.approx((1 - 2 * 0.9**first, 1.0), abs=1e-12)
+        assert result.best_response_second == pytest.approx((1 - 2 * 0.9**second, 1.0), abs=1e-12)
+    # A policy that drops its discs in the lowest open column, moving second: the responder connects
+    # four in another column at ply 7 (its fourth disc) before the policy's fourth.
+    stacker = ColumnsTable(lambda p: [min(_open(p))])
+    assert connect_four_exploitability_bounds(stacker, depth=6).best_response_second == (-1.0, 1.0)
+    assert connect_four_exploitability_bounds(stacker, depth=7).best_response_second == (1.0, 1.0)
+    assert len(connect_four_positions(3)) == 1 + 7 + 49
+
+
+def test_connect_four_bad_tables_are_refused():
+    with pytest.raises(ValueError, match=r"no entry for position '\.{42}'"):
+        connect_four_exploitability_bounds({}, depth=2)
+    with pytest.raises(ValueError, match="must give open columns"):
+        connect_four_exploitability_bounds({"." * 42: {9: 1.0}}, depth=1)
+
+
+# ---------------------------------------------------------------- the keys, read from real TextArena
+def test_the_keys_of_textarena_states_follow_the_solvers_conventions():
+    """TicTacToe: player 0 plays O and moves first; ConnectFour: player 0 drops X first. The key of the
+    live board is a board the solver knows, with the mark of the player to move."""
+    import textarena as ta
+
+    env = ta.make("TicTacToe-v0-raw")
+    env.reset(num_players=2, seed=3)
+    for cell in (4, 0, 8):
+        key = board_key(env.state.game_state["board"])
+        assert key in set(reachable_boards())
+        assert to_move(key) == ("O" if env.state.current_player_id == 0 else "X")
+        env.step(f"[{cell}]")
+    assert board_key(env.state.game_state["board"]) == "X   O   O"
+
+    env = ta.make("ConnectFour-v0-raw")
+    env.reset(num_players=2, seed=3)
+    env.step("[col 3]")
+    key = position_key(env.state.game_state["board"])
+    assert key == "." * 38 + "X..." and key in connect_four_positions(2)
+    assert env.state.current_player_id == 1  # O to move: the counts differ
+
+
+def test_boards_the_policy_never_leads_to_may_be_left_out():
+    """The optimal policy's table cut down to the boards its own support can reach (in either seat)
+    gives the same result as the full table; a board it can reach, removed, is named."""
+    full = tictactoe_table(tictactoe_optimal_cells)
+    needed = set()
+    for mark in ("O", "X"):
+        stack = [" " * 9]
+        while stack:
+            board = stack.pop()
+            if board not in full or (board, mark) in needed:
+                continue
+            needed.add((board, mark))
+            cells = full[board] if to_move(board) == mark else [c for c in range(9) if board[c] == " "]
+            stack.extend(board[:c] + to_move(board) + board[c + 1:] for c in cells)
+    kept = {board: full[board] for board, mark in needed if to_move(board) == mark}
+    assert 0 < len(kept) < len(full)
+    assert tictactoe_exploitability(kept) == tictactoe_exploitability(full)
+    removed = sorted(kept, key=lambda b: (9 - b.count(" "), b))[-1]
+    with pytest.raises(ValueError, match=f"no entry for board '{removed}'"):
+        tictactoe_exploitability({b: p for b, p in kept.items() if b != removed})

@@ -23,10 +23,10 @@ from typing import Any
 import textarena as ta
 
 from unstable.collection.rollout import _as_text
+from unstable.eval.solvers import board_key, reachable_boards
 from unstable.games.envs import base_name
 from unstable.games.legal_moves import _unwrap, legal_moves
 
-BOARD_CELLS = 9
 KUHN_CARDS = ("J", "Q", "K")
 KUHN_HISTORIES = ((), ("check",), ("bet",), ("check", "bet"))
 """Round-1 betting histories before a decision: first to act, second after a check, second after a bet,
@@ -67,17 +67,9 @@ def replay(env_id: str, history: Sequence[str], seed: int = 0) -> tuple[int, str
 
 
 # ----------------------------------------------------------------------------- TicTacToe
-_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
-
-
 def board_string(env: Any) -> str:
-    """The TicTacToe board of a live env as 9 characters ``"X"``, ``"O"`` or ``" "`` (cell = row * 3 + col)."""
-    board = _unwrap(env).state.game_state["board"]
-    return "".join(cell or " " for row in board for cell in row)
-
-
-def _won(board: str) -> bool:
-    return any(board[a] != " " and board[a] == board[b] == board[c] for a, b, c in _LINES)
+    """The TicTacToe board of a live env as the solvers key it (:func:`~unstable.eval.solvers.board_key`)."""
+    return board_key(_unwrap(env).state.game_state["board"])
 
 
 def _first_mark(env_id: str) -> str:
@@ -108,32 +100,15 @@ def reversed_history(board: str, first: str) -> tuple[str, ...]:
     return tuple(f"[{cell}]" for cell in order)
 
 
-def reachable_decision_boards(first: str = "O") -> list[str]:
-    """Every board reachable from the empty one where the game is not over, in breadth-first order."""
-    second = "X" if first == "O" else "O"
-    seen, frontier, out = {" " * BOARD_CELLS}, [" " * BOARD_CELLS], []
-    while frontier:
-        nxt = []
-        for board in frontier:
-            out.append(board)
-            mark = first if board.count(first) == board.count(second) else second
-            for cell in (i for i, c in enumerate(board) if c == " "):
-                child = board[:cell] + mark + board[cell + 1:]
-                if child not in seen and not _won(child) and " " in child:
-                    seen.add(child)
-                    nxt.append(child)
-        frontier = nxt
-    return out
-
-
 def tictactoe_states(env_id: str, boards: Sequence[str] | None = None) -> dict[str, GameState]:
-    """The decision states of TicTacToe ``env_id``: ``boards`` (default: every reachable one where the
-    game is not over) each reached by :func:`canonical_history` in a real env."""
+    """The decision states of TicTacToe ``env_id``: ``boards`` (default: the solvers' 4,520
+    :func:`~unstable.eval.solvers.reachable_boards`, where the game is not over) each reached by
+    :func:`canonical_history` in a real env."""
     if base_name(env_id) != "TicTacToe":
         raise ValueError(f"tictactoe_states needs a TicTacToe env id, got {env_id!r}")
     first = _first_mark(env_id)
     states = {}
-    for board in boards if boards is not None else reachable_decision_boards(first):
+    for board in boards if boards is not None else reachable_boards():
         history = canonical_history(board, first)
         player, observation, env = replay(env_id, history)
         if board_string(env) != board:

@@ -22,7 +22,7 @@ but ``unstable`` plays with ``error_allowance=0`` (``TrainEnvSpec``/``EvalEnvSpe
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from unstable.policies.baselines import tictactoe_optimal_cells, tictactoe_winner
@@ -42,6 +42,11 @@ def to_move(board: Board) -> str:
     return FIRST if board.count(FIRST) == board.count(SECOND) else SECOND
 
 
+def board_key(rows: Sequence[Sequence[str]]) -> Board:
+    """The table key of TextArena's ``game_state["board"]`` (3 rows of ``""``, ``"X"``, ``"O"``)."""
+    return "".join(mark or " " for row in rows for mark in row)
+
+
 def _tuple(board: Board) -> tuple[str, ...]:
     """The board as :mod:`unstable.policies.baselines` keeps it (``""`` for an empty cell)."""
     return tuple("" if mark == " " else mark for mark in board)
@@ -55,8 +60,9 @@ def _empty(board: Board) -> list[int]:
     return [cell for cell, mark in enumerate(board) if mark == " "]
 
 
+@functools.cache
 def winner(board: Board) -> str | None:
-    """The mark with three in a row, or ``None``."""
+    """The mark with three in a row, or ``None`` (memoised: 5,478 boards can occur)."""
     return tictactoe_winner(_tuple(board))
 
 
@@ -196,6 +202,8 @@ def tictactoe_exploitability(table: TicTacToeTable) -> TicTacToeExploitability:
 
     ``table`` maps every board of :func:`reachable_boards` (the policy plays both seats, so it is to
     move on each) to ``{cell: probability}`` over legal cells; missing mass is an invalid move (a loss).
+    Boards the policy's own moves cannot lead to (only through a cell it gives probability 0) may be
+    left out; any other missing board raises, naming it.
     """
     _check_table(table)
     solver = _Solver(table)
