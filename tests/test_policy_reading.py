@@ -266,3 +266,30 @@ def test_under_top_p_the_reading_equals_the_backends_own_log_probs(answering_mod
     finally:
         backend.close()
     assert checked >= 10
+
+
+@pytest.mark.slow
+def test_all_checkpoints_of_a_run_are_read_and_appended(answering_model, tmp_path, capsys):
+    """A run directory as build() leaves it (config, registry with the base and a LoRA checkpoint): one line
+    per checkpoint in exploitability.jsonl, oldest first, at its iteration."""
+    from conftest import make_adapter
+
+    from unstable.cli.commands import main
+
+    make_adapter(answering_model, tmp_path / "checkpoints" / "ckpt-3", seed=1)
+    (tmp_path / "config.json").write_text(json.dumps({"models": [{"name": "model", "model_name": answering_model}],
+                                                      "train_envs": [{"prompt_template": "qwen3-board"}]}))
+    (tmp_path / "registry").mkdir()
+    models = [{"uid": "ckpt-3", "iteration": 3, "path_or_name": "checkpoints/ckpt-3", "lineage": "model",
+               "fixed": False},
+              {"uid": "random", "fixed": True, "path_or_name": "random", "iteration": None},
+              {"uid": "base", "iteration": 0, "path_or_name": None, "lineage": "model", "fixed": False}]
+    (tmp_path / "registry" / "registry.json").write_text(json.dumps({"models": models}))
+    assert main(["eval", "--exploitability", "--run", str(tmp_path), "--all-checkpoints", "--env",
+                 "KuhnPoker-v0-train", "--temperature", "1", "--top-p", "1"]) == 0
+    lines = [json.loads(x) for x in (tmp_path / "exploitability.jsonl").read_text().splitlines()]
+    assert [(x["uid"], x["learner_step"]) for x in lines] == [("base", 0), ("ckpt-3", 3)]
+    key = "eval/KuhnPoker-v0-train/exploitability"
+    assert all(0 <= x[f"{key}_other_mass"] <= 1 and key in x for x in lines)
+    assert lines[0][key] != lines[1][key]  # the adapter changed the policy
+    assert "ckpt-3" in capsys.readouterr().out
