@@ -8,7 +8,6 @@ import re
 import sys
 import time
 
-from unstable.cli.exploitability import add_exploitability_options
 from unstable.games.scripted_names import describe_scripted_baselines
 from unstable.run.arguments import settings_help
 from unstable.ui.options import add_dashboard_arguments
@@ -383,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     add_field_options(p, "unstable.policies.api", "APIOpponentConfig", API_OPTIONS, prefix="api_")
+    from unstable.cli.exploitability import add_exploitability_options  # here: the import block is shared
+
     add_exploitability_options(p)
     p.set_defaults(fn=_cmd_eval)
 
