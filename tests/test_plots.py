@@ -123,3 +123,16 @@ def test_several_models_get_a_curve_each_at_their_own_steps(tmp_path, monkeypatc
     assert drawn == {"alice/policy loss": "alice/train/loss", "bob/policy loss": "bob/train/loss",
                      "alice/critic loss": "alice/train/value_loss", "bob/critic loss": "bob/train/value_loss"}
     assert fig._suptitle.get_text() == "Learners: alice, bob"
+
+
+def test_exploitability_of_the_checkpoints_is_plotted_from_its_own_file(tmp_path):
+    """``unstable eval --exploitability --all-checkpoints`` appends to exploitability.jsonl; the plot reads it
+    next to metrics.jsonl, and only when it exists."""
+    _fake_run(tmp_path)
+    assert "exploitability.png" not in {p.name for p in plot_run(tmp_path)}
+    lines = [{"learner_step": step, "uid": f"ckpt-{step}", f"eval/{ENV}/exploitability": 1 - step / 50,
+              f"eval/{ENV}/exploitability_other_mass": 0.5 - step / 100} for step in (0, 10, 20, 30, 40)]
+    (tmp_path / "exploitability.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    written = {p.name: p for p in plot_run(tmp_path)}
+    assert set(written) == ALL_PLOTS | {"exploitability.png"}
+    assert written["exploitability.png"].read_bytes().startswith(PNG_MAGIC)

@@ -80,6 +80,8 @@ _LAZY = {
     "StandardLearner": "unstable.compat",
     # evaluation and plots
     "evaluate": "unstable.eval.evaluation",
+    "evaluate_exploitability": "unstable.eval.exploitability",
+    "ExploitabilityResult": "unstable.eval.exploitability",
     "plot_run": "unstable.ui.plots",
 }
 

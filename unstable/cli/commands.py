@@ -153,6 +153,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError("--checkpoint names a checkpoint of a run: give --run RUN_DIR too")
     if not model:
         raise ValueError("give --model (a HF id, a local path or tiny), or --run RUN_DIR")
+    if args.exploitability:
+        from unstable.cli.exploitability import run_exploitability
+
+        return run_exploitability(args, model, adapter, template)
     template = template or "qwen3-zs"
     api = {f"api_{k}": getattr(args, f"api_{k}") for k in API_OPTIONS if getattr(args, f"api_{k}") is not None}
     print(f"evaluating {model}{f' + {adapter}' if adapter else ''} on {env_id} against {args.opponent}: "
@@ -425,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     add_field_options(p, "unstable.policies.api", "APIOpponentConfig", API_OPTIONS, prefix="api_")
+    from unstable.cli.exploitability import add_exploitability_options  # here: the import block is shared
+
+    add_exploitability_options(p)
     p.set_defaults(fn=_cmd_eval)
 
     p = sub.add_parser("plot", help="write learning-curve PNGs of a run into RUN_DIR/plots/")

@@ -11,7 +11,10 @@ TrueSkill ratings saved when the run stops). The files, each written only when i
 * ``trueskill.png``: TrueSkill mu +- sigma of every checkpoint by iteration, fixed opponents as bands;
 * ``move_quality.png``: format-ok and invalid-move rates of the collected (training) games;
 * ``game_length.png``: turns per collected game;
-* ``training.png``: the learner's loss and gradient norm.
+* ``training.png``: the learner's loss and gradient norm;
+* ``exploitability.png``: the exact exploitability of each checkpoint and its other (invalid) mass, from
+  ``eval/<env>/exploitability`` values in ``metrics.jsonl`` or ``exploitability.jsonl`` (written by
+  ``unstable eval --exploitability --run RUN --all-checkpoints``).
 
 Curves show the mean per learner step faintly and a moving average over steps on top. Needs
 matplotlib (``pip install 'unstable-baselines[plot]'``); the Agg backend is used, so no display is needed.
@@ -31,6 +34,7 @@ from unstable.tracking.run_dir import METRICS_FILE, read_metrics
 PLOTS_DIR = "plots"
 REGISTRY_FILE = os.path.join("registry", "registry.json")
 SUMMARY_FILE = "summary.json"  # written by ``unstable quickstart``
+EXPLOITABILITY_FILE = "exploitability.jsonl"  # written by ``unstable eval --exploitability --all-checkpoints``
 _MIN_GAMES_PER_BIN = 8  # eval games pooled per point of the win-rate curve (at least)
 _MAX_BINS = 25
 
@@ -250,17 +254,34 @@ def _trueskill(plt: Any, run: RunData) -> Any | None:
     return fig
 
 
+def _exploitability(plt: Any, run: RunData) -> Any | None:
+    rows = run.rows
+    envs = [k.removeprefix("eval/").removesuffix("/exploitability") for k in _keys(rows, "eval/", "/exploitability")]
+    return _curves_figure(plt, rows, "Exploitability (exact best response; 0 = unexploitable)", [
+        ("exploitability", {e: f"eval/{e}/exploitability" for e in envs}, FROM_ZERO),
+        ("other (invalid) mass, mean over states", {e: f"eval/{e}/exploitability_other_mass" for e in envs}, RATE),
+    ])
+
+
 _PLOTS = {
     "eval_win_rate": _eval_win_rate,
     "trueskill": _trueskill,
     "move_quality": _move_quality,
     "game_length": _game_length,
     "training": _training,
+    "exploitability": _exploitability,
 }
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of ``path`` (none if it does not exist)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def plot_run(run_dir: str | os.PathLike) -> list[Path]:
@@ -271,7 +292,8 @@ def plot_run(run_dir: str | os.PathLike) -> list[Path]:
                                  "runs/<run_name>)")
     if not root.is_dir():
         raise FileNotFoundError(f"run directory {str(root)!r} does not exist")
-    run = RunData(read_metrics(root) if (root / METRICS_FILE).is_file() else [],
+    rows = read_metrics(root) if (root / METRICS_FILE).is_file() else []
+    run = RunData(rows + _read_jsonl(root / EXPLOITABILITY_FILE),
                   _read_json(root / REGISTRY_FILE), _read_json(root / SUMMARY_FILE))
     plt = pyplot()
     written = []

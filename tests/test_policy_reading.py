@@ -1,0 +1,295 @@
+"""Reading an LLM seat's policy: real game states, exact teacher-forced move probabilities that match the
+backend's samples, and exploitability from them. The tests that read a model are marked slow: the
+fine-tuned fixture model takes ~30 s to make on a quiet 2-core machine (minutes on a busy one)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from unstable.eval.exploitability import NoSolverError, evaluate_exploitability
+from unstable.eval.game_states import (
+    board_string,
+    canonical_history,
+    kuhn_states,
+    replay,
+    reversed_history,
+    tictactoe_states,
+)
+from unstable.eval.policy_reading import PolicyReader
+from unstable.eval.solvers import INFO_SETS, reachable_boards, to_move
+from unstable.games.templates import render_prompt
+from unstable.inference.base import SamplingParams
+
+ENV = "TicTacToe-v0-train"
+STATE = "O   X    "  # two moves in: seven legal cells
+
+
+@pytest.fixture(scope="module")
+def ttt_states():
+    return tictactoe_states(ENV)
+
+
+@pytest.fixture(scope="module")
+def answering_model(tiny_model_dir, tmp_path_factory) -> str:
+    """The tiny model after 40 supervised steps on random TicTacToe positions (the warm start's loss, soft
+    labels over the legal moves): it answers ``\\boxed{cell}<|im_end|>`` often enough for a
+    non-degenerate policy, and not always (some mass is left for "other")."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from unstable.models.warmstart import _encode, random_game_positions, supervised_step
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    cache: dict = {}
+    examples = [_encode(tok, "qwen3-board", p, tok.eos_token, rng, cache)
+                for p in random_game_positions(ENV, 64, seed=0, few_moves_bias=1.0)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for step in range(40):
+        supervised_step(model, optimizer, [examples[(step * 16 + i) % 64] for i in range(16)], 0, 3e-3)
+    out = tmp_path_factory.mktemp("answering") / "model"
+    model.eval()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)
+
+
+def test_states_are_every_board_in_play_replayed_in_a_real_env(ttt_states):
+    assert set(ttt_states) == set(reachable_boards()) and len(ttt_states) == 4520  # the solver's boards
+    for board, state in ttt_states.items():  # each history really reaches its board, with that seat to move
+        player, _, env = replay(ENV, state.history)
+        assert board_string(env) == board and player == state.player == (0 if to_move(board) == "O" else 1)
+    state = ttt_states[STATE]
+    assert state.history == ("[0]", "[4]") and state.player == 0
+    assert state.moves == tuple(f"[{c}]" for c in (1, 2, 3, 5, 6, 7, 8))
+    assert "Current Board:" in state.observation and "Available Moves:" in state.observation
+    # two move orders give the same board: the board template sees the same prompt, the full one does not
+    board = "OX O X   "
+    first, other = canonical_history(board, "O"), reversed_history(board, "O")
+    assert first != other
+    obs = [replay(ENV, h)[1] for h in (first, other)]
+    assert render_prompt("qwen3-board", obs[0]) == render_prompt("qwen3-board", obs[1])
+    assert render_prompt("qwen3-zs", obs[0]) != render_prompt("qwen3-zs", obs[1])
+
+
+def test_kuhn_states_are_the_twelve_round_one_information_sets():
+    states = kuhn_states("KuhnPoker-v0-train")
+    keys = {f"{card}:{','.join(history)}" for card, history in states}
+    assert keys == set(INFO_SETS)
+    facing = states[("Q", ("check", "bet"))]
+    assert facing.player == 1 and facing.moves == ("[fold]", "[call]")
+    assert "Your card is: 'Q'" in facing.observation
+
+
+def test_an_invalid_move_loses_the_game_under_the_eval_rules():
+    """The rule the solvers apply to the "other" mass: error_allowance=0 (every spec's default) loses at once."""
+    player, _, env = replay(ENV, ("[0]", "[4]"))
+    done, _ = env.step("[INVALID_ACTION]")
+    rewards, _ = env.close()
+    assert done and rewards == {player: -1, 1 - player: 1}
+
+
+def _independent_logprob(backend, prompt: str, answer: list[int], temperature: float) -> float:
+    """One unpadded full-sequence pass per stop token, with the learners' log-prob maths."""
+    from unstable.algorithms.policy_gradient import token_logprobs
+
+    ids = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    total = []
+    for eos in sorted(backend.eos_ids):
+        seq = torch.tensor([ids + answer + [eos]])
+        with torch.no_grad():
+            logits = backend.model(input_ids=seq).logits
+        total.append(float(token_logprobs(logits, seq, temperature)[0, len(ids) - 1:].sum()))
+    return float(torch.logsumexp(torch.tensor(total), 0))
+
+
+@pytest.mark.slow
+def test_exact_reading_equals_one_sequence_at_a_time_scoring(answering_model, ttt_states):
+    """Batched prompts of different lengths, a shared prompt cache and the stop tokens: the same numbers
+    as scoring each full completion alone with the learners' token_logprobs."""
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(answering_model)
+    try:
+        reader = PolicyReader(backend, None, SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=16))
+        boards = [" " * 9, STATE, "OX O X   "]
+        prompts = [render_prompt("qwen3-board", ttt_states[b].observation) for b in boards]
+        dists = reader.read_exact(prompts, [ttt_states[b].moves for b in boards])
+        for prompt, board, dist in zip(prompts, boards, dists, strict=True):
+            for move in ttt_states[board].moves[:3]:
+                expected = _independent_logprob(backend, prompt, reader.answer_ids(move), 0.7)
+                assert math.log(dist.probs[move]) == pytest.approx(expected, abs=1e-4)
+            assert dist.other == pytest.approx(1 - sum(dist.probs.values()))
+        greedy = PolicyReader(backend, None, SamplingParams(temperature=0, max_new_tokens=16))
+        (g,) = greedy.read_exact(prompts[1:2], [ttt_states[STATE].moves])
+        assert set(g.probs.values()) <= {0.0, 1.0} and sum(g.probs.values()) in (0.0, 1.0)
+    finally:
+        backend.close()
+
+
+@pytest.mark.slow
+def test_exact_distribution_matches_2000_samples_of_the_backend(answering_model, ttt_states):
+    """The required check: the exact reading of a real TicTacToe state against the frequencies of 2,000
+    completions sampled at the same temperature through the real backend (chi-square over the legal
+    moves' canonical completions and everything else)."""
+    from scipy.stats import chisquare
+
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(answering_model, max_batch_size=250, batch_wait_ms=0)
+    try:
+        reader = PolicyReader(backend, None, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=16))
+        state = ttt_states[STATE]
+        prompt = render_prompt("qwen3-board", state.observation)
+        (exact,) = reader.read_exact([prompt], [state.moves])
+        assert max(exact.probs.values()) < 0.5 and sum(p > 0.03 for p in exact.probs.values()) >= 4  # not degenerate
+        sampled = reader.read_sampled(prompt, state.moves, 2000)
+    finally:
+        backend.close()
+    observed = [round(sampled.canonical[m] * 2000) for m in state.moves]
+    observed.append(2000 - sum(observed))
+    expected = [exact.probs[m] * 2000 for m in state.moves] + [exact.other * 2000]
+    assert min(expected) > 5  # chi-square's validity condition
+    assert chisquare(observed, expected).pvalue > 1e-3
+    for move in state.moves:  # and per move: the exact probability inside the samples' 95% interval, widened
+        lo, hi = sampled.intervals[move]
+        assert lo - 0.02 <= exact.probs[move] <= hi + 0.02
+
+
+def test_exploitability_refuses_games_without_a_solver_and_history_dependent_prompts():
+    with pytest.raises(NoSolverError, match="TicTacToe, KuhnPoker"):
+        evaluate_exploitability("tiny", "ConnectFour-v0-train")
+    with pytest.raises(ValueError, match="move history"):
+        evaluate_exploitability("tiny", ENV, prompt_template="qwen3-zs", method="exact")
+
+
+@pytest.mark.slow
+def test_kuhn_exploitability_of_a_tiny_model_exact_and_sampled(answering_model):
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(answering_model, batch_wait_ms=0)
+    try:
+        exact = evaluate_exploitability(answering_model, "KuhnPoker-v0-train", backend=backend)
+        sampled = evaluate_exploitability(answering_model, "KuhnPoker-v0-train", backend=backend, method="sampled",
+                                          samples=8, max_new_tokens=8)
+    finally:
+        backend.close()
+    assert exact.method == "exact" and exact.states == 12 and sampled.method == "sampled" and sampled.samples == 8
+    for result in (exact, sampled):
+        assert 0 <= result.other_mean <= result.other_max <= 1
+        assert result.exploitability == result.solver["exploitability"]
+        json.dumps(result.to_dict(with_policy=True))
+    assert set(exact.policy) == set(INFO_SETS)
+
+
+@pytest.mark.slow
+def test_an_adapter_is_read_with_its_weights(tiny_model_dir, adapters, ttt_states):
+    """Log-probabilities (the untrained model's are tiny, but exact) of a LoRA seat: the backend's adapter
+    rows equal the adapter merged into the weights, and differ from the base seat's."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from unstable.algorithms.policy_gradient import token_logprobs
+    from unstable.eval.policy_reading import _Item
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(tiny_model_dir)
+    try:
+        sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=16)
+        base, lora = (PolicyReader(backend, adapter, sampling) for adapter in (None, adapters[0]))
+        prompt = render_prompt("qwen3-board", ttt_states[STATE].observation)
+        ids = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answers = [lora.answer_ids(m) for m in ("[1]", "[8]")]
+        (read,) = lora._score([_Item(ids, answers, 16)])
+        (read_base,) = base._score([_Item(ids, answers, 16)])
+    finally:
+        backend.close()
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapters[0])
+    merged = merged.merge_and_unload().eval()
+    for answer, value, value_base in zip(answers, read, read_base, strict=True):
+        totals = []
+        for eos in sorted(backend.eos_ids):
+            seq = torch.tensor([ids + answer + [eos]])
+            with torch.no_grad():
+                totals.append(token_logprobs(merged(input_ids=seq).logits, seq)[0, len(ids) - 1:].sum())
+        assert value == pytest.approx(float(torch.logsumexp(torch.stack(totals), 0)), abs=1e-3)
+        assert abs(value - value_base) > 1e-2
+
+
+@pytest.mark.slow
+def test_the_cli_prints_and_writes_the_exploitability(answering_model, tmp_path, capsys):
+    from unstable.cli.commands import main
+
+    out = tmp_path / "exploit.json"
+    assert main(["eval", "--exploitability", "--model", answering_model, "--env", "KuhnPoker-v0-train",
+                 "--temperature", "1", "--top-p", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "exploitability" in printed and "12 states read (exact)" in printed
+    saved = json.loads(out.read_text())
+    assert saved["env_id"] == "KuhnPoker-v0-train" and set(saved["policy"]) == set(INFO_SETS)
+    assert main(["eval", "--exploitability", "--model", "tiny", "--env", "ConnectFour-v0-train"]) == 2
+    assert "no exploitability solver" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.7, 0.9), (1.3, 0.8)])
+def test_under_top_p_the_reading_equals_the_backends_own_log_probs(answering_model, ttt_states, temperature, top_p):
+    """Each canonical completion the backend samples records its tokens' log-probs under the temperature and
+    the nucleus; the reading of the same answer tokens (a token limit that ends generation right after
+    them, so no stop token is scored) gives the same sum."""
+    from unstable.eval.policy_reading import _Item
+    from unstable.inference.base import GenerationRequest
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(answering_model, batch_wait_ms=0)
+    try:
+        sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=16)
+        reader = PolicyReader(backend, None, sampling)
+        state = ttt_states[STATE]
+        prompt = render_prompt("qwen3-board", state.observation)
+        ids = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        checked = 0
+        for result in backend.generate_batch([GenerationRequest(prompt, None, sampling)] * 32):
+            move = reader.extract(result.sample.text).action
+            if move in state.moves and reader._is_canonical(result.sample, move):
+                answer = reader.answer_ids(move)
+                (read,) = reader._score([_Item(ids, [answer], len(answer))])
+                assert read[0] == pytest.approx(sum(result.sample.completion_logprobs[:-1]), abs=1e-4)
+                checked += 1
+    finally:
+        backend.close()
+    assert checked >= 10
+
+
+@pytest.mark.slow
+def test_all_checkpoints_of_a_run_are_read_and_appended(answering_model, tmp_path, capsys):
+    """A run directory as build() leaves it (config, registry with the base and a LoRA checkpoint): one line
+    per checkpoint in exploitability.jsonl, oldest first, at its iteration."""
+    from conftest import make_adapter
+
+    from unstable.cli.commands import main
+
+    make_adapter(answering_model, tmp_path / "checkpoints" / "ckpt-3", seed=1)
+    (tmp_path / "config.json").write_text(json.dumps({"models": [{"name": "model", "model_name": answering_model}],
+                                                      "train_envs": [{"prompt_template": "qwen3-board"}]}))
+    (tmp_path / "registry").mkdir()
+    models = [{"uid": "ckpt-3", "iteration": 3, "path_or_name": "checkpoints/ckpt-3", "lineage": "model",
+               "fixed": False},
+              {"uid": "random", "fixed": True, "path_or_name": "random", "iteration": None},
+              {"uid": "base", "iteration": 0, "path_or_name": None, "lineage": "model", "fixed": False}]
+    (tmp_path / "registry" / "registry.json").write_text(json.dumps({"models": models}))
+    assert main(["eval", "--exploitability", "--run", str(tmp_path), "--all-checkpoints", "--env",
+                 "KuhnPoker-v0-train", "--temperature", "1", "--top-p", "1"]) == 0
+    lines = [json.loads(x) for x in (tmp_path / "exploitability.jsonl").read_text().splitlines()]
+    assert [(x["uid"], x["learner_step"]) for x in lines] == [("base", 0), ("ckpt-3", 3)]
+    key = "eval/KuhnPoker-v0-train/exploitability"
+    assert all(0 <= x[f"{key}_other_mass"] <= 1 and key in x for x in lines)
+    assert lines[0][key] != lines[1][key]  # the adapter changed the policy
+    assert "ckpt-3" in capsys.readouterr().out
