@@ -25,7 +25,7 @@ from unstable.tracking import read_metrics
         ({"algorithm": "gspo", "learner": {"off_policy_correction": "token_mask"}}, "ratio_level='sequence'"),
         ({"learner": {"clip_ratio": 0}}, "clip_ratio must be in"),
         ({"opponent_sampling_strategy": "league"}, "opponent_sampling_strategy must be one of"),
-        ({"env_sampling_strategy": "curriculum"}, "env_sampling_strategy"),
+        ({"env_sampling_strategy": "round-robin"}, "env_sampling_strategy"),
         ({"batch_size": 0}, "batch_size must be"),
         ({"batch_size": 10, "mini_batch_size": 4}, "multiple of mini_batch_size"),
         ({"buffer_size": 4}, "buffer_size"),
