@@ -341,3 +341,17 @@ def test_the_recommended_algorithm_recipe_loads(tmp_path):
     recipe = Path(__file__).resolve().parent.parent / "configs" / "quickstart-grpo-kl.yaml"
     cfg = load_quickstart_config(str(recipe), out=str(tmp_path / "run"))
     assert (cfg.algorithm, cfg.learner, cfg.learning_steps) == ("grpo", {"beta": 0.1}, 100)
+
+
+def test_a_quickstart_config_for_another_game_warm_starts_on_that_game(tmp_path):
+    """A YAML naming only ``env_id`` was refused ("warm_start.env_id ... must match env_id"): the warm
+    start now follows the job's game and template unless the file gives its own."""
+    from unstable.cli.quickstart import load_quickstart_config
+
+    recipe = tmp_path / "kuhn.yaml"
+    recipe.write_text("env_id: KuhnPoker-v0-train\nprompt_template: qwen3-task\n")
+    cfg = load_quickstart_config(str(recipe))
+    assert (cfg.warm_start.env_id, cfg.warm_start.prompt_template) == ("KuhnPoker-v0-train", "qwen3-task")
+    recipe.write_text("env_id: KuhnPoker-v0-train\nwarm_start: {env_id: TicTacToe-v0-train}\n")
+    with pytest.raises(ValueError, match="must match env_id"):  # a contradiction the file wrote is still refused
+        load_quickstart_config(str(recipe))

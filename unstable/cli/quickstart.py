@@ -128,8 +128,12 @@ def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
     if unknown:
         raise ValueError(f"{path}: unknown quickstart settings {unknown}; known: {sorted(known)}")
     data.update(overrides)
-    if isinstance(data.get("warm_start"), dict):
-        data["warm_start"] = WarmStartConfig(**data["warm_start"])
+    if not isinstance(data.get("warm_start"), WarmStartConfig):
+        warm_start = dict(data.get("warm_start") or {})
+        for key in ("env_id", "prompt_template"):  # the warm start is for the job's game, unless it says otherwise
+            if key in data:
+                warm_start.setdefault(key, data[key])
+        data["warm_start"] = WarmStartConfig(**warm_start)
     return QuickstartConfig(**data)
 
 
