@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from unstable.records import PolicyRef
-from unstable.samplers.model_samplers import BaseModelSampler, sample_opponent_for
+from unstable.samplers.model_samplers import BaseModelSampler, DistributionModelSampler, sample_opponent_for
 from unstable.utils.calls import call
 
 PFSP_WEIGHTINGS = ("hard", "even", "linear")
@@ -101,24 +101,6 @@ def league_pool(registry: Any, lineage: str | None, fixed: Sequence[str] | None 
     registered = call(registry, "fixed_uids")
     chosen = registered if fixed is None else [uid for uid in registered if uid in set(fixed)]
     return ckpts + list(chosen)
-
-
-class DistributionModelSampler(BaseModelSampler):
-    """A sampler defined by :meth:`probabilities` (``{uid: probability}``); an empty distribution means
-    mirror self-play. Subclasses override :meth:`probabilities`."""
-
-    def probabilities(self, lineage: str | None = None) -> dict[str, float]:
-        """The opponent distribution for a seat facing ``lineage``."""
-        raise NotImplementedError(f"{type(self).__name__} must implement probabilities(lineage)")
-
-    def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
-        """An opponent drawn from :meth:`probabilities`, or ``lineage``'s current checkpoint when it is empty."""
-        probs = self.probabilities(lineage)
-        if not probs:
-            return self.get_current_ckpt(lineage)
-        uids = list(probs)
-        uid = self.rng.choices(uids, weights=[probs[u] for u in uids])[0]
-        return call(self.model_registry, "policy_ref", uid)
 
 
 class MixtureModelSampler(DistributionModelSampler):

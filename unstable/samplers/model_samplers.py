@@ -114,7 +114,25 @@ class LaggedModelSampler(BaseModelSampler):
         return call(self.model_registry, "policy_ref", uid)
 
 
-class MatchQualityModelSampler(BaseModelSampler):
+class DistributionModelSampler(BaseModelSampler):
+    """A sampler defined by :meth:`probabilities` (``{uid: probability}``); an empty distribution means
+    mirror self-play. Subclasses override :meth:`probabilities`."""
+
+    def probabilities(self, lineage: str | None = None) -> dict[str, float]:
+        """The opponent distribution for a seat facing ``lineage``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement probabilities(lineage)")
+
+    def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
+        """An opponent drawn from :meth:`probabilities`, or ``lineage``'s current checkpoint when it is empty."""
+        probs = self.probabilities(lineage)
+        if not probs:
+            return self.get_current_ckpt(lineage)
+        uids = list(probs)
+        uid = self.rng.choices(uids, weights=[probs[u] for u in uids])[0]
+        return call(self.model_registry, "policy_ref", uid)
+
+
+class MatchQualityModelSampler(DistributionModelSampler):
     """Opponents in proportion to exp(quality / temperature), quality = TrueSkill match quality (a
     draw probability in [0, 1]) against the current checkpoint. Small temperatures concentrate on the
     closest-rated models; with no other model it falls back to mirror self-play."""
@@ -138,17 +156,6 @@ class MatchQualityModelSampler(BaseModelSampler):
         weights = {uid: math.exp((q - top) / self.temperature) for uid, q in quality.items()}
         total = sum(weights.values())
         return {uid: w / total for uid, w in weights.items()}
-
-    def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
-        """An opponent drawn from :meth:`probabilities`, or ``lineage``'s current checkpoint when there is no other
-        model."""
-        probs = self.probabilities(lineage)
-        if not probs:
-            return self.get_current_ckpt(lineage)
-        uids = list(probs)
-        uid = self.rng.choices(uids, weights=[probs[u] for u in uids])[0]
-        return call(self.model_registry, "policy_ref", uid)
-
 
 class PoolModelSampler(BaseModelSampler):
     """Uniform over a pool: every checkpoint (current and past) of the *other* lineages, and the fixed
