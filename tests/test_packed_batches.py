@@ -106,6 +106,21 @@ class FullLogits:
         return logits[where]
 
 
+def assert_same_update(lrn, reference, steps: list[Step]) -> None:
+    """``lrn`` and ``reference`` take the same optimiser steps on ``steps``: every step's gradient, and the
+    metrics (but the wall time), within float32 round-off."""
+    expected, expected_metrics = gradients_per_step(reference, steps)
+    got, metrics = gradients_per_step(lrn, steps)
+    assert len(got) == len(expected) == lrn.config.epochs * lrn.config.minibatches
+    for g, e in zip(got, expected, strict=True):
+        scale = e.abs().max().item()
+        assert scale > 0
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5 * scale)
+    for key, value in expected_metrics.items():
+        if key != "train/update_seconds":
+            assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
 def gradients_per_step(lrn, steps: list[Step]) -> tuple[list[torch.Tensor], dict[str, float]]:
     """Every optimiser step's (pre-clip) gradient of all trained parameters, and the metrics."""
     seen = []
@@ -153,16 +168,7 @@ def test_bucketed_update_equals_one_padded_pass(model_dir, tmp_path, case):
     bucketed = cls(model_dir, output_dir=str(tmp_path / "bucketed"), batch_size=12, mini_batch_size=1,
                    **FAST, **settings)
     assert len(micro_batches(steps, 1, settings.get("max_train_len"))) > 2  # really cut into several passes
-    expected, expected_metrics = gradients_per_step(padded, steps)
-    got, metrics = gradients_per_step(bucketed, steps)
-    assert len(got) == len(expected) == bucketed.config.epochs * bucketed.config.minibatches
-    for g, e in zip(got, expected, strict=True):
-        scale = e.abs().max().item()
-        assert scale > 0
-        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5 * scale)
-    for key, value in expected_metrics.items():
-        if key != "train/update_seconds":
-            assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert_same_update(bucketed, padded, steps)
 
 
 def test_the_lm_head_sees_only_the_completion_positions(model_dir, tmp_path):

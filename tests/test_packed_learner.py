@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_packed_batches import CASES, FAST, gradients_per_step, step_of, varied_episodes
+from test_packed_batches import CASES, FAST, assert_same_update, step_of, varied_episodes
 
 from unstable.learners import REINFORCELearner
 from unstable.learners.batching import kept_length, pack_rows, packed_micro_batches
@@ -72,16 +72,7 @@ def test_packed_update_equals_the_bucketed_update(model_dir, tmp_path, case):
     passes = packed.micro_batches(steps)
     assert 2 < len(passes) < len(steps) and any(len(p) > 1 for p in passes)
     assert all(sum(kept_length(steps[i], settings.get("max_train_len")) for i in p) <= 60 for p in passes)
-    expected, expected_metrics = gradients_per_step(bucketed, steps)
-    got, metrics = gradients_per_step(packed, steps)
-    assert len(got) == len(expected) == packed.config.epochs * packed.config.minibatches
-    for g, e in zip(got, expected, strict=True):
-        scale = e.abs().max().item()
-        assert scale > 0
-        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5 * scale)
-    for key, value in expected_metrics.items():
-        if key != "train/update_seconds":
-            assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert_same_update(packed, bucketed, steps)
 
 
 def test_micro_batching_setting_is_checked():
