@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 import trueskill
 from scipy.stats import chisquare
+from test_samplers import KUHN, NIM, TTT  # the same three train specs
 
 from unstable.collection.scheduler import GameScheduler
 from unstable.games.specs import TrainEnvSpec
@@ -34,9 +35,6 @@ from unstable.samplers.league import (
 from unstable.samplers.model_samplers import FixedOpponentModelSampler
 
 N = 20_000
-TTT = TrainEnvSpec(env_id="TicTacToe-v0-train", num_players=2, num_actors=2, prompt_template="default")
-KUHN = TrainEnvSpec(env_id="KuhnPoker-v0-train", num_players=2, num_actors=1, prompt_template="default")
-NIM = TrainEnvSpec(env_id="Nim-v0-train", num_players=2, num_actors=2, prompt_template="default")
 TTT_VS = TrainEnvSpec(env_id="TicTacToe-v0-train", num_players=2, num_actors=1, prompt_template="default")
 
 
