@@ -23,12 +23,17 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
         raise ValueError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
     if n == 0:
         return 0.0, 1.0
-    p = successes / n
+    return _wilson(successes / n, n, z, at_zero=successes == 0, at_one=successes == n)
+
+
+def _wilson(p: float, n: int, z: float, *, at_zero: bool, at_one: bool) -> tuple[float, float]:
+    """The Wilson score interval around the proportion ``p`` of ``n`` trials; an end the data reach
+    (``at_zero``, ``at_one``) is exact, with no rounding dust at 0 or 1."""
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    lo = 0.0 if successes == 0 else max(0.0, centre - half)  # exact ends: no rounding dust at 0 or 1
-    hi = 1.0 if successes == n else min(1.0, centre + half)
+    lo = 0.0 if at_zero else max(0.0, centre - half)
+    hi = 1.0 if at_one else min(1.0, centre + half)
     return lo, hi
 
 
@@ -92,10 +97,4 @@ def score_interval(wins: int, draws: int, losses: int, z: float = Z95) -> tuple[
     n = wins + draws + losses
     if n == 0:
         return 0.0, 1.0
-    q = (wins + draws / 2) / n
-    denom = 1 + z * z / n
-    centre = (q + z * z / (2 * n)) / denom
-    half = z * math.sqrt(q * (1 - q) / n + z * z / (4 * n * n)) / denom
-    lo = 0.0 if wins == draws == 0 else max(0.0, centre - half)
-    hi = 1.0 if losses == draws == 0 else min(1.0, centre + half)
-    return lo, hi
+    return _wilson((wins + draws / 2) / n, n, z, at_zero=wins == draws == 0, at_one=losses == draws == 0)
