@@ -303,15 +303,21 @@ def test_env_curriculum_settings_are_checked():
 
 
 # ----------------------------------------------------------------- through the scheduler
+def _pfsp_scheduler(*fixed: str) -> tuple[ModelRegistry, PFSPModelSampler, GameScheduler]:
+    """A registry with the learner's checkpoint ``base`` and the ``fixed`` opponents, a PFSP ('hard')
+    sampler over them, and a TicTacToe scheduler that draws with it."""
+    reg = ModelRegistry()
+    reg.add_checkpoint(uid="base", path=None, iteration=0)
+    for name in fixed:
+        reg.add_fixed(name)
+    sampler = PFSPModelSampler(reg, weighting="hard", fixed_opponents=fixed, rng_seed=0)
+    return reg, sampler, GameScheduler(sampler, UniformRandomEnvSampler([TTT_VS], rng_seed=0), seed=0)
+
+
 def test_pfsp_through_the_scheduler_seats_the_opponent_the_learner_loses_to():
     """Scheduler + registry, no Ray: the learner loses 80% to 'heuristic' and wins 90% against
     'random'; after the registry has seen the games, PFSP ('hard') seats 'heuristic' far more often."""
-    reg = ModelRegistry()
-    reg.add_checkpoint(uid="base", path=None, iteration=0)
-    reg.add_fixed("random")
-    reg.add_fixed("heuristic")
-    sampler = PFSPModelSampler(reg, weighting="hard", fixed_opponents=("random", "heuristic"), rng_seed=0)
-    sched = GameScheduler(sampler, UniformRandomEnvSampler([TTT_VS], rng_seed=0), seed=0)
+    _, sampler, sched = _pfsp_scheduler("random", "heuristic")
     outcomes = random.Random(0)
     p_win = {"random": 0.9, "heuristic": 0.2}
     seated: Counter = Counter()
@@ -387,12 +393,7 @@ def test_pfsp_on_real_tictactoe_games_seats_the_opponent_that_wins():
     from unstable.collection.rollout import play_game_sync
     from unstable.policies.scripted import RandomLegalPolicy, make_scripted_policy
 
-    reg = ModelRegistry()
-    reg.add_checkpoint(uid="base", path=None, iteration=0)
-    reg.add_fixed("random")
-    reg.add_fixed("optimal")
-    sampler = PFSPModelSampler(reg, weighting="hard", fixed_opponents=("random", "optimal"), rng_seed=0)
-    sched = GameScheduler(sampler, UniformRandomEnvSampler([TTT_VS], rng_seed=0), seed=0)
+    reg, sampler, sched = _pfsp_scheduler("random", "optimal")
     opponents = {name: make_scripted_policy(name, TTT_VS.env_id) for name in ("random", "optimal")}
     learner = RandomLegalPolicy(uid="base")
     seated: Counter = Counter()
