@@ -29,6 +29,7 @@ from typing import Any
 from unstable.cli.progress import wait_with_progress
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
+from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig
 from unstable.utils.checks import check_choice, check_int, check_positive
 
 Printer = Callable[[str], None]
@@ -83,11 +84,15 @@ class QuickstartConfig:
     """More learner settings, as ``build(learner={...})`` takes them (e.g. ``{"beta": 0.05}``)."""
     opponent_sampling_strategy: str = "mirror"
     """Who the learner plays in training games: ``"mirror"`` (itself), ``"fixed"`` (``fixed_opponents``),
-    ``"lagged"`` or ``"match-quality"`` (past checkpoints and the fixed opponents), as in build()."""
+    ``"lagged"``, ``"match-quality"``, ``"pool"`` or ``"pfsp"`` (past checkpoints and the fixed opponents),
+    as in build()."""
     fixed_opponents: list[str] = field(default_factory=lambda: ["random"])
     """The fixed opponents (scripted baselines such as ``"heuristic"``) of the non-mirror strategies."""
     eval_opponent: str = "random"
     """The opponent of the initial, in-training and final evaluations (e.g. ``"heuristic"``)."""
+    samplers: dict[str, Any] = field(default_factory=dict)
+    """More opponent- and env-sampler settings, as build() takes them by their flat names (e.g.
+    ``{"pfsp_weighting": "even", "opponent_window": 8}``; docs/training.md, "Leagues")."""
 
     def __post_init__(self) -> None:
         if self.out is None:
@@ -106,12 +111,27 @@ class QuickstartConfig:
             raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
                              f"max_staleness=0, got {self.max_staleness}")
         check_choice("opponent_sampling_strategy", self.opponent_sampling_strategy,
-                     ("mirror", "fixed", "lagged", "match-quality"))
+                     tuple(s for s in OPPONENT_SAMPLING_STRATEGIES if s != "none"))
+        _check_sampler_settings(self)
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")
         if self.warm_start.env_id != self.env_id or self.warm_start.prompt_template != self.prompt_template:
             raise ValueError("warm_start.env_id and warm_start.prompt_template must match env_id and prompt_template")
+
+
+def _check_sampler_settings(cfg: QuickstartConfig) -> None:
+    """``cfg.samplers`` names SamplerConfig settings that the job does not set itself, with valid values."""
+    if not isinstance(cfg.samplers, dict):
+        raise ValueError(f"samplers must be a mapping of sampler settings, got {cfg.samplers!r}")
+    own = {"opponent_sampling_strategy", "fixed_opponents"}
+    known = set(SamplerConfig.__dataclass_fields__) - own
+    unknown = sorted(set(cfg.samplers) - known)
+    if unknown:
+        hint = " (set them at the top level)" if set(unknown) & own else ""
+        raise ValueError(f"samplers: unknown setting(s) {unknown}{hint}; known: {sorted(known)}")
+    SamplerConfig(opponent_sampling_strategy=cfg.opponent_sampling_strategy,
+                  fixed_opponents=tuple(cfg.fixed_opponents), **cfg.samplers)
 
 
 def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
@@ -186,6 +206,7 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         if cfg.num_eval_workers else None,
         opponent_sampling_strategy=cfg.opponent_sampling_strategy,
         fixed_opponents=list(cfg.fixed_opponents),
+        **cfg.samplers,
         algorithm=cfg.algorithm,
         learner=dict(cfg.learner),
         max_staleness=cfg.max_staleness,
