@@ -6,8 +6,8 @@ last test plays real TextArena games with scripted policies standing in for chec
 
 from __future__ import annotations
 
+import asyncio
 import json
-import random
 from collections import Counter
 
 import pytest
@@ -109,7 +109,8 @@ def test_the_sampler_solves_the_registrys_games_into_its_mixture():
     assert sampler.last is not None and sampler.last.matrix_games == 0
     for row, expected in zip(sampler.last.payoffs, SKEWED, strict=True):
         assert list(row) == pytest.approx(expected, abs=1e-12)
-    assert sampler.probabilities() == pytest.approx(dict(zip(["ckpt-0", "ckpt-1", "ckpt-2"], SKEWED_NASH)), abs=1e-9)
+    expected = dict(zip(["ckpt-0", "ckpt-1", "ckpt-2"], SKEWED_NASH, strict=True))
+    assert sampler.probabilities() == pytest.approx(expected, abs=1e-9)
 
 
 def test_metagame_and_missing_games_known_answers():
@@ -192,3 +193,128 @@ def test_missing_cells_are_filled_to_the_budget_and_not_beyond():
     assert sampler.last.matrix_games == 14 and sched.stats()["matrix_jobs"] == 14
     assert sampler.last.pool == ("base", "ckpt-1", "ckpt-2", "random")
     assert sampler.last.games[0][2] == 3 and sampler.last.games[2][0] == 3
+
+
+# ----------------------------------------------------------------- resume
+def test_resume_restores_the_matrix_the_mixture_and_an_update_in_progress():
+    """The scheduler's state (with the sampler's) and the registry's, through JSON, into new objects:
+    the same last matrix and mixture; an update that had games out is planned again from the
+    registry's counts, so only the games still missing are played."""
+    reg = registry_with("ckpt-0", fixed=("random",))
+    sampler = PSROModelSampler(reg, every=2, games_per_cell=2, fixed_opponents=("random",), rng_seed=0)
+    sched = psro_scheduler(reg, sampler)
+    for i in (1, 2):
+        serve(sched, stronger, rounds=2)
+        add_checkpoint(reg, i)
+    serve(sched, stronger, rounds=4)
+    assert sampler.last is not None and sampler.last.update == 1
+    for i in (3, 4):
+        add_checkpoint(reg, i)
+    out = [j for j in sched.next_train_jobs(5) if j.is_matrix]  # the second update opens: 5 of its games out
+    assert len(out) == 5
+    state = json.loads(json.dumps({"scheduler": sched.state_dict(), "registry": reg.state_dict()}))
+
+    reg2 = ModelRegistry()
+    reg2.load_state_dict(state["registry"])
+    sampler2 = PSROModelSampler(reg2, every=2, games_per_cell=2, fixed_opponents=("random",), rng_seed=0)
+    sched2 = psro_scheduler(reg2, sampler2)
+    sched2.load_state_dict(state["scheduler"])
+    assert sampler2.last == sampler.last
+    assert sampler2.probabilities() == sampler.probabilities() == pytest.approx({"ckpt-2": 1.0})
+    # the 5 games out were lost with the old run: the new one plans all of the update's games again
+    pool = ("ckpt-0", "ckpt-1", "ckpt-2", "ckpt-3", "ckpt-4", "random")
+    _, games = metagame(reg2.match_results(), pool)
+    expected = len(missing_games(pool, games, 2))
+    replayed = serve(sched2, stronger, rounds=8)
+    assert sum(replayed.values()) == expected > 5
+    assert sampler2.last.update == 2 and sampler2.last.pool == pool
+    assert sampler2.probabilities() == pytest.approx({"ckpt-4": 1.0})
+
+
+# ----------------------------------------------------------------- real games, real collector
+def test_matrix_games_through_the_collector_reach_the_registry_and_no_buffer():
+    """The real collector and scheduler, TextArena TicTacToe with random legal moves in every seat:
+    the matrix games are played, rated and logged, and none of them reaches the buffer."""
+    from test_batched_collection import Buffer, GameLog, NoModel, Scheduler, Scripted, collect_until
+
+    reg = registry_with("base", fixed=("random",))
+    sampler = PSROModelSampler(reg, every=2, games_per_cell=3, fixed_opponents=("random",), rng_seed=0)
+    scheduler = Scheduler(sampler, UniformRandomEnvSampler([TTT_VS]), seed=0)
+    assert sampler.next_matrix_game() is None
+    add_checkpoint(reg, 1)
+    add_checkpoint(reg, 2)
+    buffer, tracker = Buffer(10**6, dedupe=True), GameLog()
+    collector = Scripted(tracker=tracker, buffer=buffer, game_scheduler=scheduler, backends=[NoModel()])
+    stats = asyncio.run(collect_until(collector, 4, 40))
+    assert stats["failed"] == 0
+    scheduler.next_train_job()  # the draw after the last matrix game solves the update
+    assert sampler.last is not None and sampler.last.matrix_games == 6 * 3
+    matrix_ids = set(scheduler.results) - set(buffer.game_ids)
+    assert len(matrix_ids) == 18 and set(buffer.game_ids) <= set(scheduler.results)
+    assert matrix_ids <= set(tracker.game_ids)
+    assert all(g == 3 for i, row in enumerate(sampler.last.games) for j, g in enumerate(row) if i != j)
+    assert sum(sampler.last.mixture) == pytest.approx(1.0)
+
+
+def test_psro_on_real_tictactoe_games_puts_the_mixture_on_the_player_nobody_beats():
+    """Real TextArena games played by the scheduler's specs: the learner's checkpoints play random
+    legal moves, the fixed 'optimal' plays perfect TicTacToe (it never loses). The meta-game's
+    max-entropy Nash is 'optimal' alone: no checkpoint scores above 0 against it."""
+    from unstable.collection.rollout import play_game_sync
+    from unstable.policies.scripted import RandomLegalPolicy, make_scripted_policy
+
+    reg = registry_with("ckpt-0", fixed=("random", "optimal"))
+    sampler = PSROModelSampler(reg, every=2, games_per_cell=6, fixed_opponents=("random", "optimal"), rng_seed=0)
+    sched = psro_scheduler(reg, sampler)
+    fixed = {name: make_scripted_policy(name, TTT_VS.env_id) for name in ("random", "optimal")}
+
+    def play_all(n: int) -> None:
+        for _ in range(n):
+            jobs = sched.next_train_jobs(8)
+            sched.update_many([play_game_sync(job, {a.player_id: fixed.get(a.policy.uid) or
+                                                    RandomLegalPolicy(uid=a.policy.uid) for a in job.agents})
+                               for job in jobs])
+
+    play_all(1)
+    add_checkpoint(reg, 1)
+    add_checkpoint(reg, 2)
+    play_all(12)
+    assert sampler.last is not None
+    results = reg.match_results()
+    assert all(results[c]["optimal"]["win"] == 0 for c in ("ckpt-0", "ckpt-1", "ckpt-2"))
+    assert sampler.probabilities() == pytest.approx({"optimal": 1.0}, abs=1e-6)
+
+
+# ----------------------------------------------------------------- config and wiring
+def test_yaml_settings_build_the_psro_sampler(tiny_model_dir, tmp_path, no_ray):
+    """A config's ``samplers:`` section chooses PSRO and its settings; mixed with the rating curriculum,
+    the scheduler still finds it (the mix's base) and saves its state through the mix."""
+    from unstable.run.config import BuildConfig
+    from unstable.run.config_file import load_config
+    from unstable.run.wiring import _model_sampler
+    from unstable.samplers.league import CurriculumMixModelSampler
+
+    path = tmp_path / "psro.yaml"
+    path.write_text(
+        f"model_name: {tiny_model_dir}\nruns_dir: {tmp_path}/runs\n"
+        "train_envs:\n  - {env_id: TicTacToe-v0-train, num_players: 2, num_actors: 1, prompt_template: qwen3-zs}\n"
+        "samplers: {opponent_sampling_strategy: psro, psro_every: 3, psro_games_per_cell: 4, psro_pool_size: 6,\n"
+        "           psro_meta_solver: alpha-rank, fixed_opponents: [random], rating_curriculum: 0.25}\n")
+    cfg = BuildConfig(**load_config(str(path))[0])
+    reg = registry_with("ckpt-0", fixed=("random",))
+    mix = _model_sampler(cfg.samplers, reg, seed=0, run_dir=str(tmp_path / "run"))
+    assert isinstance(mix, CurriculumMixModelSampler) and isinstance(mix.base, PSROModelSampler)
+    psro = mix.base
+    assert (psro.every, psro.games_per_cell, psro.pool_size, psro.solver_name) == (3, 4, 6, "alpha-rank")
+    assert psro.fixed_opponents == ("random",) and psro.log_path == str(tmp_path / "run" / "psro.jsonl")
+    sched = GameScheduler(mix, UniformRandomEnvSampler([TTT_VS], rng_seed=0), seed=0)
+    for i in (1, 2, 3):
+        serve(sched, stronger, rounds=1)
+        add_checkpoint(reg, i)
+    serve(sched, stronger, rounds=8)  # at most 10 pairs x 4 games, then the draw that solves it
+    assert psro.last is not None and psro.last.solver == "alpha-rank"
+    assert json.loads((tmp_path / "run" / "psro.jsonl").read_text())["mixture"] == list(psro.last.mixture)
+    state = json.loads(json.dumps(sched.state_dict()))
+    again = _model_sampler(cfg.samplers, reg, seed=0)
+    GameScheduler(again, UniformRandomEnvSampler([TTT_VS], rng_seed=0), seed=0).load_state_dict(state)
+    assert again.base.last == psro.last and again.base.probabilities() == psro.probabilities()
