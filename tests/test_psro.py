@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from test_league import TTT_VS, play
@@ -318,3 +319,38 @@ def test_yaml_settings_build_the_psro_sampler(tiny_model_dir, tmp_path, no_ray):
     again = _model_sampler(cfg.samplers, reg, seed=0)
     GameScheduler(again, UniformRandomEnvSampler([TTT_VS], rng_seed=0), seed=0).load_state_dict(state)
     assert again.base.last == psro.last and again.base.probabilities() == psro.probabilities()
+
+
+# ----------------------------------------------------------------- a real run
+@pytest.mark.slow
+def test_a_psro_run_plays_logs_and_resumes_its_meta_game(ray_session, tiny_model_dir, tmp_path):
+    """build() with the tiny model, PSRO after every checkpoint: the updates are in psro.jsonl and the
+    metrics, the matrix games were played (rated, in no buffer: the buffer only ever saw the learner's
+    seats), and a resumed run's scheduler holds the same mixture and matrix as the run state saved."""
+    from conftest import TTT, small_run_kwargs
+
+    import unstable
+    from unstable.tracking import read_metrics
+
+    kwargs = small_run_kwargs(tiny_model_dir, tmp_path, "psro", train_envs=[unstable.TrainEnvSpec(num_actors=1, **TTT)],
+                              opponent_sampling_strategy="psro", fixed_opponents=["random"], psro_every=1,
+                              psro_games_per_cell=2, psro_pool_size=3)
+    run = unstable.build(**kwargs)
+    try:
+        run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=0)
+    finally:
+        run.stop()
+    run_dir = Path(run.run_dir)
+    lines = [json.loads(x) for x in (run_dir / "psro.jsonl").read_text().splitlines()]
+    assert lines and lines[0]["pool"][-1] == "random" and all(sum(x["mixture"]) == pytest.approx(1.0) for x in lines)
+    assert all(g >= 2 for x in lines for i, row in enumerate(x["games"]) for j, g in enumerate(row) if i != j)
+    metrics = read_metrics(str(run_dir))
+    assert any("league/psro/updates" in m for m in metrics) and any("league/matrix_games" in m for m in metrics)
+    saved = json.loads((run_dir / "run_state.json").read_text())["scheduler"]["samplers"]["model_sampler"]
+    assert saved["last"] is not None
+    resumed = unstable.build(resume_from=str(run_dir))
+    try:
+        state = ray_session.get(resumed.actors.scheduler.state_dict.remote())["samplers"]["model_sampler"]
+        assert state["last"] == saved["last"] and state["mixture"] == saved["mixture"]
+    finally:
+        resumed.stop()
