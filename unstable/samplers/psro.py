@@ -160,7 +160,8 @@ class PSROModelSampler(MixtureModelSampler):
         own = call(self.model_registry, "checkpoint_uids", self._learner())[-self.pool_size:]
         fixed = call(self.model_registry, "fixed_uids")
         if self.fixed_opponents is not None:
-            fixed = [uid for uid in fixed if uid in set(self.fixed_opponents)]
+            chosen = set(self.fixed_opponents)
+            fixed = [uid for uid in fixed if uid in chosen]
         return list(own) + list(fixed)
 
     # ----------------------------------------------------------------- the schedule
