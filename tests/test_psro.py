@@ -321,6 +321,31 @@ def test_yaml_settings_build_the_psro_sampler(tiny_model_dir, tmp_path, no_ray):
     assert again.base.last == psro.last and again.base.probabilities() == psro.probabilities()
 
 
+def test_the_scheduler_finds_psro_under_wrappers():
+    """A sampler that draws from a ``base`` (a league's, say) around a curriculum mix around PSRO: the
+    scheduler still plays PSRO's matrix games."""
+    from unstable.samplers.league import CurriculumMixModelSampler, RatingCurriculumModelSampler
+    from unstable.samplers.model_samplers import BaseModelSampler
+
+    class Wrapper(BaseModelSampler):
+        def __init__(self, base):
+            super().__init__(base.model_registry)
+            self.base = base
+
+        def sample_opponent(self, lineage=None):
+            return self.base.sample_opponent(lineage)
+
+    reg = registry_with("ckpt-0", fixed=("random",))
+    psro = PSROModelSampler(reg, every=1, games_per_cell=1, fixed_opponents=("random",))
+    mix = CurriculumMixModelSampler(psro, RatingCurriculumModelSampler(reg), weight=0.5)
+    sched = GameScheduler(Wrapper(mix), UniformRandomEnvSampler([TTT_VS], rng_seed=0), seed=0)
+    serve(sched, stronger, rounds=1)
+    add_checkpoint(reg, 1)
+    matrix = serve(sched, stronger, rounds=2)
+    # 3 pairs, one game each; ckpt-0 v random has its game already (the curriculum drew random in training)
+    assert sum(matrix.values()) == 2 and psro.last is not None
+
+
 # ----------------------------------------------------------------- a real run
 @pytest.mark.slow
 def test_a_psro_run_plays_logs_and_resumes_its_meta_game(ray_session, tiny_model_dir, tmp_path):

@@ -14,7 +14,7 @@
   The checkpoint is the current one of the spec's ``model``, or, for ``model=None``, of each lineage
   in turn (after every seat has had its game).
 * **Matrix games.** A model sampler with ``next_matrix_game`` (PSRO's,
-  :class:`~unstable.samplers.psro.PSROModelSampler`, alone or as a curriculum mix's ``base``) is asked
+  :class:`~unstable.samplers.psro.PSROModelSampler`, alone or as the ``base`` a wrapper draws from) is asked
   before each train game; the game it names (two uids and the row's seat) is played in a two-player
   train spec (cycling through them: its game, template and extraction) with no seat collected and
   ``is_matrix=True``: the collector sends it to no buffer, the registry rates it, and the sampler
@@ -417,10 +417,14 @@ class GameScheduler:
 
 
 def _matrix_source(model_sampler: Any) -> Any:
-    """The sampler that fills a meta-game (has ``next_matrix_game``): ``model_sampler`` or its ``base``."""
-    for sampler in (model_sampler, getattr(model_sampler, "base", None)):
+    """The sampler that fills a meta-game (has ``next_matrix_game``): ``model_sampler`` or the sampler it
+    wraps, its ``base`` (a curriculum mix's, a league's), however deep."""
+    sampler, seen = model_sampler, set()
+    while sampler is not None and id(sampler) not in seen:
         if has_method(sampler, "next_matrix_game"):
             return sampler
+        seen.add(id(sampler))
+        sampler = getattr(sampler, "base", None)
     return None
 
 
