@@ -39,7 +39,8 @@ FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
     "fixed_opponents": ("samplers", "fixed_opponents"), "opponent_lag": ("samplers", "opponent_lag"),
     "opponent_window": ("samplers", "opponent_window"),
     **{name: ("samplers", name) for name in (
-        "pfsp_weighting", "pfsp_prior", "pfsp_window", "rating_curriculum", "rating_curriculum_target",
+        "pfsp_weighting", "pfsp_prior", "pfsp_window", "psro_every", "psro_games_per_cell", "psro_pool_size",
+        "psro_meta_solver", "rating_curriculum", "rating_curriculum_target",
         "rating_curriculum_width", "env_curriculum_window", "env_curriculum_target", "env_curriculum_width")},
     "wandb_project": ("tracker", "wandb_project"), "use_wandb": ("tracker", "use_wandb"),
     "max_consecutive_failures": ("failure_budget", "max_consecutive_failures"),

@@ -56,7 +56,7 @@ INFERENCE_DEFAULTS = {"backend": "auto", "num_actors": None, "temperature": None
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
-DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool", "pfsp")
+DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool", "pfsp", "psro")
 
 # learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
 RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
@@ -612,6 +612,17 @@ def _check_seats(cfg: BuildConfig) -> None:
         if getattr(spec, "model", None) is not None and spec.model not in names:
             raise ValueError(f"eval_envs[{i}].model is {spec.model!r}, not a declared model; models: {names}")
     _check_opponent_seats(cfg)
+    _check_psro(cfg)
+
+
+def _check_psro(cfg: BuildConfig) -> None:
+    """PSRO plays its meta-game's missing games in a two-player train game: the run must have one."""
+    if cfg.samplers.opponent_sampling_strategy != "psro":
+        return
+    if not any(isinstance(spec, TrainEnvSpec) and spec.num_players == 2 for spec in cfg.train_envs):
+        raise ValueError("opponent_sampling_strategy='psro' fills its meta-game with two-player games, and train_envs "
+                         "has no two-player game (a TrainEnvSpec with num_players=2): add one, or choose another "
+                         "opponent_sampling_strategy")
 
 
 def _check_opponent_seats(cfg: BuildConfig) -> None:

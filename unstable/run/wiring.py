@@ -51,6 +51,7 @@ from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffe
 from unstable.samplers import league
 from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import SuccessCurriculumEnvSampler, UniformRandomEnvSampler
+from unstable.samplers.psro import PSRO_LOG_FILE, PSROModelSampler
 from unstable.tracking import Tracker
 from unstable.tracking.wandb_writer import wandb_plan
 from unstable.utils.quiet import quiet_ray_token_auth_notice
@@ -144,15 +145,26 @@ class Actors:
                 *self.buffers.values(), self.registry, self.tracker, *lock]
 
 
-def _model_sampler(samplers, registry, seed: int):
-    """The opponent sampler ``samplers`` describes, with its rating curriculum mixed in when asked."""
-    base = _base_model_sampler(samplers, registry, seed)
+def _model_sampler(samplers, registry, seed: int, tracker: Any = None, run_dir: str | None = None):
+    """The opponent sampler ``samplers`` describes, with its rating curriculum mixed in when asked
+    (PSRO's logs its updates to ``tracker`` and ``<run_dir>/psro.jsonl``)."""
+    if samplers.opponent_sampling_strategy == "psro":
+        base = _psro_sampler(samplers, registry, seed, tracker, run_dir)
+    else:
+        base = _base_model_sampler(samplers, registry, seed)
     if samplers.rating_curriculum == 0:
         return base
     curriculum = league.RatingCurriculumModelSampler(
         model_registry=registry, target=samplers.rating_curriculum_target, width=samplers.rating_curriculum_width,
         fixed_opponents=_fixed_uids(samplers), rng_seed=seed)
     return league.CurriculumMixModelSampler(base, curriculum, samplers.rating_curriculum, rng_seed=seed)
+
+
+def _psro_sampler(samplers, registry, seed: int, tracker: Any, run_dir: str | None):
+    return PSROModelSampler(model_registry=registry, meta_solver=samplers.psro_meta_solver,
+                            every=samplers.psro_every, games_per_cell=samplers.psro_games_per_cell,
+                            pool_size=samplers.psro_pool_size, fixed_opponents=_fixed_uids(samplers), tracker=tracker,
+                            log_path=os.path.join(run_dir, PSRO_LOG_FILE) if run_dir else None, rng_seed=seed)
 
 
 def _fixed_uids(samplers) -> tuple[str, ...]:
@@ -267,8 +279,8 @@ def start_actors(cfg, run_name: str) -> Actors:
     env_sampler = _env_sampler(cfg)
     # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
     scheduler = actor_class(GameScheduler).options(**light).remote(
-        model_sampler=_model_sampler(samplers, registry, cfg.seed), env_sampler=env_sampler, logging_dir=None,
-        seed=cfg.seed)
+        model_sampler=_model_sampler(samplers, registry, cfg.seed, tracker, run_dir), env_sampler=env_sampler,
+        logging_dir=None, seed=cfg.seed)
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
 
