@@ -50,9 +50,10 @@ FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
 }
 MODEL_SECTIONS = ("learner", "inference", "buffer")
 RUN_SECTIONS = ("samplers", "tracker", "failure_budget", "api_opponents")
+# league: a preset that expands into models, train_envs and samplers (unstable.run.league_preset)
 RUN_FIELDS = ("train_envs", "eval_envs", "run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed",
-              "resume_from", "mode")
-NESTED_ARGUMENTS = ("models", *RUN_SECTIONS, *RUN_FIELDS, "league")  # league: a preset (unstable.run.league_preset)
+              "resume_from", "mode", "league")
+NESTED_ARGUMENTS = ("models", *RUN_SECTIONS, *RUN_FIELDS)
 # the flat learner arguments by the learner field they set (learner={...} may not repeat them)
 FLAT_LEARNER_NAMES = {field: flat for flat, (section, field) in FLAT_ARGUMENTS.items()
                       if section == "learner" and field}
