@@ -67,7 +67,7 @@ SHRINK = {
                        ("num_eval_workers=4", "num_eval_workers=0")],
     "training.md": [('"learner": {"batch_size": 64, "mini_batch_size": 16',
                      '"learner": {"batch_size": 16, "mini_batch_size": 8'),
-                    ("start(learning_steps=20, num_collection_workers=32",
+                    ("start(learning_steps=10, num_collection_workers=32",
                      "start(learning_steps=1, num_collection_workers=8")],
 }
 # they load torch or start Ray: over 10 s
