@@ -42,7 +42,9 @@ from unstable.run.arguments import (
     argument_names,
     nest_arguments,
 )
+from unstable.run.league_preset import expand_league
 from unstable.samplers.config import SamplerConfig
+from unstable.samplers.exploiters import LeagueConfig
 from unstable.tracking.config import TrackerConfig
 from unstable.utils.checks import check_bool, check_choice, check_int, check_number, check_positive, check_str
 from unstable.utils.paths import check_dir_name, check_dir_path, check_writable_dir
@@ -683,6 +685,9 @@ class BuildConfig:
     """Seeds the samplers, the buffer and the learner."""
     resume_from: str | None = None
     """A run directory to continue (see :mod:`unstable.run.resume`)."""
+    league: LeagueConfig | None = None
+    """A league preset (see :mod:`unstable.run.league_preset`): a main model and its main exploiters,
+    expanded into ``models``, ``train_envs`` and ``samplers``; ``None``: no league."""
     mode: str = "async"
     """``"async"``: games and updates run at the same time, and the learner trains on steps up to
     ``max_staleness`` versions old. ``"sync"``: they take turns, as in Actors and classic on-policy
@@ -698,6 +703,7 @@ class BuildConfig:
         if extra:
             raise ValueError(_unknown_arguments(extra))
         nested, flat_names = nest_arguments(arguments)
+        nested, self.league = expand_league(nested)
         flat = {k: arguments[k] for k in flat_names}
         declarations = nested.get("models") or [{}]
         models = []
@@ -801,6 +807,8 @@ class BuildConfig:
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
         out |= {name: getattr(self, name) for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport",
                                                        "seed", "resume_from", "mode")}
+        if self.league is not None:
+            out["league"] = asdict(self.league)
         return out
 
 

@@ -44,6 +44,7 @@ from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
+from unstable.run.league_preset import league_model_sampler, reset_rules
 from unstable.run.remote import ObjectStoreAdapters, actor_class, actor_name, new_run_id, start_inference_backends
 from unstable.run.resources import amounts as _amounts
 from unstable.run.resources import short_of, wait_for_free_resources
@@ -278,9 +279,11 @@ def start_actors(cfg, run_name: str) -> Actors:
             ray.get(registry.add_fixed.remote(name=name))
     env_sampler = _env_sampler(cfg)
     # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
+    league = getattr(cfg, "league", None)
+    model_sampler = league_model_sampler(league, models, _model_sampler(samplers, registry, cfg.seed, tracker, run_dir),
+                                         cfg.seed)
     scheduler = actor_class(GameScheduler).options(**light).remote(
-        model_sampler=_model_sampler(samplers, registry, cfg.seed, tracker, run_dir), env_sampler=env_sampler,
-        logging_dir=None, seed=cfg.seed)
+        model_sampler=model_sampler, env_sampler=env_sampler, logging_dir=None, seed=cfg.seed)
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
 
@@ -297,6 +300,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     if buffer_dropped is not None:
         ray.get(tracker.log.remote({"buffer/dropped_on_resume": buffer_dropped}))
     learners, pending, workers = {}, [], {}
+    rules = reset_rules(league, models)  # a league's exploiters reset their adapters by these
     for m in models:
         learner_cls, buffer = resolve_learner(m.algorithm), buffers[m.name]
         resumed = {}
@@ -314,7 +318,7 @@ def start_actors(cfg, run_name: str) -> Actors:
         learner = actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus, **placement).remote(
             **common, buffer=buffer, tracker=tracker, model_registry=registry, turn_lock=turn_lock,
             on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker, buffers), publish_adapters=in_memory,
-            **resumed)
+            **resumed, **({"reset_rule": rules[m.name]} if m.name in rules else {}))
         # ranks 1..N-1 get rank 0's weights and optimiser states with the first batch: they read no
         # checkpoint (their node may not see it), and build the adapter from the run's lora_cfg
         start = {k: v for k, v in resumed.items() if k == "initial_version"}
