@@ -29,6 +29,7 @@ from typing import Any
 from unstable.cli.progress import wait_with_progress
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
+from unstable.run.league_preset import league_config
 from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig
 from unstable.utils.checks import check_choice, check_int, check_positive
 
@@ -90,6 +91,11 @@ class QuickstartConfig:
     """The fixed opponents (scripted baselines such as ``"heuristic"``) of the non-mirror strategies."""
     eval_opponent: str = "random"
     """The opponent of the initial, in-training and final evaluations (e.g. ``"heuristic"``)."""
+    league: dict[str, Any] | None = None
+    """The league preset, as build() takes it (e.g. ``{"exploiters": 1}``): the job's model becomes the main
+    model, playing ``opponent_sampling_strategy`` (``"pfsp"`` by default) over its past checkpoints, its
+    exploiters' and ``fixed_opponents``, beside main exploiters that play only its newest checkpoint
+    (docs/training.md, "A league with main exploiters"). The evaluations measure the main model."""
     samplers: dict[str, Any] = field(default_factory=dict)
     """More opponent- and env-sampler settings, as build() takes them by their flat names (e.g.
     ``{"pfsp_weighting": "even", "opponent_window": 8}``; docs/training.md, "Leagues")."""
@@ -113,6 +119,12 @@ class QuickstartConfig:
         check_choice("opponent_sampling_strategy", self.opponent_sampling_strategy,
                      tuple(s for s in OPPONENT_SAMPLING_STRATEGIES if s != "none"))
         _check_sampler_settings(self)
+        if self.league is not None:
+            league_config({"main_opponents": self._league_opponents(), **self.league})
+
+    def _league_opponents(self) -> str:
+        """The main model's strategy in a league: the job's, unless that is mirror self-play (then pfsp)."""
+        return "pfsp" if self.opponent_sampling_strategy == "mirror" else self.opponent_sampling_strategy
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")
@@ -207,6 +219,7 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         opponent_sampling_strategy=cfg.opponent_sampling_strategy,
         fixed_opponents=list(cfg.fixed_opponents),
         **cfg.samplers,
+        **({} if cfg.league is None else {"league": {"main_opponents": cfg._league_opponents(), **cfg.league}}),
         algorithm=cfg.algorithm,
         learner=dict(cfg.learner),
         max_staleness=cfg.max_staleness,
