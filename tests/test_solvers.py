@@ -381,6 +381,8 @@ def test_tictactoe_result_against_the_heuristic_matches_a_direct_recursion():
         result = tictactoe_exploitability(table)
         assert result.vs_heuristic_first == pytest.approx(wdl(empty, "O", "O", cells_for, tictactoe_heuristic_cells))
         assert result.vs_heuristic_second == pytest.approx(wdl(empty, "O", "X", cells_for, tictactoe_heuristic_cells))
+        assert result.vs_random_first == pytest.approx(wdl(empty, "O", "O", cells_for, anything))
+        assert result.vs_random_second == pytest.approx(wdl(empty, "O", "X", cells_for, anything))
     heuristic = tictactoe_exploitability(tictactoe_table(tictactoe_heuristic_cells))
     assert heuristic.vs_heuristic_first[0] == pytest.approx(0.3111, abs=1e-3)
     assert heuristic.vs_heuristic_first[0] == pytest.approx(heuristic.vs_heuristic_second[2])  # symmetric

@@ -97,7 +97,8 @@ class TicTacToeExploitability:
     ``vs_optimal_first``/``_second``: the policy's (win, draw, loss) probabilities against the minimax
     player that picks uniformly among its optimal cells (the ``optimal`` baseline);
     ``vs_heuristic_first``/``_second`` the same against the one-ply ``heuristic`` baseline (win now,
-    else block, else any empty cell, uniformly), whose best response wins 0.927 first and 0.467 second.
+    else block, else any empty cell, uniformly), whose best response wins 0.927 first and 0.467 second;
+    ``vs_random_first``/``_second`` against the uniform random legal-move player.
     ``invalid_vs_best_response_first``/``_second``: the probability the policy makes an invalid move
     in play against the best response that takes the lowest-numbered of its best cells.
     """
@@ -111,6 +112,8 @@ class TicTacToeExploitability:
     invalid_vs_best_response_second: float
     vs_heuristic_first: tuple[float, float, float] = (0.0, 0.0, 0.0)
     vs_heuristic_second: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    vs_random_first: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    vs_random_second: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready values (tuples as lists)."""
@@ -228,7 +231,14 @@ def tictactoe_exploitability(table: TicTacToeTable) -> TicTacToeExploitability:
         invalid_vs_best_response_second=solver.invalid_vs_best(EMPTY_BOARD, SECOND),
         vs_heuristic_first=solver.against(EMPTY_BOARD, FIRST, tictactoe_heuristic_cells),
         vs_heuristic_second=solver.against(EMPTY_BOARD, SECOND, tictactoe_heuristic_cells),
+        vs_random_first=solver.against(EMPTY_BOARD, FIRST, _any_empty_cell),
+        vs_random_second=solver.against(EMPTY_BOARD, SECOND, _any_empty_cell),
     )
+
+
+def _any_empty_cell(board: tuple[str, ...], _mark: str) -> list[int]:
+    """The random legal-move player's cells: every empty one."""
+    return [cell for cell, mark in enumerate(board) if not mark]
 
 
 def tictactoe_table(cells_for: CellChooser | None = None) -> dict[Board, dict[int, float]]:
