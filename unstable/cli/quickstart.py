@@ -282,7 +282,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     say(f"[1/5] tiny model ({cfg.model_size})")
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
     ws = cfg.warm_start
-    say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}, until "
+    teacher = "" if ws.teacher == "random" else f", labelled with the {ws.teacher} baseline's moves"
+    say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}{teacher}, until "
         f"{ws.target_legal_mass:.0%} probability on legal moves and a legal most likely move in "
         f"{ws.target_greedy_legal:.0%} of held-out positions (at most {ws.max_rounds} rounds)")
     last_print = [0.0]
@@ -309,7 +310,9 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
             f"self-play will spend its steps on legality rather than strategy; a longer warm start helps "
             f"(--warm-start-max-rounds {2 * ws.max_rounds}, or --warm-start-positions {2 * ws.positions})")
         say(f"  warning: {warnings[-1]}")
-    say(f"[4/5] self-play training: {cfg.learning_steps} learner steps of {cfg.batch_size} moves "
+    how = ("self-play" if cfg.opponent_sampling_strategy == "mirror" and cfg.league is None else
+           f"{'league, ' if cfg.league is not None else ''}{cfg.opponent_sampling_strategy} opponents")
+    say(f"[4/5] {how} training: {cfg.learning_steps} learner steps of {cfg.batch_size} moves "
         f"(watch it: unstable dashboard {run_dir})")
     run_dir.mkdir(parents=True, exist_ok=True)
     t_train = time.perf_counter()
