@@ -407,7 +407,10 @@ def warm_start_path(base_model: str | os.PathLike, cfg: WarmStartConfig | None =
     Returns ``(path, cached)``; ``cached`` says whether an earlier build was reused.
     """
     cfg = cfg or WarmStartConfig()
-    return cached_warm_start(base_model, asdict(cfg), WARM_START_VERSION, cfg.env_id, cache_dir,
+    settings = asdict(cfg)
+    if settings["teacher"] == "random":  # the recipe before teachers existed: its cached builds stay valid
+        del settings["teacher"]
+    return cached_warm_start(base_model, settings, WARM_START_VERSION, cfg.env_id, cache_dir,
                              lambda base, path: warm_start(base, path, cfg, progress=progress))
 
 
