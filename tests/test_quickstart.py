@@ -163,6 +163,25 @@ def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
     assert not cached and other != path
 
 
+def test_a_teacher_is_its_own_cache_entry_and_the_default_keeps_the_old_key(tiny_model_dir, tmp_path, monkeypatch):
+    """The heuristic teacher builds its own warm start; the random teacher's key is the one it had before the
+    setting existed (the settings without ``teacher``), so users' cached warm starts stay valid."""
+    import dataclasses
+
+    from unstable.models import warmstart
+
+    built = []
+    monkeypatch.setattr(warmstart, "warm_start", lambda base, path, cfg, progress=None: (
+        built.append(cfg.teacher), path.mkdir(parents=True), (path / "warm_start.json").write_text("{}")))
+    plain, _ = warm_start_path(tiny_model_dir, WarmStartConfig(), cache_dir=tmp_path)
+    taught, _ = warm_start_path(tiny_model_dir, WarmStartConfig(teacher="heuristic"), cache_dir=tmp_path)
+    assert plain != taught and built == ["random", "heuristic"]
+    settings = {k: v for k, v in dataclasses.asdict(WarmStartConfig()).items() if k != "teacher"}
+    old, cached = warmstart.cached_warm_start(tiny_model_dir, settings, warmstart.WARM_START_VERSION,
+                                              "TicTacToe-v0-train", tmp_path, lambda base, path: None)
+    assert cached and old == plain
+
+
 def test_warm_start_trains_in_rounds_until_the_target(tiny_model_dir, tmp_path):
     """Rounds of fresh positions until the held-out legal-move probability reaches the target."""
     short = WarmStartConfig(positions=128, batch_size=32, warmup_steps=1, held_out=64)
