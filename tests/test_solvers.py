@@ -386,3 +386,33 @@ def test_tictactoe_result_against_the_heuristic_matches_a_direct_recursion():
     heuristic = tictactoe_exploitability(tictactoe_table(tictactoe_heuristic_cells))
     assert heuristic.vs_heuristic_first[0] == pytest.approx(0.3111, abs=1e-3)
     assert heuristic.vs_heuristic_first[0] == pytest.approx(heuristic.vs_heuristic_second[2])  # symmetric
+
+
+def test_tictactoe_tactics_read_the_win_and_block_mass():
+    """The heuristic puts all its mass on wins and blocks; the uniform player w/k on a board with w winning
+    cells among k empty ones, averaged (recomputed here from the winner function alone)."""
+    from unstable.eval.solvers.tictactoe import reachable_boards, to_move
+    from unstable.policies.baselines import tictactoe_heuristic_cells, tictactoe_winner
+
+    heuristic = tictactoe_exploitability(tictactoe_table(tictactoe_heuristic_cells))
+    assert heuristic.win_now_mass == pytest.approx(1.0) and heuristic.block_mass == pytest.approx(1.0)
+    wins, blocks = [], []
+    for board in reachable_boards():
+        me = to_move(board)
+        other = "X" if me == "O" else "O"
+        cells = [c for c in range(9) if board[c] == " "]
+        tup = tuple("" if m == " " else m for m in board)
+
+        def completes(cell, mark, tup=tup):
+            return tictactoe_winner((*tup[:cell], mark, *tup[cell + 1:])) == mark
+
+        w = [c for c in cells if completes(c, me)]
+        b = [c for c in cells if completes(c, other)]
+        if w:
+            wins.append(len(w) / len(cells))
+        elif b:
+            blocks.append(len(b) / len(cells))
+    uniform = tictactoe_exploitability(tictactoe_table())
+    assert (uniform.win_now_boards, uniform.block_boards) == (len(wins), len(blocks)) == (2358, 1484)
+    assert uniform.win_now_mass == pytest.approx(sum(wins) / len(wins))
+    assert uniform.block_mass == pytest.approx(sum(blocks) / len(blocks))

@@ -67,7 +67,7 @@ def _empty_cells(board: Board) -> list[int]:
     return [cell for cell, mark in enumerate(board) if not mark]
 
 
-def _completing_cells(board: Board, symbol: str) -> list[int]:
+def completing_cells(board: Board, symbol: str) -> list[int]:
     """The empty cells where ``symbol`` would make three in a row."""
     return [cell for cell in _empty_cells(board) if tictactoe_winner(_play(board, cell, symbol)) == symbol]
 
@@ -76,7 +76,7 @@ def tictactoe_heuristic_cells(board: Board, me: str) -> list[int]:
     """The cells the one-ply heuristic picks from uniformly: the ones that win now if any, else the
     ones that block the opponent's immediate win, else every empty cell. Winning comes before
     blocking (a win ends the game, so a block would only give the opponent another move)."""
-    return _completing_cells(board, me) or _completing_cells(board, _OTHER[me]) or _empty_cells(board)
+    return completing_cells(board, me) or completing_cells(board, _OTHER[me]) or _empty_cells(board)
 
 
 @functools.cache

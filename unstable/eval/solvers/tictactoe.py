@@ -25,7 +25,12 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from unstable.policies.baselines import tictactoe_heuristic_cells, tictactoe_optimal_cells, tictactoe_winner
+from unstable.policies.baselines import (
+    completing_cells,
+    tictactoe_heuristic_cells,
+    tictactoe_optimal_cells,
+    tictactoe_winner,
+)
 
 Board = str
 TicTacToeTable = Mapping[Board, Mapping[int, float]]
@@ -99,6 +104,10 @@ class TicTacToeExploitability:
     ``vs_heuristic_first``/``_second`` the same against the one-ply ``heuristic`` baseline (win now,
     else block, else any empty cell, uniformly), whose best response wins 0.927 first and 0.467 second;
     ``vs_random_first``/``_second`` against the uniform random legal-move player.
+    ``win_now_mass``: the policy's mean probability on a winning cell, over the boards where the player to
+    move has one (``win_now_boards`` of them); ``block_mass``: on a blocking cell, over the boards where
+    the opponent threatens to win and the mover cannot win at once (``block_boards``). The heuristic
+    scores 1 on both; a greedy table's values are the share of those boards where its move wins or blocks.
     ``invalid_vs_best_response_first``/``_second``: the probability the policy makes an invalid move
     in play against the best response that takes the lowest-numbered of its best cells.
     """
@@ -114,6 +123,10 @@ class TicTacToeExploitability:
     vs_heuristic_second: tuple[float, float, float] = (0.0, 0.0, 0.0)
     vs_random_first: tuple[float, float, float] = (0.0, 0.0, 0.0)
     vs_random_second: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    win_now_mass: float = 0.0
+    win_now_boards: int = 0
+    block_mass: float = 0.0
+    block_boards: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready values (tuples as lists)."""
@@ -233,7 +246,22 @@ def tictactoe_exploitability(table: TicTacToeTable) -> TicTacToeExploitability:
         vs_heuristic_second=solver.against(EMPTY_BOARD, SECOND, tictactoe_heuristic_cells),
         vs_random_first=solver.against(EMPTY_BOARD, FIRST, _any_empty_cell),
         vs_random_second=solver.against(EMPTY_BOARD, SECOND, _any_empty_cell),
+        **_tactics(table),
     )
+
+
+def _tactics(table: TicTacToeTable) -> dict[str, float | int]:
+    """The mean probability ``table`` puts on winning cells where a win exists, and on blocking cells where
+    a block is needed (and no win exists), over the boards of ``table``."""
+    wins, blocks = [], []
+    for board, probs in table.items():
+        me, board_tuple = to_move(board), _tuple(board)
+        if winning := completing_cells(board_tuple, me):
+            wins.append(sum(probs.get(cell, 0.0) for cell in winning))
+        elif blocking := completing_cells(board_tuple, FIRST if me == SECOND else SECOND):
+            blocks.append(sum(probs.get(cell, 0.0) for cell in blocking))
+    return {"win_now_mass": sum(wins) / len(wins) if wins else 0.0, "win_now_boards": len(wins),
+            "block_mass": sum(blocks) / len(blocks) if blocks else 0.0, "block_boards": len(blocks)}
 
 
 def _any_empty_cell(board: tuple[str, ...], _mark: str) -> list[int]:
