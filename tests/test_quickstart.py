@@ -423,6 +423,21 @@ def test_the_recommended_algorithm_recipe_loads(tmp_path):
     assert (cfg.algorithm, cfg.learner, cfg.learning_steps) == ("grpo", {"beta": 0.1}, 100)
 
 
+def test_the_league_recipes_load(tmp_path):
+    """The recipes of docs/training.md's TicTacToe results: a heuristic-taught warm start, pfsp."""
+    from pathlib import Path
+
+    from unstable.cli.quickstart import load_quickstart_config
+
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    taught = load_quickstart_config(str(configs / "tictactoe-league-heuristic.yaml"), out=str(tmp_path / "a"))
+    assert (taught.warm_start.teacher, taught.fixed_opponents, taught.eval_opponent) == (
+        "heuristic", ["heuristic"], "heuristic")
+    pfsp = load_quickstart_config(str(configs / "tictactoe-pfsp-heuristic.yaml"), out=str(tmp_path / "b"))
+    assert (pfsp.opponent_sampling_strategy, pfsp.fixed_opponents, pfsp.samplers) == (
+        "pfsp", ["heuristic", "random"], {"pfsp_weighting": "hard"})
+
+
 def test_a_quickstart_config_for_another_game_warm_starts_on_that_game(tmp_path):
     """A YAML naming only ``env_id`` was refused ("warm_start.env_id ... must match env_id"): the warm
     start now follows the job's game and template unless the file gives its own."""
