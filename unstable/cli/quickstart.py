@@ -121,15 +121,15 @@ class QuickstartConfig:
         _check_sampler_settings(self)
         if self.league is not None:
             league_config({"main_opponents": self._league_opponents(), **self.league})
-
-    def _league_opponents(self) -> str:
-        """The main model's strategy in a league: the job's, unless that is mirror self-play (then pfsp)."""
-        return "pfsp" if self.opponent_sampling_strategy == "mirror" else self.opponent_sampling_strategy
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")
         if self.warm_start.env_id != self.env_id or self.warm_start.prompt_template != self.prompt_template:
             raise ValueError("warm_start.env_id and warm_start.prompt_template must match env_id and prompt_template")
+
+    def _league_opponents(self) -> str:
+        """The main model's strategy in a league: the job's, unless that is mirror self-play (then pfsp)."""
+        return "pfsp" if self.opponent_sampling_strategy == "mirror" else self.opponent_sampling_strategy
 
 
 def _check_sampler_settings(cfg: QuickstartConfig) -> None:
