@@ -115,13 +115,19 @@ class ExploitabilityEvaluator:
     """Evaluates a run's checkpoints on ``targets`` at ``sampling``, newest first, in a thread of its own
     (see the module docstring); results go to ``tracker.log_at``. ``backend``: a
     :class:`~unstable.inference.transformers_backend.TransformersBackend` of ``model_name`` to use
-    (default: one of its own on ``device``); ``torch_threads`` sets torch's threads for the whole
-    process (the run's evaluator actor uses one)."""
+    (default: one of its own on ``device``). ``torch_threads`` and ``nice`` (added to the process's
+    niceness, so the OS gives the learner and the inference actors the CPU first) apply to the whole
+    process: the run's evaluator actor, a process of its own, uses one thread and ``nice=10``."""
 
     def __init__(self, model_name: str, targets: Sequence[ExploitabilityTarget], sampling: SamplingParams,
-                 tracker: Any = None, *, device: str = "cpu", torch_threads: int | None = None, backend: Any = None):
+                 tracker: Any = None, *, device: str = "cpu", torch_threads: int | None = None, nice: int = 0,
+                 backend: Any = None):
         if not targets:
             raise ValueError("ExploitabilityEvaluator needs at least one target (see plan_exploitability)")
+        if nice:
+            import os
+
+            os.nice(nice)
         if torch_threads:
             import torch
 

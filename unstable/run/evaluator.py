@@ -1,9 +1,10 @@
 """The in-run exploitability evaluator as a Ray actor (the plain class: :mod:`unstable.eval.in_run`).
 
 It lives on the driver's node with the other light actors and reserves no CPU from Ray: it is one more
-process beside the learner and the inference actors, with one torch thread, so it slows them while it
-reads a policy instead of waiting for a core of its own. The learner never waits for it (its hook only
-queues the checkpoint); ``Run.wait()`` waits for the last checkpoint's evaluation once training is done.
+process beside the learner and the inference actors, with one torch thread, at a lower priority
+(:data:`EVALUATOR_NICENESS`), so it reads policies mostly with CPU time they leave idle instead of
+taking a core from them. The learner never waits for it (its hook only queues the checkpoint);
+``Run.wait()`` waits for the last checkpoint's evaluation once training and collection have stopped.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from unstable.eval.in_run import ExploitabilityEvaluator, SubmitCheckpoint, plan
 from unstable.inference.adapters import read_adapter
 from unstable.inference.base import SamplingParams
 from unstable.run.remote import actor_class
+
+EVALUATOR_NICENESS = 10
+"""Added to the evaluator process's niceness: where the learner and the inference actors want every core,
+the OS gives them the CPU first (a nice-10 thread gets about a tenth of a core it shares with a nice-0 one)."""
 
 
 class CheckpointHooks:
@@ -40,7 +45,7 @@ def start_evaluator(cfg: Any, tracker: Any, checkpoints_dir: str, sampling: Samp
         return None, None
     model = cfg.models[0]
     evaluator = actor_class(ExploitabilityEvaluator).options(**options).remote(
-        model.model_name, targets, sampling, tracker, torch_threads=1)
+        model.model_name, targets, sampling, tracker, torch_threads=1, nice=EVALUATOR_NICENESS)
     version, path = start
     evaluator.submit.remote(version, path, read_adapter(path) if path else None)  # its error: at the next submit
     print(f"unstable: in-run exploitability of each checkpoint on {', '.join(t.env_id for t in targets)} "
