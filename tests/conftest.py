@@ -159,8 +159,13 @@ def answering_model(tiny_model_dir, tmp_path_factory) -> str:
                 for p in random_game_positions("TicTacToe-v0-train", 64, seed=0, few_moves_bias=1.0)]
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
-    for step in range(40):
-        supervised_step(model, optimizer, [examples[(step * 16 + i) % 64] for i in range(16)], 0, 3e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # two threads on a busy 2-core machine made it several times slower
+    try:
+        for step in range(40):
+            supervised_step(model, optimizer, [examples[(step * 16 + i) % 64] for i in range(16)], 0, 3e-3)
+    finally:
+        torch.set_num_threads(threads)
     out = tmp_path_factory.mktemp("answering") / "model"
     model.eval()
     model.save_pretrained(out)
