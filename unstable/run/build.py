@@ -298,8 +298,10 @@ class Run:
     def summary(self) -> dict:
         """What the run holds now: ``run_dir``, the ``checkpoints`` (uids, each model's oldest first), the
         collector's and the first buffer's stats, every model's buffer stats under ``buffers`` with several
-        models, and for a resumed run ``resume`` (the version it started from and the steps the previous run
-        left in its buffers, ``None`` if that run was killed)."""
+        models, for a resumed run ``resume`` (the version it started from and the steps the previous run left in
+        its buffers, ``None`` if that run was killed), and, once ``wait()`` has returned in a run with in-run
+        exploitability (:mod:`unstable.run.evaluator`), ``exploitability``: the learner steps ``evaluated`` and
+        ``skipped``."""
         import ray
 
         a = self.actors
