@@ -47,6 +47,7 @@ from unstable.eval.exploitability import (
 )
 from unstable.eval.policy_reading import default_method
 from unstable.games.envs import base_name
+from unstable.games.extraction import register_action_extraction
 from unstable.games.specs import EvalEnvSpec
 from unstable.inference.adapters import AdapterPayload, read_adapter
 from unstable.inference.base import SamplingParams
@@ -117,13 +118,17 @@ class ExploitabilityEvaluator:
     :class:`~unstable.inference.transformers_backend.TransformersBackend` of ``model_name`` to use
     (default: one of its own on ``device``). ``torch_threads`` and ``nice`` (added to the process's
     niceness, so the OS gives the learner and the inference actors the CPU first) apply to the whole
-    process: the run's evaluator actor, a process of its own, uses one thread and ``nice=10``."""
+    process: the run's evaluator actor, a process of its own, uses one thread and ``nice=10``.
+    ``action_extractions`` (name -> function): extractions registered in the user's process
+    (:func:`~unstable.games.extraction.custom_action_extractions`), which a Ray actor starts without."""
 
     def __init__(self, model_name: str, targets: Sequence[ExploitabilityTarget], sampling: SamplingParams,
                  tracker: Any = None, *, device: str = "cpu", torch_threads: int | None = None, nice: int = 0,
-                 backend: Any = None):
+                 backend: Any = None, action_extractions: dict[str, Any] | None = None):
         if not targets:
             raise ValueError("ExploitabilityEvaluator needs at least one target (see plan_exploitability)")
+        for name, extraction in (action_extractions or {}).items():
+            register_action_extraction(name, extraction, overwrite=True)
         if nice:
             import os
 

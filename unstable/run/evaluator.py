@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from unstable.eval.in_run import ExploitabilityEvaluator, SubmitCheckpoint, plan_exploitability
+from unstable.games.extraction import custom_action_extractions
 from unstable.inference.adapters import read_adapter
 from unstable.inference.base import SamplingParams
 from unstable.run.remote import actor_class
@@ -45,7 +46,8 @@ def start_evaluator(cfg: Any, tracker: Any, checkpoints_dir: str, sampling: Samp
         return None, None
     model = cfg.models[0]
     evaluator = actor_class(ExploitabilityEvaluator).options(**options).remote(
-        model.model_name, targets, sampling, tracker, torch_threads=1, nice=EVALUATOR_NICENESS)
+        model.model_name, targets, sampling, tracker, torch_threads=1, nice=EVALUATOR_NICENESS,
+        action_extractions=custom_action_extractions())
     version, path = start
     evaluator.submit.remote(version, path, read_adapter(path) if path else None)  # its error: at the next submit
     print(f"unstable: in-run exploitability of each checkpoint on {', '.join(t.env_id for t in targets)} "
