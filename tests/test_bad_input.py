@@ -122,6 +122,11 @@ BUILD_CASES = [
     ("pfsp_weighting unknown", {"pfsp_weighting": "squared"}, "pfsp_weighting must be one of"),
     ("pfsp_prior 0", {"pfsp_prior": 0}, r"pfsp_prior must be a finite number in \(0, inf\)"),
     ("pfsp_window 0", {"pfsp_window": 0}, "pfsp_window must be an integer >= 1"),
+    ("psro_every 0", {"psro_every": 0}, "psro_every must be an integer >= 1"),
+    ("psro_games_per_cell float", {"psro_games_per_cell": 4.0}, "psro_games_per_cell must be an integer"),
+    ("psro_pool_size 0", {"psro_pool_size": 0}, "psro_pool_size must be an integer >= 1"),
+    ("psro_meta_solver unknown", {"psro_meta_solver": "alpharank"},
+     r"psro_meta_solver must be one of \['nash', 'alpha-rank'\], got 'alpharank'"),
     ("rating_curriculum above 1", {"rating_curriculum": 1.5}, r"rating_curriculum must be a finite number in \[0, 1\]"),
     ("rating_curriculum_target a string", {"rating_curriculum_target": "high"},
      "rating_curriculum_target must be a finite number"),
@@ -132,12 +137,40 @@ BUILD_CASES = [
     ("env_sampling_strategy typo", {"env_sampling_strategy": "curriculums"}, "env_sampling_strategy must be one of"),
     ("pfsp strategy with every seat the learner's", {"opponent_sampling_strategy": "pfsp"},
      "opponent_sampling_strategy='pfsp' draws opponents, but every seat"),
+    ("psro strategy with every seat the learner's", {"opponent_sampling_strategy": "psro"},
+     "opponent_sampling_strategy='psro' draws opponents, but every seat"),
+    ("psro strategy without a two-player train game",
+     {"opponent_sampling_strategy": "psro",
+      "train_envs": [{**TRAIN, "env_id": "Poker-v0-train", "num_players": 3, "num_actors": 1}]},
+     "opponent_sampling_strategy='psro' fills its meta-game with two-player games"),
     ("rating_curriculum with every seat the learner's", {"rating_curriculum": 0.5},
      r"rating_curriculum=0.5 draws opponents, but every seat .* or set rating_curriculum=0"),
     ("pfsp with a scripted opponent that a train game lacks",
      {"opponent_sampling_strategy": "pfsp", "fixed_opponents": ["optimal"],
       "train_envs": [{**TRAIN, "env_id": "KuhnPoker-v0-train", "num_actors": 1}]},
      r"fixed_opponents\[0\] = 'optimal' is drawn for every train env"),
+    # the league preset (the main model's strategy is main_opponents: VALID's "mirror" is overridden)
+    ("league not a mapping", {"league": 3}, "league must be a mapping of league settings"),
+    ("league unknown setting", {"league": {"exploiter": 1}}, r"unknown league settings \['exploiter'\]"),
+    ("league exploiters 0", {"league": {"exploiters": 0}}, r"league\['exploiters'\] must be an integer >= 1"),
+    ("league exploiter_reset unknown", {"league": {"exploiter_reset": "base"}},
+     r"league\['exploiter_reset'\] must be one of"),
+    ("league reset_after_checkpoints 0", {"league": {"reset_after_checkpoints": 0}},
+     r"league\['reset_after_checkpoints'\] must be an integer >= 1"),
+    ("league reset_above_win_rate above 1", {"league": {"reset_above_win_rate": 1.5}},
+     r"league\['reset_above_win_rate'\] must be a finite number in \[0, 1\]"),
+    ("league reset_below_win_rate negative", {"league": {"reset_below_win_rate": -0.1}},
+     r"league\['reset_below_win_rate'\] must be a finite number in \[0, 1\]"),
+    ("league thresholds crossed", {"league": {"reset_below_win_rate": 0.8, "reset_above_win_rate": 0.7}},
+     r"league\['reset_below_win_rate'\] \(0.8\) must be below"),
+    ("league reset_window 0", {"league": {"reset_window": 0}}, r"league\['reset_window'\] must be an integer >= 1"),
+    ("league main_opponents mirror", {"league": {"main_opponents": "mirror"}},
+     r"league\['main_opponents'\] must be one of"),
+    ("league and another opponent_sampling_strategy", {"league": {}},
+     r"league\['main_opponents'\] is 'pfsp', but opponent_sampling_strategy is 'mirror'"),
+    ("league with a one-player train env", {"league": {}, "opponent_sampling_strategy": "pfsp",
+                                            "train_envs": [{**TRAIN, "num_players": 1, "num_actors": 1}]},
+     "league: every train env needs at least 2 players"),
     ("max_staleness float", {"max_staleness": 1.5}, "max_staleness must be an integer >= 0"),
     ("whole_games not a bool", {"whole_games": "yes"}, "whole_games must be true or false"),
     ("seed negative", {"seed": -1}, "seed must be an integer >= 0"),
@@ -551,10 +584,11 @@ def every_build_setting() -> set[str]:
     from unstable.run.config import RUN_LEARNER_FIELDS, ModelConfig
     from unstable.run.config_file import START_KEYS, build_keys
     from unstable.samplers.config import SamplerConfig
+    from unstable.samplers.exploiters import LeagueConfig
     from unstable.tracking.config import TrackerConfig
 
-    classes = [ModelConfig, BufferConfig, SamplerConfig, TrackerConfig, FailureBudget, APIOpponentConfig, TrainEnvSpec,
-               EvalEnvSpec, *(resolve_learner(name).config_cls for name in available_learners())]
+    classes = [ModelConfig, BufferConfig, SamplerConfig, TrackerConfig, FailureBudget, APIOpponentConfig, LeagueConfig,
+               TrainEnvSpec, EvalEnvSpec, *(resolve_learner(name).config_cls for name in available_learners())]
     names = build_keys() | set(START_KEYS) | {f.name for cls in classes for f in dataclasses.fields(cls)}
     names |= {*VLLM_CONFIG_KEYS, *ENGINE_SETTINGS, *DEFAULT_LORA_CFG}
     return names - RUN_LEARNER_FIELDS

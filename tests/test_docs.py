@@ -65,8 +65,13 @@ SHRINK = {
                        ("learning_steps=10", "learning_steps=1"),
                        ("num_collection_workers=32", "num_collection_workers=8"),
                        ("num_eval_workers=4", "num_eval_workers=0")],
+    "training.md": [('"learner": {"batch_size": 64, "mini_batch_size": 16',
+                     '"learner": {"batch_size": 16, "mini_batch_size": 8'),
+                    ("start(learning_steps=10, num_collection_workers=32",
+                     "start(learning_steps=1, num_collection_workers=8")],
 }
-SLOW_PAGES = ("algorithms.md", "environments.md", "multi-model.md")  # they load torch or start Ray: over 10 s
+# they load torch or start Ray: over 10 s
+SLOW_PAGES = ("algorithms.md", "environments.md", "multi-model.md", "training.md")
 
 
 def script_blocks(page: Path) -> list[str]:

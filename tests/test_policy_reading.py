@@ -266,3 +266,19 @@ def test_all_checkpoints_of_a_run_are_read_and_appended(answering_model, tmp_pat
     assert all(0 <= x[f"{key}_other_mass"] <= 1 and key in x for x in lines)
     assert lines[0][key] != lines[1][key]  # the adapter changed the policy
     assert "ckpt-3" in capsys.readouterr().out
+
+
+def test_exact_results_against_average_the_seats():
+    """``--all-checkpoints`` lines carry the solver's results against each scripted player, seats averaged."""
+    from unstable.cli.exploitability import exact_results_against
+    from unstable.eval.solvers.tictactoe import tictactoe_exploitability, tictactoe_table
+    from unstable.policies.baselines import tictactoe_heuristic_cells
+
+    solver = tictactoe_exploitability(tictactoe_table(tictactoe_heuristic_cells)).to_dict()
+    out = exact_results_against("TicTacToe-v0-train", solver)
+    key = "eval/TicTacToe-v0-train/vs_heuristic"
+    assert out[f"{key}_win"] == pytest.approx((solver["vs_heuristic_first"][0] + solver["vs_heuristic_second"][0]) / 2)
+    assert out[f"{key}_win"] == pytest.approx(0.2426, abs=1e-3)  # the heuristic against itself
+    assert {k.rsplit("/", 1)[1] for k in out} == {f"vs_{o}_{w}" for o in ("heuristic", "optimal", "random")
+                                                  for w in ("win", "draw")}
+    assert exact_results_against("KuhnPoker-v0-train", {"exploitability": 0.1}) == {}

@@ -11,6 +11,7 @@ import pytest
 import textarena as ta
 import torch
 
+from unstable.cli.quickstart import QuickstartConfig
 from unstable.games.extraction import extract_boxed_action
 from unstable.games.templates import board_view, render_prompt
 from unstable.models.warmstart import (
@@ -121,6 +122,32 @@ def test_loss_is_cross_entropy_with_a_uniform_target_over_the_legal_moves(tiny):
     assert stats["greedy_legal"] == pytest.approx(sum(greedy) / len(greedy))
 
 
+def test_loss_with_a_teacher_targets_the_teachers_moves_and_measures_the_legal_ones(tiny):
+    """With the heuristic teacher the move token's target is uniform over the heuristic's cells, while
+    ``legal_mass``/``greedy_legal`` still measure all legal moves and ``greedy_teacher`` the teacher's."""
+    tok, model = tiny
+    rng = random.Random(0)
+    positions = [p for p in random_game_positions("TicTacToe-v0-train", 200, seed=4, few_moves_bias=1.0,
+                                                  teacher="heuristic") if len(p.targets) < len(p.moves)][:5]
+    batch = [_encode(tok, "qwen3-board", p, tok.eos_token, rng) for p in positions]
+    assert all(e.choice_pos is not None and set(e.target_ids) < set(e.choice_ids) for e in batch)
+    with torch.no_grad():
+        loss, stats = _loss(model, batch, tok.pad_token_id)
+        terms, mass, taught = [], [], []
+        for e in batch:
+            logp = torch.log_softmax(model(input_ids=torch.tensor([e.ids])).logits[0].float(), -1)
+            for t in range(e.prompt_len, len(e.ids)):
+                if t == e.choice_pos:
+                    terms.append(-logp[t - 1, list(e.target_ids)].mean())
+                    mass.append(logp[t - 1, list(e.choice_ids)].exp().sum())
+                    taught.append(float(int(logp[t - 1].argmax()) in e.target_ids))
+                else:
+                    terms.append(-logp[t - 1, e.ids[t]])
+    assert loss.item() == pytest.approx(torch.stack(terms).mean().item(), abs=1e-4)
+    assert stats["legal_mass"] == pytest.approx(torch.stack(mass).mean().item(), abs=1e-5)
+    assert stats["greedy_teacher"] == pytest.approx(sum(taught) / len(taught))
+
+
 def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
     cfg = WarmStartConfig(positions=512, batch_size=32, learning_rate=3e-3, warmup_steps=2, max_rounds=1)
     seen = []
@@ -181,6 +208,40 @@ def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
             WarmStartConfig(**{name: bad})
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         warm_start_path(tmp_path / "missing", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"teacher must be one of \['random', 'heuristic'\]"):
+        WarmStartConfig(teacher="optimal")
+    with pytest.raises(ValueError, match=r"teacher must be one of \['random'\] for 'KuhnPoker-v0-train'"):
+        WarmStartConfig(env_id="KuhnPoker-v0-train", teacher="heuristic")
+
+
+def test_the_heuristic_teacher_labels_the_moves_the_heuristic_picks_from():
+    """Every position's targets are the heuristic's cells on that board (winning, else blocking, else all),
+    read back from the observation's board; the random teacher leaves the targets to the legal moves."""
+    from unstable.policies.baselines import tictactoe_heuristic_cells, tictactoe_symbol
+
+    positions = random_game_positions("TicTacToe-v0-train", 300, seed=3, few_moves_bias=1.0, teacher="heuristic")
+    narrowed = 0
+    for p in positions:
+        rows = [line for line in p.observation.splitlines() if line.count("|") == 2]
+        cells = [c.strip() for row in rows[-3:] for c in row.split("|")]
+        board = tuple(c if c in ("X", "O") else "" for c in cells)
+        mark = "O" if board.count("O") == board.count("X") else "X"  # player 0 plays O and moves first
+        assert mark == tictactoe_symbol(0 if mark == "O" else 1)
+        assert p.targets == tuple(f"[{c}]" for c in tictactoe_heuristic_cells(board, mark))
+        assert set(p.targets) <= set(p.moves)
+        narrowed += set(p.targets) != set(p.moves)
+    assert narrowed > 50  # a win or a block exists in many late positions
+    assert all(p.targets == () for p in random_game_positions("TicTacToe-v0-train", 50, seed=3))
+
+
+def test_quickstart_passes_sampler_settings_and_refuses_unknown_ones():
+    cfg = QuickstartConfig(opponent_sampling_strategy="pfsp", fixed_opponents=["heuristic"],
+                           samplers={"pfsp_weighting": "even"})
+    assert cfg.samplers == {"pfsp_weighting": "even"}
+    with pytest.raises(ValueError, match="pfsp_weighting must be one of"):
+        QuickstartConfig(opponent_sampling_strategy="pfsp", samplers={"pfsp_weighting": "sometimes"})
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['fixed_opponents'\] \(set them at the top level\)"):
+        QuickstartConfig(samplers={"fixed_opponents": ["heuristic"]})
 
 
 @pytest.mark.slow

@@ -135,6 +135,7 @@ class GameSpec:
     environment: str | None = None  # the Environment that plays it (its name); None: a TextArena game
     item: int | None = None  # the row of the environment's data the episode is about
     split: str | None = None  # "train" or the eval set the row comes from
+    is_matrix: bool = False  # a meta-game game (PSRO): no seat collected, only rated (unstable.samplers.psro)
 
     @property
     def num_players(self) -> int:

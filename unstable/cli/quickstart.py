@@ -29,6 +29,8 @@ from typing import Any
 from unstable.cli.progress import wait_with_progress
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
+from unstable.run.league_preset import league_config
+from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig
 from unstable.utils.checks import check_choice, check_int, check_positive
 
 Printer = Callable[[str], None]
@@ -83,11 +85,20 @@ class QuickstartConfig:
     """More learner settings, as ``build(learner={...})`` takes them (e.g. ``{"beta": 0.05}``)."""
     opponent_sampling_strategy: str = "mirror"
     """Who the learner plays in training games: ``"mirror"`` (itself), ``"fixed"`` (``fixed_opponents``),
-    ``"lagged"`` or ``"match-quality"`` (past checkpoints and the fixed opponents), as in build()."""
+    ``"lagged"``, ``"match-quality"``, ``"pool"`` or ``"pfsp"`` (past checkpoints and the fixed opponents),
+    as in build()."""
     fixed_opponents: list[str] = field(default_factory=lambda: ["random"])
     """The fixed opponents (scripted baselines such as ``"heuristic"``) of the non-mirror strategies."""
     eval_opponent: str = "random"
     """The opponent of the initial, in-training and final evaluations (e.g. ``"heuristic"``)."""
+    league: dict[str, Any] | None = None
+    """The league preset, as build() takes it (e.g. ``{"exploiters": 1}``): the job's model becomes the main
+    model, playing ``opponent_sampling_strategy`` (``"pfsp"`` by default) over its past checkpoints, its
+    exploiters' and ``fixed_opponents``, beside main exploiters that play only its newest checkpoint
+    (docs/training.md, "A league with main exploiters"). The evaluations measure the main model."""
+    samplers: dict[str, Any] = field(default_factory=dict)
+    """More opponent- and env-sampler settings, as build() takes them by their flat names (e.g.
+    ``{"pfsp_weighting": "even", "opponent_window": 8}``; docs/training.md, "Leagues")."""
     exploitability_eval: str = "auto"
     """``"auto"``: each checkpoint's exact exploitability is read during training (with eval games, on a game
     with a solver and a direct-answer template, as the default job's); ``"off"``: not (as in build())."""
@@ -110,12 +121,33 @@ class QuickstartConfig:
             raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
                              f"max_staleness=0, got {self.max_staleness}")
         check_choice("opponent_sampling_strategy", self.opponent_sampling_strategy,
-                     ("mirror", "fixed", "lagged", "match-quality"))
+                     tuple(s for s in OPPONENT_SAMPLING_STRATEGIES if s != "none"))
+        _check_sampler_settings(self)
+        if self.league is not None:
+            league_config({"main_opponents": self._league_opponents(), **self.league})
+
+    def _league_opponents(self) -> str:
+        """The main model's strategy in a league: the job's, unless that is mirror self-play (then pfsp)."""
+        return "pfsp" if self.opponent_sampling_strategy == "mirror" else self.opponent_sampling_strategy
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")
         if self.warm_start.env_id != self.env_id or self.warm_start.prompt_template != self.prompt_template:
             raise ValueError("warm_start.env_id and warm_start.prompt_template must match env_id and prompt_template")
+
+
+def _check_sampler_settings(cfg: QuickstartConfig) -> None:
+    """``cfg.samplers`` names SamplerConfig settings that the job does not set itself, with valid values."""
+    if not isinstance(cfg.samplers, dict):
+        raise ValueError(f"samplers must be a mapping of sampler settings, got {cfg.samplers!r}")
+    own = {"opponent_sampling_strategy", "fixed_opponents"}
+    known = set(SamplerConfig.__dataclass_fields__) - own
+    unknown = sorted(set(cfg.samplers) - known)
+    if unknown:
+        hint = " (set them at the top level)" if set(unknown) & own else ""
+        raise ValueError(f"samplers: unknown setting(s) {unknown}{hint}; known: {sorted(known)}")
+    SamplerConfig(opponent_sampling_strategy=cfg.opponent_sampling_strategy,
+                  fixed_opponents=tuple(cfg.fixed_opponents), **cfg.samplers)
 
 
 def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
@@ -190,6 +222,8 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         if cfg.num_eval_workers else None,
         opponent_sampling_strategy=cfg.opponent_sampling_strategy,
         fixed_opponents=list(cfg.fixed_opponents),
+        **cfg.samplers,
+        **({} if cfg.league is None else {"league": {"main_opponents": cfg._league_opponents(), **cfg.league}}),
         algorithm=cfg.algorithm,
         learner=dict(cfg.learner),
         max_staleness=cfg.max_staleness,
@@ -253,7 +287,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     say(f"[1/5] tiny model ({cfg.model_size})")
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
     ws = cfg.warm_start
-    say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}, until "
+    teacher = "" if ws.teacher == "random" else f", labelled with the {ws.teacher} baseline's moves"
+    say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}{teacher}, until "
         f"{ws.target_legal_mass:.0%} probability on legal moves and a legal most likely move in "
         f"{ws.target_greedy_legal:.0%} of held-out positions (at most {ws.max_rounds} rounds)")
     last_print = [0.0]
@@ -280,7 +315,9 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
             f"self-play will spend its steps on legality rather than strategy; a longer warm start helps "
             f"(--warm-start-max-rounds {2 * ws.max_rounds}, or --warm-start-positions {2 * ws.positions})")
         say(f"  warning: {warnings[-1]}")
-    say(f"[4/5] self-play training: {cfg.learning_steps} learner steps of {cfg.batch_size} moves "
+    how = ("self-play" if cfg.opponent_sampling_strategy == "mirror" and cfg.league is None else
+           f"{'league, ' if cfg.league is not None else ''}{cfg.opponent_sampling_strategy} opponents")
+    say(f"[4/5] {how} training: {cfg.learning_steps} learner steps of {cfg.batch_size} moves "
         f"(watch it: unstable dashboard {run_dir})")
     run_dir.mkdir(parents=True, exist_ok=True)
     t_train = time.perf_counter()

@@ -25,6 +25,10 @@ the oldest has waited ``flush_interval_s``, and always when collection stops, al
 asked for several at a time (``next_train_jobs``). A collaborator without the batched method is
 called once per game.
 
+A meta-game game (``spec.is_matrix``: PSRO fills its payoff matrix, see
+:mod:`unstable.samplers.psro`) takes a train slot but goes to no buffer: only to the scheduler and
+the tracker.
+
 Back-pressure: no new *train* game starts while the buffer is full (``buffer.is_full()``), so
 collection never runs far ahead of the learner; eval games keep going. ``buffer.stop()`` (sent by
 the learner when it is done) or :meth:`stop` ends collection. The buffers' state
@@ -466,7 +470,8 @@ class Collector:
             self._counts["train_finished"] += 1
         else:
             self._counts["eval_finished"] += 1
-        trains = is_train and not isinstance(result, FailedGame)
+        # a meta-game (PSRO matrix) game collects no seat: it is rated, never trained on
+        trains = is_train and not isinstance(result, FailedGame) and not result.spec.is_matrix
         self._outbox.hold(result, self._buffers_of(result) if trains else [])
         self._failures["train" if is_train else "eval"].record(error)  # raises once the budget is spent
 

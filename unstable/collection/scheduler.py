@@ -13,6 +13,12 @@
   seats play ``fixed_opponent`` (see :func:`~unstable.registry.fixed_policy_ref`). Nothing is collected.
   The checkpoint is the current one of the spec's ``model``, or, for ``model=None``, of each lineage
   in turn (after every seat has had its game).
+* **Matrix games.** A model sampler with ``next_matrix_game`` (PSRO's,
+  :class:`~unstable.samplers.psro.PSROModelSampler`, alone or as the ``base`` a wrapper draws from) is asked
+  before each train game; the game it names (two uids and the row's seat) is played in a two-player
+  train spec (cycling through them: its game, template and extraction) with no seat collected and
+  ``is_matrix=True``: the collector sends it to no buffer, the registry rates it, and the sampler
+  hears it came back (``matrix_game_done``). It takes a train seed.
 * **Seeds.** Train games get seeds 0, 1, 2, ... and eval games ``2**31``, ``2**31 + 1``, ...: unique,
   and an eval game never replays a train game's deal (the seed reused the train index for eval).
   ``game_id`` is one counter over both kinds.
@@ -88,6 +94,8 @@ class GameScheduler:
         self._dropped = 0
         self._failure_log: CappedJsonlWriter | None = None
         self._held_records: list[GameRecord] | None = None  # update_many: the registry's games, sent once
+        self._metagame = _matrix_source(model_sampler)  # PSRO's sampler, when it fills a meta-game
+        self._matrix_games = 0
 
     # ----------------------------------------------------------------- jobs
     def has_eval(self) -> bool:
@@ -102,6 +110,9 @@ class GameScheduler:
     def next_train_job(self, paused: tuple[str | None, ...] = ()) -> GameSpec | None:
         """The next train game; ``None`` when every spec's models are in ``paused`` (lineage names;
         ``None`` in it stands for the one model of specs without ``seats``)."""
+        matrix = self._matrix_job()
+        if matrix is not None:
+            return matrix
         if paused:
             spec = self.env_sampler.sample("train", where=lambda s: any(m not in paused for m in s.models or (None,)))
             if spec is None:
@@ -156,6 +167,23 @@ class GameScheduler:
             for holder, registry in zip(holders, originals, strict=True):
                 holder.model_registry = registry
 
+    def _matrix_job(self) -> GameSpec | None:
+        """The next game the model sampler's meta-game lacks, or ``None``."""
+        game = self._metagame.next_matrix_game() if self._metagame is not None else None
+        if game is None:
+            return None
+        specs = [s for s in self.env_sampler.train_env_specs if not isinstance(s, Environment) and s.num_players == 2]
+        if not specs:
+            raise ValueError("PSRO's meta-game games need a two-player train env (a TrainEnvSpec with num_players=2); "
+                             "add one to train_envs or choose another opponent strategy")
+        spec = specs[self._matrix_games % len(specs)]
+        self._matrix_games += 1
+        seats = {game.row_seat: game.row, 1 - game.row_seat: game.col}
+        agents = [AgentSpec(player_id=pid, policy=call(self.model_registry, "policy_ref", seats[pid]),
+                            collect_data=False, prompt_template=spec.prompt_template,
+                            action_extraction=spec.action_extraction_fn) for pid in (0, 1)]
+        return self._train_job(spec, agents, is_matrix=True)
+
     def _seated_train_job(self, spec: Any) -> GameSpec:
         """A game of a spec with ``seats``: each named seat its model's current checkpoint (collected)."""
         seats = list(spec.seats)
@@ -206,9 +234,9 @@ class GameScheduler:
         self._running[job.game_id] = job
         return job
 
-    def _train_job(self, spec: Any, agents: list[AgentSpec]) -> GameSpec:
+    def _train_job(self, spec: Any, agents: list[AgentSpec], is_matrix: bool = False) -> GameSpec:
         job = GameSpec(game_id=self._new_id(), env_id=spec.env_id, seed=self._train_idx, agents=tuple(agents),
-                       error_allowance=spec.error_allowance)
+                       error_allowance=spec.error_allowance, is_matrix=is_matrix)
         self._train_idx += 1
         self._running[job.game_id] = job
         return job
@@ -255,6 +283,8 @@ class GameScheduler:
         spec = result.spec
         if self._running.pop(spec.game_id, None) is None:
             raise KeyError(f"game {spec.game_id} ({spec.env_id}) is not running here; was it scheduled elsewhere?")
+        if spec.is_matrix and self._metagame is not None:
+            self._metagame.matrix_game_done()
         if isinstance(result, FailedGame) and result.stage == "inference":
             self._dropped += 1  # its inference actor died: not a failure of the game
             return
@@ -263,6 +293,9 @@ class GameScheduler:
             self._log_failure(result)
             return
         self._finished += 1
+        if spec.is_matrix:  # rated only: no seat of it is the learner's
+            self._rate(replace(result, turns=()))
+            return
         mine, theirs, label = _split_seats(result)
         actor_avg = sum(mine) / len(mine)
         opponent_avg = sum(theirs) / len(theirs) if theirs else None
@@ -276,7 +309,10 @@ class GameScheduler:
         if not spec.is_eval:
             self.env_sampler.update(spec.env_id, actor_avg, opponent_avg)
         # the turns are dropped: the registry needs only the seats and rewards, and turns are large to ship
-        record = replace(result, turns=())
+        self._rate(replace(result, turns=()))
+
+    def _rate(self, record: GameRecord) -> None:
+        """Send a finished game to the registry (with the batch, in :meth:`update_many`)."""
         if self._held_records is not None:  # in update_many: sent with the batch
             self._held_records.append(record)
         else:
@@ -328,7 +364,8 @@ class GameScheduler:
                         "avg_opponent_reward": opp_sum / n_opp if n_opp else None}
         return {"games_finished": self._finished, "games_failed": sum(self._failed.values()),
                 "failed_by_env": dict(self._failed), "games_dropped": self._dropped, "running": self.running(),
-                "train_jobs": self._train_idx, "eval_jobs": self._eval_idx, "rewards": rewards}
+                "train_jobs": self._train_idx, "eval_jobs": self._eval_idx, "matrix_jobs": self._matrix_games,
+                "rewards": rewards}
 
     def _rngs(self) -> dict[str, random.Random]:
         """The scheduler's RNG and the samplers' ``rng`` (when they keep one), saved for resuming."""
@@ -347,7 +384,8 @@ class GameScheduler:
         return {"next_game_id": self._next_game_id, "train_idx": self._train_idx, "eval_idx": self._eval_idx,
                 "eval_seat": dict(self._eval_seat), "env_train": dict(self._env_train), "rng_states": rng_states,
                 "totals": json.loads(json.dumps(self._totals)), "finished": self._finished,
-                "failed": dict(self._failed), "dropped": self._dropped, "samplers": self._sampler_states()}
+                "failed": dict(self._failed), "dropped": self._dropped, "matrix_games": self._matrix_games,
+                "samplers": self._sampler_states()}
 
     def _samplers(self) -> dict[str, Any]:
         """The samplers that keep state of their own (a curriculum's windows, a mixture): ``state_dict``."""
@@ -370,11 +408,24 @@ class GameScheduler:
         self._totals = json.loads(json.dumps(state["totals"]))
         self._finished, self._failed = state["finished"], dict(state["failed"])
         self._dropped = int(state.get("dropped", 0))
+        self._matrix_games = int(state.get("matrix_games", 0))
         samplers = self._samplers()
         for name, sampler_state in state.get("samplers", {}).items():
             if name in samplers:
                 samplers[name].load_state_dict(sampler_state)
         self._running = {}
+
+
+def _matrix_source(model_sampler: Any) -> Any:
+    """The sampler that fills a meta-game (has ``next_matrix_game``): ``model_sampler`` or the sampler it
+    wraps, its ``base`` (a curriculum mix's, a league's), however deep."""
+    sampler, seen = model_sampler, set()
+    while sampler is not None and id(sampler) not in seen:
+        if has_method(sampler, "next_matrix_game"):
+            return sampler
+        seen.add(id(sampler))
+        sampler = getattr(sampler, "base", None)
+    return None
 
 
 def _check_count(n: int) -> None:

@@ -55,8 +55,8 @@ class BaseLearner(DataParallelLearner):
 
     Construct with the 0.2 keyword arguments (see :class:`LearnerConfig` for every field and its
     default), e.g. ``REINFORCELearner(model_name, lora_cfg=..., batch_size=384, ...)``.
-    ``buffer``, ``tracker``, ``model_registry``, ``on_checkpoint``, ``turn_lock`` and ``publish_adapters``
-    are only used by :meth:`train`.
+    ``buffer``, ``tracker``, ``model_registry``, ``on_checkpoint``, ``turn_lock``, ``publish_adapters`` and
+    ``reset_rule`` are only used by :meth:`train`.
 
     Subclasses implement :meth:`_update`; one that needs whole episodes in every batch (GAE) sets
     ``needs_episodes = True``, and ``unstable.build()`` then gives it an EpisodeBuffer; one that
@@ -81,6 +81,7 @@ class BaseLearner(DataParallelLearner):
         on_checkpoint: Any = None,
         turn_lock: Any = None,
         publish_adapters: bool = False,
+        reset_rule: Any = None,
         **kwargs: Any,
     ) -> None:
         self.config = self.config_cls(model_name=model_name, **kwargs)
@@ -88,6 +89,8 @@ class BaseLearner(DataParallelLearner):
         self.buffer, self.tracker, self.model_registry = buffer, tracker, model_registry
         self.turn_lock = turn_lock  # learners sharing a device take turns: see unstable.learners.loop
         self.on_checkpoint = on_checkpoint  # called as on_checkpoint(version) after each registered checkpoint
+        # called as reset_rule(self) before each update: a league exploiter's (unstable.samplers.exploiters)
+        self.reset_rule = reset_rule
         cfg = self.config
         self._restore_from: Path | None = None
         if cfg.restore_training_state:
@@ -143,6 +146,22 @@ class BaseLearner(DataParallelLearner):
                                publish_adapters=self.publish_adapters)
         self.release_followers()  # the other learner workers' follow() returns too
         return results
+
+    def apply_reset_rule(self) -> str | None:
+        """Before an update: ask ``reset_rule`` (if any) whether to reset the adapter (see
+        :meth:`reset_adapter`); its reason, or ``None``. A resumed learner's rule state is restored first."""
+        if self.reset_rule is None:
+            return None
+        self._restore_pending_state()
+        return self.reset_rule(self)
+
+    def reset_adapter(self, adapter_path: str | None = None) -> None:
+        """Start the policy adapter again: from the adapter at ``adapter_path`` (same LoRA shape), or
+        (``None``) from a fresh one, which plays as the base model does. The policy optimiser's state
+        (Adam's moments and step count) starts again too; the version goes on counting."""
+        mu.reset_policy_adapter(self.model, adapter_path)
+        self.optimizer.state.clear()
+        logger.info("version %d: policy adapter reset to %s", self.version, adapter_path or "a fresh adapter")
 
     def current_lr(self) -> float:
         """The policy learning rate of the next update under ``config.lr_schedule``."""
@@ -267,6 +286,7 @@ class BaseLearner(DataParallelLearner):
             "skipped_total": self.skipped_total,
             "optimizers": {name: opt.state_dict() for name, (opt, _) in self._param_groups().items()},
             "rng": rng,
+            **({"reset_rule": self.reset_rule.state_dict()} if hasattr(self.reset_rule, "state_dict") else {}),
         }
 
     def load_training_state(self, state: dict[str, Any]) -> None:
@@ -285,6 +305,8 @@ class BaseLearner(DataParallelLearner):
         random.setstate(state["rng"]["python"])
         if "cuda" in state["rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        if "reset_rule" in state and hasattr(self.reset_rule, "load_state_dict"):
+            self.reset_rule.load_state_dict(state["reset_rule"])
 
     def _restore_pending_state(self) -> None:
         """Load ``trainer_state.pt`` of ``initial_lora_path`` once, before the first update (subclasses

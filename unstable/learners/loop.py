@@ -18,6 +18,9 @@ call goes through :func:`unstable.utils.calls.call`):
   cache): the registry puts them into its adapter store, from which inference actors fetch the adapter
   without the run directory;
 * ``on_checkpoint(version)`` (optional), after the checkpoint is registered;
+* ``learner.apply_reset_rule()`` (optional), at the start of each turn, before the batch is taken: a
+  league exploiter's learner resets its adapter there when its rule says so
+  (:class:`~unstable.samplers.exploiters.ExploiterReset`);
 * ``turn_lock.acquire(holder)`` / ``turn_lock.release()`` (optional), held from taking the batch to
   publishing its checkpoint (``set_learner_version``, ``add_checkpoint``): learners that share one
   device (several trainable models on one CPU or GPU) take turns instead of oversubscribing it,
@@ -152,6 +155,7 @@ def run_training(
         if turn_lock is not None:
             call(turn_lock, "acquire", lineage or "")
         try:
+            _call_optional(learner, "apply_reset_rule")  # a league exploiter may start again (before its update)
             result = _take_turn(learner, buffer, registry, lineage, publish_adapters)
         finally:
             if turn_lock is not None:

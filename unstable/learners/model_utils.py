@@ -81,6 +81,30 @@ def adapter_parameters(model: nn.Module, adapter_name: str) -> list[nn.Parameter
     return params
 
 
+def reset_policy_adapter(model: PeftModel, adapter_path: str | None = None) -> None:
+    """Set the policy adapter's weights in place (the optimiser keeps its parameters): to the adapter
+    saved at ``adapter_path``, which must have the same LoRA shape, or (``None``) to a fresh LoRA
+    initialisation: ``lora_B`` zero, so the policy is the base model again, ``lora_A`` drawn anew."""
+    if adapter_path is None:
+        layers = [m for m in model.modules() if hasattr(m, "reset_lora_parameters") and POLICY_ADAPTER in m.lora_A]
+        if not layers:
+            raise ValueError(f"no LoRA layers of adapter {POLICY_ADAPTER!r} to reset")
+        for layer in layers:
+            layer.reset_lora_parameters(POLICY_ADAPTER, True)
+        return
+    from peft import set_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    weights = load_peft_weights(adapter_path, device="cpu")
+    mine = {name for name, _ in model.named_parameters() if f".{POLICY_ADAPTER}." in name and "lora_" in name}
+    result = set_peft_model_state_dict(model, weights, adapter_name=POLICY_ADAPTER)
+    missing = sorted(k for k in result.missing_keys if k in mine)
+    if result.unexpected_keys or missing or not weights:
+        raise ValueError(f"the adapter at {adapter_path} does not fit this model's LoRA adapter (same base model, "
+                         f"lora_rank and target_modules needed): unexpected {sorted(result.unexpected_keys)[:3]}, "
+                         f"missing {missing[:3]}")
+
+
 def decoder_body(model: PeftModel) -> nn.Module:
     """The transformer body (no LM head) with the LoRA layers injected, e.g. ``Qwen3Model``."""
     return model.get_base_model().base_model

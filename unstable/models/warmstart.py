@@ -6,7 +6,9 @@ would, on text the library generates itself: it plays random games with the scri
 random-legal-move player, renders every position with the run's prompt template, and fine-tunes
 all weights to answer ``\\boxed{move}``. The target at the move token is the **uniform distribution
 over the legal moves** (a soft label), so the warm-started model plays like the random baseline:
-legal moves, no strategy. Whatever it wins beyond random play later is learned by RL.
+legal moves, no strategy. Whatever it wins beyond random play later is learned by RL. With
+``teacher="heuristic"`` the target is uniform over the moves the one-ply heuristic picks from (win
+now, else block, else any legal move), so RL starts from a model that knows those rules.
 
 How much of that a fixed budget teaches depends on the random weights: with the 1M model, 20,480
 positions took seed 0 to 98.7% probability on legal moves and seed 1 to 86%. So the warm start
@@ -41,10 +43,11 @@ import textarena as ta
 import torch
 from torch import Tensor
 
-from unstable.games.envs import check_env_id
+from unstable.games.envs import base_name, check_env_id
 from unstable.games.extraction import extract_boxed_action
 from unstable.games.templates import get_template, render_prompt
 from unstable.learners.checkpoints import atomic_save
+from unstable.policies.baselines import UNIFORM_MOVE_SETS
 from unstable.policies.scripted import legal_moves
 from unstable.utils.checks import check_int, check_number, check_positive
 
@@ -84,6 +87,13 @@ class WarmStartConfig:
     moves 64% (0), 76% (3), 94% (1); greedy 87%, 95%, 100%."""
     weight_decay: float = 0.0
     seed: int = 0
+    teacher: str = "random"
+    """Whose moves the model learns to play: ``"random"`` (the target is uniform over the legal moves:
+    no strategy) or a scripted baseline that picks uniformly from a set, e.g. ``"heuristic"`` for
+    TicTacToe and ConnectFour (win now, else block, else any legal move; the target is uniform over
+    that set). Positions still come from random games, so they cover the board; only the label changes.
+    A teacher gives RL a start that already plays the baseline's rules, and leaves what the baseline
+    does not know (openings, forks) to be learned."""
 
     def __post_init__(self) -> None:
         check_number("target_legal_mass", self.target_legal_mass, 0, 1)
@@ -99,6 +109,24 @@ class WarmStartConfig:
         check_positive("learning_rate", self.learning_rate)
         check_number("weight_decay", self.weight_decay, 0)
         check_number("few_moves_bias", self.few_moves_bias, 0)
+        check_teacher(self.teacher, self.env_id)
+
+
+def check_teacher(teacher: object, env_id: str) -> None:
+    """Fail early on a warm-start ``teacher`` that is not ``"random"`` or a uniform-set baseline of the game."""
+    known = ["random", *sorted(name for game, name in UNIFORM_MOVE_SETS if game == base_name(env_id))]
+    if teacher not in known:
+        raise ValueError(f"warm_start.teacher must be one of {known} for {env_id!r}, got {teacher!r}")
+
+
+def _teacher_moves(teacher: str, env_id: str, env: Any, player: int, moves: tuple[str, ...]) -> tuple[str, ...]:
+    """The moves ``teacher`` picks from uniformly in this position (all legal ``moves`` for ``"random"``)."""
+    if teacher == "random":
+        return moves
+    targets = tuple(UNIFORM_MOVE_SETS[base_name(env_id), teacher](env_id, env, player))
+    if not targets or not set(targets) <= set(moves):
+        raise RuntimeError(f"teacher {teacher!r} chose {targets} outside the legal moves {moves} of {env_id!r}")
+    return targets
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +135,12 @@ class Position:
 
     observation: str
     moves: tuple[str, ...]
+    targets: tuple[str, ...] = ()
+    """The moves the warm start's teacher picks from uniformly (empty: all of ``moves``)."""
 
 
 def _position_stream(env_id: str, seed: int, num_players: int, few_moves_bias: float,
-                     stream: str) -> Iterator[Position]:
+                     stream: str, teacher: str = "random") -> Iterator[Position]:
     """Endless positions from games between random-legal-move players, in a fixed order per
     ``(env_id, seed, stream)``; different streams play different games.
 
@@ -135,7 +165,8 @@ def _position_stream(env_id: str, seed: int, num_players: int, few_moves_bias: f
                 player, observation = env.get_observation()
                 moves = tuple(legal_moves(env_id, env, player))
                 if few_moves_bias <= 0 or rng.random() < few_moves_bias / len(moves):
-                    positions.append(Position(observation, moves))
+                    targets = () if teacher == "random" else _teacher_moves(teacher, env_id, env, player, moves)
+                    positions.append(Position(observation, moves, targets))
                 done, _ = env.step(rng.choice(moves))
             env.close()
             game_state = random.getstate()
@@ -144,16 +175,17 @@ def _position_stream(env_id: str, seed: int, num_players: int, few_moves_bias: f
         yield from positions
 
 
-def random_game_positions(env_id: str, count: int, seed: int = 0, num_players: int = 2,
-                          few_moves_bias: float = 0.0, stream: str = "train") -> list[Position]:
+def random_game_positions(env_id: str, count: int, seed: int = 0, num_players: int = 2, few_moves_bias: float = 0.0,
+                          stream: str = "train", teacher: str = "random") -> list[Position]:
     """``count`` positions from games between random-legal-move players, in a fixed order.
 
     ``few_moves_bias`` > 0 keeps a position with ``k`` legal moves with probability
     ``min(1, few_moves_bias / k)``: fewer openings, more late positions, where picking a legal move
     actually depends on the board. A longer ``count`` extends a shorter one (same prefix); another
-    ``stream`` name draws other games. The caller's global ``random`` state is left as it was.
+    ``stream`` name draws other games. ``teacher`` (a :class:`WarmStartConfig` teacher) fills each
+    position's ``targets``. The caller's global ``random`` state is left as it was.
     """
-    return list(islice(_position_stream(env_id, seed, num_players, few_moves_bias, stream), count))
+    return list(islice(_position_stream(env_id, seed, num_players, few_moves_bias, stream, teacher), count))
 
 
 def answer_text(move: str) -> str:
@@ -168,6 +200,7 @@ class _Example:
     prompt_len: int
     choice_pos: int | None  # index in ids of the token that names the move (soft label), or None
     choice_ids: tuple[int, ...]  # the legal moves' token ids at choice_pos
+    target_ids: tuple[int, ...] = ()  # the teacher's moves' token ids at choice_pos (a subset of choice_ids)
 
 
 def _answer_ids(tokenizer, move: str, end: str) -> list[int]:
@@ -191,16 +224,20 @@ def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: 
         if move not in cache:
             cache[move] = _answer_ids(tokenizer, move, end)
     answers = [cache[m] for m in position.moves]
+    targets = position.targets or position.moves
     first = answers[0]
     differing = {i for ids in answers for i in range(len(first)) if len(ids) != len(first) or ids[i] != first[i]}
     if len(position.moves) > 1 and all(len(a) == len(first) for a in answers) and len(differing) == 1:
         pos = differing.pop()
-        return _Example(prompt_ids + first, len(prompt_ids), len(prompt_ids) + pos, tuple(a[pos] for a in answers))
-    return _Example(prompt_ids + rng.choice(answers), len(prompt_ids), None, ())
+        return _Example(prompt_ids + cache[targets[0]], len(prompt_ids), len(prompt_ids) + pos,
+                        tuple(a[pos] for a in answers), tuple(cache[m][pos] for m in targets))
+    return _Example(prompt_ids + cache[rng.choice(targets)], len(prompt_ids), None, ())
 
 
 def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict[str, float]]:
-    """Cross-entropy on the answer tokens; at the move token, against the uniform legal-move target.
+    """Cross-entropy on the answer tokens; at the move token, against the uniform target over the
+    teacher's moves (all legal moves for the ``"random"`` teacher). ``legal_mass`` and ``greedy_legal``
+    measure the legal moves; ``greedy_teacher`` how often the most likely move is one the teacher plays.
 
     Rows are left-padded so every answer ends at the last column, and only the last columns' logits
     are computed (``logits_to_keep``): the vocabulary projection of the prompt tokens is skipped.
@@ -209,7 +246,7 @@ def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict
     keep = max(len(e.ids) - e.prompt_len for e in batch) + 1
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
-    rows, cols, targets, soft = [], [], [], []  # cols: index into the kept logits predicting the token
+    rows, cols, targets, soft, taught = [], [], [], [], []  # cols: index into the kept logits predicting the token
     for row, e in enumerate(batch):
         offset = width - len(e.ids)
         ids[row, offset:] = torch.tensor(e.ids)
@@ -219,30 +256,41 @@ def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict
             cols.append(offset + t - 1 - (width - keep))
             targets.append(e.ids[t])
             soft.append(e.choice_ids if t == e.choice_pos else ())
+            taught.append((e.target_ids or e.choice_ids) if t == e.choice_pos else ())
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
     logp = torch.log_softmax(logits[torch.tensor(rows), torch.tensor(cols)].float(), dim=-1)  # (N, vocab)
     is_soft = torch.tensor([bool(c) for c in soft])
     nll = -logp.gather(1, torch.tensor(targets)[:, None])[:, 0]
-    stats = {"legal_mass": math.nan, "greedy_legal": math.nan, "choices": float(is_soft.sum())}
+    stats = {"legal_mass": math.nan, "greedy_legal": math.nan, "greedy_teacher": math.nan,
+             "choices": float(is_soft.sum())}
     if is_soft.any():
-        width_k = max(len(c) for c in soft)
-        choices = torch.tensor([list(c) + [0] * (width_k - len(c)) for c in soft if c])
-        valid = torch.tensor([[1.0] * len(c) + [0.0] * (width_k - len(c)) for c in soft if c])
+        choices, valid = _padded([c for c in soft if c])
+        aims, aim_valid = _padded([c for c in taught if c])
         picked = logp[is_soft].gather(1, choices)
-        nll[is_soft] = -(picked * valid).sum(1) / valid.sum(1)
+        aimed = logp[is_soft].gather(1, aims)
+        nll[is_soft] = -(aimed * aim_valid).sum(1) / aim_valid.sum(1)
         stats["legal_mass"] = float((picked.detach().exp() * valid).sum(1).mean())
         best = logp[is_soft].detach().argmax(-1, keepdim=True)  # the greedy move token
         stats["greedy_legal"] = float(((choices == best) & (valid > 0)).any(1).float().mean())
+        stats["greedy_teacher"] = float(((aims == best) & (aim_valid > 0)).any(1).float().mean())
     return nll.mean(), stats
+
+
+def _padded(rows: list[tuple[int, ...]]) -> tuple[Tensor, Tensor]:
+    """Token-id rows padded with 0 to one width, and the 1/0 mask of the real entries."""
+    width = max(len(r) for r in rows)
+    return (torch.tensor([list(r) + [0] * (width - len(r)) for r in rows]),
+            torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows]))
 
 
 def held_out_legality(model, examples: list[_Example], pad_id: int, batch_size: int = 64) -> dict[str, float]:
     """On ``examples``: the mean probability ``model`` puts on the legal moves at the move token
-    (``legal_mass``) and the fraction where its most likely token there is a legal move (``greedy_legal``)."""
+    (``legal_mass``), the fraction where its most likely token there is a legal move (``greedy_legal``)
+    and one the teacher plays (``greedy_teacher``, equal to ``greedy_legal`` for the random teacher)."""
     was_training = model.training
     model.eval()
-    totals, count = {"legal_mass": 0.0, "greedy_legal": 0.0}, 0.0
+    totals, count = {"legal_mass": 0.0, "greedy_legal": 0.0, "greedy_teacher": 0.0}, 0.0
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             _, stats = _loss(model, examples[i: i + batch_size], pad_id)
@@ -274,11 +322,11 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
     end = tokenizer.eos_token or ""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     answer_cache: dict[str, list[int]] = {}
-    stream = _position_stream(cfg.env_id, cfg.seed, 2, cfg.few_moves_bias, "train")
+    stream = _position_stream(cfg.env_id, cfg.seed, 2, cfg.few_moves_bias, "train", cfg.teacher)
     held_rng = random.Random(f"held-out/{cfg.seed}")
     held_out = [_encode(tokenizer, cfg.prompt_template, p, end, held_rng, answer_cache)
                 for p in random_game_positions(cfg.env_id, cfg.held_out, cfg.seed, few_moves_bias=cfg.few_moves_bias,
-                                               stream="held-out")]
+                                               stream="held-out", teacher=cfg.teacher)]
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     steps = math.ceil(cfg.positions / cfg.batch_size)
     rounds: list[dict[str, float]] = []
@@ -299,7 +347,8 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
             if progress is not None and (step % 10 == 0 or step == steps - 1):
                 progress(step + 1, steps, stats)
         if (rounds[-1]["held_out_legal_mass"] >= cfg.target_legal_mass
-                and rounds[-1]["held_out_greedy_legal"] >= cfg.target_greedy_legal):
+                and rounds[-1]["held_out_greedy_legal"] >= cfg.target_greedy_legal
+                and rounds[-1]["held_out_greedy_teacher"] >= cfg.target_greedy_legal):
             break
     model.eval()
     out = Path(out_dir)

@@ -224,6 +224,28 @@ def kuhn_nash(ctx: TurnContext) -> str:
                      f"of TextArena 0.7.4 assumed): legal {sorted(actions)}, opened the round: {opens}")
 
 
+# ------------------------------------------------------------------------------- Teacher moves
+def tictactoe_heuristic_moves(env_id: str, env: object, player_id: int) -> list[str]:
+    """The moves :func:`tictactoe_heuristic` draws from uniformly in the live game, formatted."""
+    board = tuple(mark for row in game_state(env_id, env, player_id)["board"] for mark in row)
+    return [f"[{cell}]" for cell in tictactoe_heuristic_cells(board, tictactoe_symbol(player_id))]
+
+
+def connect_four_heuristic_moves(env_id: str, env: object, player_id: int) -> list[str]:
+    """The moves :func:`connect_four_heuristic` draws from uniformly in the live game, formatted."""
+    board = game_state(env_id, env, player_id)["board"]
+    me, opponent = connect_four_symbol(player_id), connect_four_symbol(1 - player_id)
+    return [f"[col {c}]" for c in connect_four_heuristic_columns(board, me, opponent)]
+
+
+#: (game, name) -> the set a baseline picks from uniformly, for the baselines that are uniform over a
+#: set (a warm start can imitate them with a soft label, :mod:`unstable.models.warmstart`).
+UNIFORM_MOVE_SETS: dict[tuple[str, str], Callable[[str, object, int], list[str]]] = {
+    ("TicTacToe", "heuristic"): tictactoe_heuristic_moves,
+    ("ConnectFour", "heuristic"): connect_four_heuristic_moves,
+}
+
+
 #: (game, name) -> chooser for every baseline but ``"random"`` (``RandomLegalPolicy``).
 CHOOSERS: dict[tuple[str, str], Chooser] = {
     ("TicTacToe", "heuristic"): tictactoe_heuristic,

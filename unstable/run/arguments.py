@@ -5,7 +5,8 @@ The nested form is what :class:`~unstable.run.config.BuildConfig` stores and ``c
     models: [{name, model_name, algorithm, lora, learner_device, num_learner_workers,
               learner: {...}, inference: {...}, buffer: {...}}]
     train_envs, eval_envs, samplers: {...}, tracker: {...}, failure_budget: {...}, api_opponents: {...},
-    run_name, runs_dir, ray_address, checkpoint_transport, seed, resume_from, mode, exploitability_eval
+    run_name, runs_dir, ray_address, checkpoint_transport, seed, resume_from, mode, exploitability_eval,
+    league: {...}
 
 :data:`FLAT_ARGUMENTS` is the one table from a flat name to its place. ``learner`` and ``vllm_config``
 spread their keys into the model's ``learner`` / ``inference`` mapping. A flat argument and its
@@ -39,7 +40,8 @@ FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
     "fixed_opponents": ("samplers", "fixed_opponents"), "opponent_lag": ("samplers", "opponent_lag"),
     "opponent_window": ("samplers", "opponent_window"),
     **{name: ("samplers", name) for name in (
-        "pfsp_weighting", "pfsp_prior", "pfsp_window", "rating_curriculum", "rating_curriculum_target",
+        "pfsp_weighting", "pfsp_prior", "pfsp_window", "psro_every", "psro_games_per_cell", "psro_pool_size",
+        "psro_meta_solver", "rating_curriculum", "rating_curriculum_target",
         "rating_curriculum_width", "env_curriculum_window", "env_curriculum_target", "env_curriculum_width")},
     "wandb_project": ("tracker", "wandb_project"), "use_wandb": ("tracker", "use_wandb"),
     "max_consecutive_failures": ("failure_budget", "max_consecutive_failures"),
@@ -50,8 +52,9 @@ FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
 }
 MODEL_SECTIONS = ("learner", "inference", "buffer")
 RUN_SECTIONS = ("samplers", "tracker", "failure_budget", "api_opponents")
+# league: a preset that expands into models, train_envs and samplers (unstable.run.league_preset)
 RUN_FIELDS = ("train_envs", "eval_envs", "run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed",
-              "resume_from", "mode", "exploitability_eval")
+              "resume_from", "mode", "exploitability_eval", "league")
 NESTED_ARGUMENTS = ("models", *RUN_SECTIONS, *RUN_FIELDS)
 # the flat learner arguments by the learner field they set (learner={...} may not repeat them)
 FLAT_LEARNER_NAMES = {field: flat for flat, (section, field) in FLAT_ARGUMENTS.items()

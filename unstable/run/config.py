@@ -43,7 +43,9 @@ from unstable.run.arguments import (
     argument_names,
     nest_arguments,
 )
+from unstable.run.league_preset import expand_league
 from unstable.samplers.config import SamplerConfig
+from unstable.samplers.exploiters import LeagueConfig
 from unstable.tracking.config import TrackerConfig
 from unstable.utils.checks import check_bool, check_choice, check_int, check_number, check_positive, check_str
 from unstable.utils.paths import check_dir_name, check_dir_path, check_writable_dir
@@ -57,7 +59,7 @@ INFERENCE_DEFAULTS = {"backend": "auto", "num_actors": None, "temperature": None
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
-DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool", "pfsp")
+DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool", "pfsp", "psro")
 
 # learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
 RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
@@ -613,6 +615,17 @@ def _check_seats(cfg: BuildConfig) -> None:
         if getattr(spec, "model", None) is not None and spec.model not in names:
             raise ValueError(f"eval_envs[{i}].model is {spec.model!r}, not a declared model; models: {names}")
     _check_opponent_seats(cfg)
+    _check_psro(cfg)
+
+
+def _check_psro(cfg: BuildConfig) -> None:
+    """PSRO plays its meta-game's missing games in a two-player train game: the run must have one."""
+    if cfg.samplers.opponent_sampling_strategy != "psro":
+        return
+    if not any(isinstance(spec, TrainEnvSpec) and spec.num_players == 2 for spec in cfg.train_envs):
+        raise ValueError("opponent_sampling_strategy='psro' fills its meta-game with two-player games, and train_envs "
+                         "has no two-player game (a TrainEnvSpec with num_players=2): add one, or choose another "
+                         "opponent_sampling_strategy")
 
 
 def _check_opponent_seats(cfg: BuildConfig) -> None:
@@ -673,6 +686,9 @@ class BuildConfig:
     """Seeds the samplers, the buffer and the learner."""
     resume_from: str | None = None
     """A run directory to continue (see :mod:`unstable.run.resume`)."""
+    league: LeagueConfig | None = None
+    """A league preset (see :mod:`unstable.run.league_preset`): a main model and its main exploiters,
+    expanded into ``models``, ``train_envs`` and ``samplers``; ``None``: no league."""
     mode: str = "async"
     """``"async"``: games and updates run at the same time, and the learner trains on steps up to
     ``max_staleness`` versions old. ``"sync"``: they take turns, as in Actors and classic on-policy
@@ -693,6 +709,7 @@ class BuildConfig:
         if extra:
             raise ValueError(_unknown_arguments(extra))
         nested, flat_names = nest_arguments(arguments)
+        nested, self.league = expand_league(nested)
         flat = {k: arguments[k] for k in flat_names}
         declarations = nested.get("models") or [{}]
         models = []
@@ -798,6 +815,8 @@ class BuildConfig:
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
         out |= {name: getattr(self, name) for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport",
                                                        "seed", "resume_from", "mode", "exploitability_eval")}
+        if self.league is not None:
+            out["league"] = asdict(self.league)
         return out
 
 

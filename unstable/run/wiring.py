@@ -45,6 +45,7 @@ from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
 from unstable.run.evaluator import CheckpointHooks, start_evaluator
+from unstable.run.league_preset import league_model_sampler, reset_rules
 from unstable.run.remote import ObjectStoreAdapters, actor_class, actor_name, new_run_id, start_inference_backends
 from unstable.run.resources import amounts as _amounts
 from unstable.run.resources import short_of, wait_for_free_resources
@@ -52,6 +53,7 @@ from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffe
 from unstable.samplers import league
 from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import SuccessCurriculumEnvSampler, UniformRandomEnvSampler
+from unstable.samplers.psro import PSRO_LOG_FILE, PSROModelSampler
 from unstable.tracking import Tracker
 from unstable.tracking.wandb_writer import wandb_plan
 from unstable.utils.quiet import quiet_ray_token_auth_notice
@@ -147,15 +149,26 @@ class Actors:
                 self.scheduler, *self.buffers.values(), self.registry, self.tracker, *lock]
 
 
-def _model_sampler(samplers, registry, seed: int):
-    """The opponent sampler ``samplers`` describes, with its rating curriculum mixed in when asked."""
-    base = _base_model_sampler(samplers, registry, seed)
+def _model_sampler(samplers, registry, seed: int, tracker: Any = None, run_dir: str | None = None):
+    """The opponent sampler ``samplers`` describes, with its rating curriculum mixed in when asked
+    (PSRO's logs its updates to ``tracker`` and ``<run_dir>/psro.jsonl``)."""
+    if samplers.opponent_sampling_strategy == "psro":
+        base = _psro_sampler(samplers, registry, seed, tracker, run_dir)
+    else:
+        base = _base_model_sampler(samplers, registry, seed)
     if samplers.rating_curriculum == 0:
         return base
     curriculum = league.RatingCurriculumModelSampler(
         model_registry=registry, target=samplers.rating_curriculum_target, width=samplers.rating_curriculum_width,
         fixed_opponents=_fixed_uids(samplers), rng_seed=seed)
     return league.CurriculumMixModelSampler(base, curriculum, samplers.rating_curriculum, rng_seed=seed)
+
+
+def _psro_sampler(samplers, registry, seed: int, tracker: Any, run_dir: str | None):
+    return PSROModelSampler(model_registry=registry, meta_solver=samplers.psro_meta_solver,
+                            every=samplers.psro_every, games_per_cell=samplers.psro_games_per_cell,
+                            pool_size=samplers.psro_pool_size, fixed_opponents=_fixed_uids(samplers), tracker=tracker,
+                            log_path=os.path.join(run_dir, PSRO_LOG_FILE) if run_dir else None, rng_seed=seed)
 
 
 def _fixed_uids(samplers) -> tuple[str, ...]:
@@ -269,9 +282,11 @@ def start_actors(cfg, run_name: str) -> Actors:
             ray.get(registry.add_fixed.remote(name=name))
     env_sampler = _env_sampler(cfg)
     # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
+    league = getattr(cfg, "league", None)
+    model_sampler = league_model_sampler(league, models, _model_sampler(samplers, registry, cfg.seed, tracker, run_dir),
+                                         cfg.seed)
     scheduler = actor_class(GameScheduler).options(**light).remote(
-        model_sampler=_model_sampler(samplers, registry, cfg.seed), env_sampler=env_sampler, logging_dir=None,
-        seed=cfg.seed)
+        model_sampler=model_sampler, env_sampler=env_sampler, logging_dir=None, seed=cfg.seed)
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
 
@@ -289,6 +304,7 @@ def start_actors(cfg, run_name: str) -> Actors:
         ray.get(tracker.log.remote({"buffer/dropped_on_resume": buffer_dropped}))
     evaluator, evaluate_hook = _start_evaluator(cfg, tracker, checkpoints_dir, points, light)
     learners, pending, workers = {}, [], {}
+    rules = reset_rules(league, models)  # a league's exploiters reset their adapters by these
     for m in models:
         learner_cls, buffer = resolve_learner(m.algorithm), buffers[m.name]
         resumed = {}
@@ -307,7 +323,7 @@ def start_actors(cfg, run_name: str) -> Actors:
             **common, buffer=buffer, tracker=tracker, model_registry=registry, turn_lock=turn_lock,
             on_checkpoint=CheckpointHooks(RunStateWriter(run_dir, registry, scheduler, tracker, buffers),
                                           evaluate_hook), publish_adapters=in_memory,
-            **resumed)
+            **resumed, **({"reset_rule": rules[m.name]} if m.name in rules else {}))
         # ranks 1..N-1 get rank 0's weights and optimiser states with the first batch: they read no
         # checkpoint (their node may not see it), and build the adapter from the run's lora_cfg
         start = {k: v for k, v in resumed.items() if k == "initial_version"}

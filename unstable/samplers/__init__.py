@@ -1,6 +1,6 @@
 """Which env and which opponents the scheduler sets up next (plain Python, no Ray)."""
 
-from unstable.samplers import env_samplers, league, model_samplers
+from unstable.samplers import env_samplers, league, metagame, model_samplers, psro
 from unstable.samplers.env_samplers import BaseEnvSampler, SuccessCurriculumEnvSampler, UniformRandomEnvSampler
 from unstable.samplers.league import (
     CurriculumMixModelSampler,
@@ -17,6 +17,7 @@ from unstable.samplers.model_samplers import (
     MirrorModelSampler,
     PoolModelSampler,
 )
+from unstable.samplers.psro import PSROModelSampler
 
 __all__ = [
     "BaseEnvSampler",
@@ -29,11 +30,14 @@ __all__ = [
     "MirrorModelSampler",
     "MixtureModelSampler",
     "PFSPModelSampler",
+    "PSROModelSampler",
     "PoolModelSampler",
     "RatingCurriculumModelSampler",
     "SuccessCurriculumEnvSampler",
     "UniformRandomEnvSampler",
     "env_samplers",
     "league",
+    "metagame",
     "model_samplers",
+    "psro",
 ]

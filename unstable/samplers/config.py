@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from unstable.samplers.league import PFSP_WEIGHTINGS
+from unstable.samplers.metagame import META_SOLVERS
 from unstable.utils.checks import check_choice, check_int, check_number
 
 ENV_SAMPLING_STRATEGIES = ("random", "curriculum")
-OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality", "pool", "pfsp")
+OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality", "pool", "pfsp", "psro")
 
 
 @dataclass
@@ -24,7 +25,9 @@ class SamplerConfig:
     ``fixed_opponents``), ``"lagged"``, ``"match-quality"``, ``"pool"`` (the other trainable models'
     checkpoints and ``fixed_opponents``; see :mod:`unstable.samplers.model_samplers`), or ``"pfsp"``
     (prioritised fictitious self-play over past checkpoints and ``fixed_opponents``: the ``pfsp_*``
-    settings, :mod:`unstable.samplers.league`)."""
+    settings, :mod:`unstable.samplers.league`), or ``"psro"`` (the meta-game's Nash mixture over the
+    checkpoints and ``fixed_opponents``, updated every ``psro_every`` checkpoints: the ``psro_*``
+    settings, :mod:`unstable.samplers.psro`)."""
     fixed_opponents: Any = ("random",)
     """Opponent names for ``"fixed"``: scripted ones, adapter directories or API model names (the
     seed's default was an API model, which needs a key)."""
@@ -40,6 +43,18 @@ class SamplerConfig:
     new opponent starts at p = 0.5."""
     pfsp_window: int = 4
     """For ``"pfsp"``: the win rates count the games of the learner's this many newest checkpoints."""
+    psro_every: int = 5
+    """For ``"psro"``: the meta-game is brought up to date and solved after every this many new learner
+    checkpoints (Lanctot et al. 2017); until the first update the learner plays itself."""
+    psro_games_per_cell: int = 8
+    """For ``"psro"``: each pair of the pool is filled to this many recorded games; the registry's train
+    and eval games count, the rest are played as matrix games (rated, never trained on)."""
+    psro_pool_size: int = 10
+    """For ``"psro"``: the meta-game holds the learner's this many newest checkpoints (and the fixed
+    opponents): the games an update may need grow with its square."""
+    psro_meta_solver: str = "nash"
+    """For ``"psro"``: ``"nash"`` (the maximum-entropy Nash mixture, Balduzzi et al. 2018) or
+    ``"alpha-rank"`` (α-Rank's stationary distribution, Omidshafiei et al. 2019)."""
     rating_curriculum: float = 0.0
     """The share of opponents drawn by TrueSkill match quality near ``rating_curriculum_target`` instead of
     by ``opponent_sampling_strategy`` (0: off; 1: only the curriculum), from past checkpoints and
@@ -66,6 +81,10 @@ class SamplerConfig:
         check_choice("pfsp_weighting", self.pfsp_weighting, PFSP_WEIGHTINGS)
         check_number("pfsp_prior", self.pfsp_prior, 0.0, low_open=True)
         check_int("pfsp_window", self.pfsp_window, 1)
+        check_int("psro_every", self.psro_every, 1)
+        check_int("psro_games_per_cell", self.psro_games_per_cell, 1)
+        check_int("psro_pool_size", self.psro_pool_size, 1)
+        check_choice("psro_meta_solver", self.psro_meta_solver, META_SOLVERS)
         check_number("rating_curriculum", self.rating_curriculum, 0.0, 1.0)
         check_number("rating_curriculum_target", self.rating_curriculum_target, 0.0, 1.0, allow_none=True)
         check_number("rating_curriculum_width", self.rating_curriculum_width, 0.0, low_open=True)
@@ -79,7 +98,7 @@ class SamplerConfig:
 
     def plays_fixed(self) -> bool:
         """Whether ``fixed_opponents`` are drawn as training opponents."""
-        return self.opponent_sampling_strategy in ("fixed", "pool", "pfsp") or self.rating_curriculum > 0
+        return self.opponent_sampling_strategy in ("fixed", "pool", "pfsp", "psro") or self.rating_curriculum > 0
 
 
 def opponent_names(value: Any) -> tuple[str, ...]:

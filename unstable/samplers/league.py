@@ -242,6 +242,17 @@ class CurriculumMixModelSampler(BaseModelSampler):
             if part is not None:
                 part.model_registry = registry
 
+    def state_dict(self) -> dict[str, Any]:
+        """The components' own state (a PSRO base's mixture and meta-game), for the scheduler's resume."""
+        return {name: part.state_dict() for name, part in (("base", self.base), ("curriculum", self.curriculum))
+                if callable(getattr(part, "state_dict", None))}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        for name, part in (("base", self.base), ("curriculum", self.curriculum)):
+            if name in state:
+                part.load_state_dict(state[name])
+
     def sample_opponent(self, lineage: str | None = None) -> PolicyRef:
         """From ``curriculum`` with probability ``weight``, else from ``base``."""
         part = self.curriculum if self.rng.random() < self.weight else self.base

@@ -59,7 +59,7 @@ from unstable.utils.disk import RunDirUnwritableError, writing
 
 logger = logging.getLogger(__name__)
 
-NAMESPACES = ("collect/", "train/", "eval/", "registry/", "inference/", "buffer/", "learner/", "system/")
+NAMESPACES = ("collect/", "train/", "eval/", "registry/", "inference/", "buffer/", "learner/", "system/", "league/")
 STEP_KEYS = ("train/step", "train/version")  # a log() carrying one of these moves the learner step
 UNLOGGED_FAILURES = "system/failed_games_unlogged"  # failed games counted but not written: the log was full
 
@@ -262,10 +262,14 @@ class Tracker:
         """Score a finished game (see :mod:`unstable.tracking.game_metrics`) or count a failed one."""
         if self._dropped_after_close("log_game"):
             return
-        stage = "eval" if result.spec.is_eval else "collect"
+        stage = "eval" if result.spec.is_eval else ("matrix" if result.spec.is_matrix else "collect")
         self._guarded(self._transcripts.path, lambda: self._transcripts.write(result, self._learner_step))
         if isinstance(result, FailedGame):
             self._log_failed(result, stage)
+            return
+        if stage == "matrix":  # a PSRO meta-game game: counted, not scored as training (no seat is the learner's)
+            keys = ("league/matrix_games", f"league/{result.env_id}/matrix_games")
+            self._write({key: self._count(key) for key in keys})
             return
         line: dict[str, float | None] = {}
         samples_by_key = {**game_samples(result), **timing_samples(result), **self._diversity.samples(result)}
