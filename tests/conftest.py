@@ -136,3 +136,38 @@ def no_ray(monkeypatch):
     monkeypatch.setattr(unstable.run.wiring, "ensure_ray", must_not_run)
     for name in ("OPENROUTER_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def answering_model(tiny_model_dir, tmp_path_factory) -> str:
+    """The tiny model after 40 supervised steps on random TicTacToe positions (the warm start's loss, soft
+    labels over the legal moves): it answers ``\\boxed{cell}<|im_end|>`` often enough for a
+    non-degenerate policy, and not always (some mass is left for "other")."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from unstable.models.warmstart import _encode, random_game_positions, supervised_step
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    cache: dict = {}
+    examples = [_encode(tok, "qwen3-board", p, tok.eos_token, rng, cache)
+                for p in random_game_positions("TicTacToe-v0-train", 64, seed=0, few_moves_bias=1.0)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # two threads on a busy 2-core machine made it several times slower
+    try:
+        for step in range(40):
+            supervised_step(model, optimizer, [examples[(step * 16 + i) % 64] for i in range(16)], 0, 3e-3)
+    finally:
+        torch.set_num_threads(threads)
+    out = tmp_path_factory.mktemp("answering") / "model"
+    model.eval()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return str(out)

@@ -293,6 +293,10 @@ BUILD_CASES = [
     ("num_learner_workers 0", {"num_learner_workers": 0}, "num_learner_workers must be an integer >= 1, got 0"),
     ("num_learner_workers a fraction", {"num_learner_workers": 1.5}, "num_learner_workers must be an integer >= 1"),
     ("mode misspelt", {"mode": "synchronous"}, r"mode must be one of \['async', 'sync'\], got 'synchronous'"),
+    ("exploitability_eval a bool", {"exploitability_eval": True},
+     r"exploitability_eval must be one of \['auto', 'off'\], got True"),
+    ("exploitability_eval 'on'", {"exploitability_eval": "on"},
+     r"exploitability_eval must be one of \['auto', 'off'\], got 'on'"),
     ("mode sync with staleness", {"mode": "sync", "max_staleness": 2},
      r"max_staleness=2, but mode='sync' trains every step on the version that played it"),
 ]

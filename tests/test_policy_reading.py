@@ -1,12 +1,12 @@
 """Reading an LLM seat's policy: real game states, exact teacher-forced move probabilities that match the
 backend's samples, and exploitability from them. The tests that read a model are marked slow: the
-fine-tuned fixture model takes ~30 s to make on a quiet 2-core machine (minutes on a busy one)."""
+fine-tuned fixture model (conftest.py's ``answering_model``) takes ~30 s to make on a quiet 2-core
+machine (minutes on a busy one)."""
 
 from __future__ import annotations
 
 import json
 import math
-import random
 
 import pytest
 import torch
@@ -32,33 +32,6 @@ STATE = "O   X    "  # two moves in: seven legal cells
 @pytest.fixture(scope="module")
 def ttt_states():
     return tictactoe_states(ENV)
-
-
-@pytest.fixture(scope="module")
-def answering_model(tiny_model_dir, tmp_path_factory) -> str:
-    """The tiny model after 40 supervised steps on random TicTacToe positions (the warm start's loss, soft
-    labels over the legal moves): it answers ``\\boxed{cell}<|im_end|>`` often enough for a
-    non-degenerate policy, and not always (some mass is left for "other")."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from unstable.models.warmstart import _encode, random_game_positions, supervised_step
-
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    torch.manual_seed(0)
-    rng = random.Random(0)
-    cache: dict = {}
-    examples = [_encode(tok, "qwen3-board", p, tok.eos_token, rng, cache)
-                for p in random_game_positions(ENV, 64, seed=0, few_moves_bias=1.0)]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for step in range(40):
-        supervised_step(model, optimizer, [examples[(step * 16 + i) % 64] for i in range(16)], 0, 3e-3)
-    out = tmp_path_factory.mktemp("answering") / "model"
-    model.eval()
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return str(out)
 
 
 def test_states_are_every_board_in_play_replayed_in_a_real_env(ttt_states):

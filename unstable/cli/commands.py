@@ -23,7 +23,7 @@ TASK_WARM_START_OPTIONS = ["examples"]
 API_OPTIONS = ["timeout_s", "max_retries", "turn_deadline_s"]
 WARM_START_OPTIONS = ["positions", "target_legal_mass", "target_greedy_legal", "max_rounds"]
 QUICKSTART_OPTIONS = ["out", "learning_steps", "batch_size", "learning_rate", "lr_schedule", "eval_games",
-                      "eval_workers", "seed", "algorithm", "max_staleness"]
+                      "eval_workers", "seed", "algorithm", "max_staleness", "exploitability_eval"]
 
 
 def plain_text(doc: str) -> str:

@@ -46,7 +46,8 @@ def wait_with_progress(run: Any, total: int, say: Printer, every_s: float = 5.0)
 
 def train_line(info: dict, total: int, elapsed: float) -> str:
     """One progress line from the Tracker's interface ``info``: learner step of ``total``, ``elapsed`` seconds,
-    games collected, each model's loss, and the invalid move rate and mean sampled eval win rate when known."""
+    games collected, each model's loss, and the invalid move rate, mean sampled eval win rate and in-run
+    exploitability (with the checkpoint it measured) when known."""
     means = {k: v for group in info["means"].values() for k, v in group.items()}
     games = sum(info["games_per_env"].get("collect", {}).values())
     parts = [f"  learner step {info['learner_step']:>3}/{total}", f"{elapsed:5.0f}s", f"{games} games"]
@@ -59,4 +60,8 @@ def train_line(info: dict, total: int, elapsed: float) -> str:
     win = [v for k, v in means.items() if k.startswith("eval/") and k.endswith("/win_rate")]
     if win:
         parts.append(f"eval win rate (sampled) {sum(win) / len(win):.2f}")
+    measured = info.get("measured_at") or {}
+    for key, value in sorted((info.get("latest") or {}).items()):  # the in-run exploitability, when there is one
+        if key.startswith("eval/") and key.endswith("/exploitability") and key in measured:
+            parts.append(f"exploitability {value:.3f} (ckpt-{measured[key]})")
     return ", ".join(parts)

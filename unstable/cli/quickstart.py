@@ -99,6 +99,9 @@ class QuickstartConfig:
     samplers: dict[str, Any] = field(default_factory=dict)
     """More opponent- and env-sampler settings, as build() takes them by their flat names (e.g.
     ``{"pfsp_weighting": "even", "opponent_window": 8}``; docs/training.md, "Leagues")."""
+    exploitability_eval: str = "auto"
+    """``"auto"``: each checkpoint's exact exploitability is read during training (with eval games, on a game
+    with a solver and a direct-answer template, as the default job's); ``"off"``: not (as in build())."""
 
     def __post_init__(self) -> None:
         if self.out is None:
@@ -113,6 +116,7 @@ class QuickstartConfig:
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_int("max_staleness", self.max_staleness, 0)
         check_choice("mode", self.mode, ("async", "sync"))
+        check_choice("exploitability_eval", self.exploitability_eval, ("auto", "off"))
         if self.mode == "sync" and self.max_staleness != 0:
             raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
                              f"max_staleness=0, got {self.max_staleness}")
@@ -224,6 +228,7 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         learner=dict(cfg.learner),
         max_staleness=cfg.max_staleness,
         mode=cfg.mode,
+        exploitability_eval=cfg.exploitability_eval,
         batch_size=cfg.batch_size,
         mini_batch_size=cfg.mini_batch_size,
         learning_rate=cfg.learning_rate,

@@ -5,7 +5,8 @@ The nested form is what :class:`~unstable.run.config.BuildConfig` stores and ``c
     models: [{name, model_name, algorithm, lora, learner_device, num_learner_workers,
               learner: {...}, inference: {...}, buffer: {...}}]
     train_envs, eval_envs, samplers: {...}, tracker: {...}, failure_budget: {...}, api_opponents: {...},
-    run_name, runs_dir, ray_address, checkpoint_transport, seed, resume_from, mode, league: {...}
+    run_name, runs_dir, ray_address, checkpoint_transport, seed, resume_from, mode, exploitability_eval,
+    league: {...}
 
 :data:`FLAT_ARGUMENTS` is the one table from a flat name to its place. ``learner`` and ``vllm_config``
 spread their keys into the model's ``learner`` / ``inference`` mapping. A flat argument and its
@@ -53,7 +54,7 @@ MODEL_SECTIONS = ("learner", "inference", "buffer")
 RUN_SECTIONS = ("samplers", "tracker", "failure_budget", "api_opponents")
 # league: a preset that expands into models, train_envs and samplers (unstable.run.league_preset)
 RUN_FIELDS = ("train_envs", "eval_envs", "run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed",
-              "resume_from", "mode", "league")
+              "resume_from", "mode", "exploitability_eval", "league")
 NESTED_ARGUMENTS = ("models", *RUN_SECTIONS, *RUN_FIELDS)
 # the flat learner arguments by the learner field they set (learner={...} may not repeat them)
 FLAT_LEARNER_NAMES = {field: flat for flat, (section, field) in FLAT_ARGUMENTS.items()

@@ -144,6 +144,7 @@ class Run:
         self._learner_of: dict = {}  # a train() ref -> its model's name, to say whose learner died
         self._collect_ref = None
         self._started = False
+        self.exploitability: dict | None = None  # the learner steps the in-run evaluator read and skipped, at the end
 
     def start(self, learning_steps: int = 200, num_collection_workers: int = 256, num_eval_workers: int = 16,
               *, block: bool = True) -> dict | None:
@@ -242,7 +243,19 @@ class Run:
         finally:
             self._train_refs = []
             self._finish_collection(quiet=failed)
+        self._finish_evaluation()
         return self.summary()
+
+    def _finish_evaluation(self) -> None:
+        """Wait for the in-run exploitability of the last checkpoint (see :mod:`unstable.run.evaluator`);
+        an evaluation's error is raised here."""
+        import ray
+
+        evaluator = getattr(self.actors, "evaluator", None)
+        if evaluator is None or self.exploitability is not None:
+            return
+        print("unstable: waiting for the last checkpoint's exploitability", flush=True)
+        self.exploitability = ray.get(evaluator.finish.remote())
 
     def _tracker_write_error(self) -> RunDirUnwritableError | None:
         """The write the Tracker's filesystem refused, if any (``None`` too if it does not answer)."""
@@ -285,8 +298,10 @@ class Run:
     def summary(self) -> dict:
         """What the run holds now: ``run_dir``, the ``checkpoints`` (uids, each model's oldest first), the
         collector's and the first buffer's stats, every model's buffer stats under ``buffers`` with several
-        models, and for a resumed run ``resume`` (the version it started from and the steps the previous run
-        left in its buffers, ``None`` if that run was killed)."""
+        models, for a resumed run ``resume`` (the version it started from and the steps the previous run left in
+        its buffers, ``None`` if that run was killed), and, once ``wait()`` has returned in a run with in-run
+        exploitability (:mod:`unstable.run.evaluator`), ``exploitability``: the learner steps ``evaluated`` and
+        ``skipped``."""
         import ray
 
         a = self.actors
@@ -298,6 +313,8 @@ class Run:
         }
         if len(a.buffers) > 1:
             out["buffers"] = {name: ray.get(b.stats.remote()) for name, b in a.buffers.items()}
+        if self.exploitability is not None:  # the in-run exploitability: the learner steps evaluated and skipped
+            out["exploitability"] = self.exploitability
         if self.config.resume_from:  # the steps the previous run left in its buffers (None: killed, not known)
             out["resume"] = {"from_version": self.start_version, "buffer_dropped": a.buffer_dropped_on_resume}
         return out

@@ -21,6 +21,7 @@ from typing import Any
 
 from unstable.buffers.config import BufferConfig
 from unstable.collection.failures import FailureBudget
+from unstable.eval.in_run import EXPLOITABILITY_EVAL
 from unstable.games.mixture import EnvironmentMixture, is_environment
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.adapters import resolve_transport
@@ -694,6 +695,11 @@ class BuildConfig:
     RL: the collector plays until the buffer holds a batch (``buffer_size``, default ``batch_size``),
     waits for its last game, and starts no game while the learner updates; every step is trained by
     the version that played it (``max_staleness=0``)."""
+    exploitability_eval: str = "auto"
+    """``"auto"``: while the run trains, each new checkpoint's exact exploitability is read on every eval env
+    whose game has a solver (TicTacToe, KuhnPoker) and whose template answers directly (``qwen3-board``), and
+    logged as ``eval/<env>/exploitability`` at its learner step (about 20-40 s a checkpoint for a tiny model on
+    TicTacToe, on CPU, beside training; see docs/evaluation.md). ``"off"``: never."""
 
     def __init__(self, **arguments: Any) -> None:
         extra = {k: v for k, v in arguments.items() if k not in argument_names()}
@@ -734,10 +740,12 @@ class BuildConfig:
                 raise ValueError(f"{name}: {exc}") from None
             except ValueError as exc:
                 raise ValueError(_section_label(name, str(exc), flat)) from None
-        for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from", "mode"):
+        for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed", "resume_from", "mode",
+                     "exploitability_eval"):
             setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
         check_int("seed", self.seed, 0, maximum=MAX_SEED)
         check_choice("mode", self.mode, RUN_MODES)
+        check_choice("exploitability_eval", self.exploitability_eval, EXPLOITABILITY_EVAL)
         if self.mode == "sync":
             for i, declaration in enumerate(declarations):
                 _sync_buffer(self.models[i], declaration.get("buffer") or {}, i if "models" in arguments else None)
@@ -806,7 +814,7 @@ class BuildConfig:
         out |= {name: asdict(getattr(self, name)) for name in RUN_SECTIONS}
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
         out |= {name: getattr(self, name) for name in ("run_name", "runs_dir", "ray_address", "checkpoint_transport",
-                                                       "seed", "resume_from", "mode")}
+                                                       "seed", "resume_from", "mode", "exploitability_eval")}
         if self.league is not None:
             out["league"] = asdict(self.league)
         return out

@@ -44,6 +44,7 @@ from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
 from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
+from unstable.run.evaluator import CheckpointHooks, start_evaluator
 from unstable.run.league_preset import league_model_sampler, reset_rules
 from unstable.run.remote import ObjectStoreAdapters, actor_class, actor_name, new_run_id, start_inference_backends
 from unstable.run.resources import amounts as _amounts
@@ -121,6 +122,7 @@ class Actors:
     start_versions: dict[str, int] = field(default_factory=dict)  # model name -> its version at start (resumed)
     buffer_dropped_on_resume: int | None = None  # steps the previous run left in its buffers (resumed, stopped)
     learner_workers: dict[str, list[Any]] = field(default_factory=dict)  # model name -> its ranks 1..N-1
+    evaluator: Any = None  # the in-run exploitability evaluator (unstable.run.evaluator), when there is one
 
     @property
     def learner(self) -> Any:
@@ -142,8 +144,9 @@ class Actors:
         the order :meth:`~unstable.run.build.Run.stop` kills them in."""
         lock = [self.turn_lock] if self.turn_lock is not None else []
         workers = [w for ws in self.learner_workers.values() for w in ws]
-        return [self.collector, *self.learners.values(), *workers, *(b.handle for b in self.inference), self.scheduler,
-                *self.buffers.values(), self.registry, self.tracker, *lock]
+        evaluator = [self.evaluator] if self.evaluator is not None else []
+        return [self.collector, *self.learners.values(), *workers, *(b.handle for b in self.inference), *evaluator,
+                self.scheduler, *self.buffers.values(), self.registry, self.tracker, *lock]
 
 
 def _model_sampler(samplers, registry, seed: int, tracker: Any = None, run_dir: str | None = None):
@@ -299,6 +302,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     buffer_dropped = restore_buffers(resume.state, buffers) if resume else None
     if buffer_dropped is not None:
         ray.get(tracker.log.remote({"buffer/dropped_on_resume": buffer_dropped}))
+    evaluator, evaluate_hook = _start_evaluator(cfg, tracker, checkpoints_dir, points, light)
     learners, pending, workers = {}, [], {}
     rules = reset_rules(league, models)  # a league's exploiters reset their adapters by these
     for m in models:
@@ -317,7 +321,8 @@ def start_actors(cfg, run_name: str) -> Actors:
                       keep_last=None)  # keep every adapter: lagged opponents and the registry may point at old ones
         learner = actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus, **placement).remote(
             **common, buffer=buffer, tracker=tracker, model_registry=registry, turn_lock=turn_lock,
-            on_checkpoint=RunStateWriter(run_dir, registry, scheduler, tracker, buffers), publish_adapters=in_memory,
+            on_checkpoint=CheckpointHooks(RunStateWriter(run_dir, registry, scheduler, tracker, buffers),
+                                          evaluate_hook), publish_adapters=in_memory,
             **resumed, **({"reset_rule": rules[m.name]} if m.name in rules else {}))
         # ranks 1..N-1 get rank 0's weights and optimiser states with the first batch: they read no
         # checkpoint (their node may not see it), and build the adapter from the run's lora_cfg
@@ -349,7 +354,17 @@ def start_actors(cfg, run_name: str) -> Actors:
     return Actors(tracker, registry, scheduler, collector, backends, run_dir, learners=learners, buffers=buffers,
                   turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()},
                   buffer_dropped_on_resume=buffer_dropped, run_id=run_id,
-                  learner_workers={name: ws for name, ws in workers.items() if ws})
+                  learner_workers={name: ws for name, ws in workers.items() if ws}, evaluator=evaluator)
+
+
+def _start_evaluator(cfg, tracker, checkpoints_dir: str, points: dict, light: dict) -> tuple[Any, Any]:
+    """The run's in-run exploitability evaluator and its learner hook (see :mod:`unstable.run.evaluator`),
+    reading at the first model's eval sampling settings, from the checkpoint the run starts at."""
+    m = cfg.models[0]
+    sampling = inference_config(m, choose_backend(m.inference.get("backend", "auto")), 1, 0.0).sampling
+    point = points.get(m.name)
+    start = (point.version, str(point.checkpoint)) if point is not None and point.checkpoint is not None else (0, None)
+    return start_evaluator(cfg, tracker, checkpoints_dir, sampling, start, light)
 
 
 def _learner_workers(models) -> int:

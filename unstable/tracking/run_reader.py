@@ -95,6 +95,8 @@ class RunReader:
         self._transcripts = JsonlTail(self.root / "games" / TRANSCRIPTS_FILE)
         self._windows: dict[str, deque[float]] = {}
         self._latest: dict[str, float] = {}
+        self._measured_at: dict[str, int] = {}  # key -> the learner step of the line holding its latest value
+        self._step: int | None = None  # the furthest learner step (a checkpoint's evaluation is stamped earlier)
         self._counts: dict[str, int] = {}
         self._last_line: dict[str, Any] = {}
         self._games: deque[list[float]] = deque(maxlen=history)
@@ -107,6 +109,9 @@ class RunReader:
 
     def _add_metrics(self, line: dict[str, Any]) -> None:
         self._last_line = {k: line.get(k) for k in _LINE_FIELDS}
+        step = line.get("learner_step")
+        if isinstance(step, int) and not isinstance(step, bool):
+            self._step = step if self._step is None else max(self._step, step)
         for key, value in line.items():
             if key in _LINE_FIELDS or not isinstance(value, int | float):
                 continue
@@ -117,6 +122,8 @@ class RunReader:
                 continue
             self._windows.setdefault(key, deque(maxlen=self.window)).append(float(value))
             self._latest[key] = float(value)
+            if isinstance(step, int) and not isinstance(step, bool):
+                self._measured_at[key] = step
             if key in self._series or key.split("/", 1)[-1] in SERIES_KEYS:  # also <model>/train/loss ...
                 self._series.setdefault(key, deque(maxlen=self._history)).append(float(value))
 
@@ -200,11 +207,12 @@ class RunReader:
             "run_name": config.get("run_name") or self.root.name,
             "run_dir": str(self.root),
             "source": "files",
-            "learner_step": self._last_line.get("learner_step"),
+            "learner_step": self._step,
             "wall_s": self._last_line.get("wall_s"),
             "age_s": time.time() - last_time if last_time else None,
             "means": dict(means),
             "latest": dict(self._latest),
+            "measured_at": dict(self._measured_at),
             "counts": dict(self._counts),
             "games_per_env": games_per_env,
             "failed_games": {stage: self._counts.get(f"{stage}/failed_games", 0) for stage in ("collect", "eval")},

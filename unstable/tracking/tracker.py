@@ -1,12 +1,12 @@
 """The one metrics recorder of a run: namespaced keys, moving means, writers for JSONL, W&B and the dashboard.
 
 Every component reports here (``tracker.log({...})``, ``log_game``, ``log_inference``,
-``log_registry``, ``log_buffer``), locally or as the Ray actor ``"Tracker"``. Each call is written
-at once as one line of ``<run_dir>/metrics.jsonl``, so a crash loses nothing already logged; the
-values also feed a moving window per key (``window`` values, 512 as in UnstableBaselines 0.2)
-whose means go to W&B at most every ``flush_every_s`` seconds and to the dashboard through
-:meth:`Tracker.get_interface_info`. Non-finite values are written as ``null``, counted under
-``system/nonfinite/<key>``, and never averaged.
+``log_registry``, ``log_buffer``, and ``log_at`` for a checkpoint's evaluation), locally or as the Ray
+actor ``"Tracker"``. Each call is written at once as one line of ``<run_dir>/metrics.jsonl``, so a
+crash loses nothing already logged; the values also feed a moving window per key (``window``
+values, 512 as in UnstableBaselines 0.2) whose means go to W&B at most every ``flush_every_s``
+seconds and to the dashboard through :meth:`Tracker.get_interface_info`. Non-finite values are
+written as ``null``, counted under ``system/nonfinite/<key>``, and never averaged.
 
 Each game also adds timing samples (:mod:`unstable.tracking.timings`) and action-diversity metrics
 (:mod:`unstable.tracking.diversity`), and its transcript to ``games/transcripts.jsonl``
@@ -152,6 +152,7 @@ class Tracker:
         self._learner_step = 0
         self._windows: dict[str, deque[float]] = {}
         self._latest: dict[str, float] = {}
+        self._measured_at: dict[str, int] = {}  # key -> the learner step its latest value measured (log_at)
         self._counters: Counter[str] = Counter()
         self._games_per_env: dict[str, Counter[str]] = {"collect": Counter(), "eval": Counter()}
         self._dirty: set[str] = set()
@@ -244,6 +245,18 @@ class Tracker:
         if step is not None:
             self.set_learner_step(step)
         self._write({key: self._record(key, value) for key, value in values.items()})
+
+    def log_at(self, metrics: dict[str, float], step: int) -> None:
+        """Record namespaced scalars measured at learner step ``step`` (an evaluation of checkpoint
+        ``step`` that finished later): the line is stamped ``learner_step=step`` and the run's learner
+        step does not move. The dashboard shows each key's step (``measured_at``)."""
+        if self._dropped_after_close("log_at"):
+            return
+        check_int("step", step, 0)
+        values = {key: _as_float(key, value) for key, value in metrics.items()}
+        line = {key: self._record(key, value) for key, value in values.items()}
+        self._measured_at.update(dict.fromkeys(values, int(step)))
+        self._write(line, step=int(step))
 
     def log_game(self, result: GameRecord | FailedGame) -> None:
         """Score a finished game (see :mod:`unstable.tracking.game_metrics`) or count a failed one."""
@@ -352,9 +365,10 @@ class Tracker:
         self._dirty.add(key)
         return self._counters[key]
 
-    def _write(self, metrics: dict[str, Any]) -> None:
+    def _write(self, metrics: dict[str, Any], step: int | None = None) -> None:
         now = time.time()
-        line = {"time": now, "wall_s": now - self._start, "learner_step": self._learner_step, **metrics}
+        stamp = self._learner_step if step is None else step
+        line = {"time": now, "wall_s": now - self._start, "learner_step": stamp, **metrics}
         self._guarded(self._metrics.path, lambda: self._metrics.write(line))
         if self._wandb is not None and time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush()
@@ -405,6 +419,7 @@ class Tracker:
             "wall_s": time.time() - self._start,
             "means": dict(grouped),
             "latest": self.latest(),
+            "measured_at": dict(sorted(self._measured_at.items())),
             "counts": self.counts(),
             "games_per_env": {stage: dict(c) for stage, c in self._games_per_env.items()},
             "failed_games": {stage: self._counters[f"{stage}/failed_games"] for stage in ("collect", "eval")},

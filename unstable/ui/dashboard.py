@@ -11,7 +11,8 @@ Panels: inference (tokens/s, queue, batch; GPU utilisation, memory and power, or
 collection (games/s, per env win/draw/loss, format-ok and invalid-move rates, game length and
 times; eval per opponent), learner (step, loss, grad
 norm, approx KL to the behaviour policy, clip fraction, staleness, buffer fill), TrueSkill (mu
-± sigma bars), match counts (heat-map of the top-N models) and action diversity.
+± sigma bars), match counts (heat-map of the top-N models) and action diversity; and, once a run has
+logged one, the in-run exploitability of each env with the checkpoint it measured.
 """
 
 from __future__ import annotations
@@ -194,6 +195,27 @@ def collection_panel(info: dict) -> Panel:
     return _panel(Group(*parts), title, style)
 
 
+def exploitability_panel(info: dict) -> Panel | None:
+    """The latest in-run exploitability of each env (``eval/<env>/exploitability``, see
+    :mod:`unstable.eval.in_run`) with the checkpoint it measured; ``None`` (no panel) until there is one."""
+    latest = info.get("latest") or {}
+    envs = sorted(k[len("eval/"):-len("/exploitability")] for k in latest
+                  if k.startswith("eval/") and k.endswith("/exploitability") and k.count("/") == 2)
+    if not envs:
+        return None
+    measured = info.get("measured_at") or {}
+    table = _table("env", "checkpoint", "exploitability", "first · second", "other mass", "took")
+    for env in envs:
+        key = f"eval/{env}/exploitability"
+        step = measured.get(key)
+        table.add_row(env, "-" if step is None else f"ckpt-{step}", fmt(latest[key], ".4f"),
+                      f"{fmt(latest.get(f'{key}_first'), '.3f')} · {fmt(latest.get(f'{key}_second'), '.3f')}",
+                      fmt(latest.get(f"{key}_other_mass"), ".3f"), fmt(latest.get(f"{key}_wall_s"), ".0f", " s"))
+    note = Text("exact best response to the checkpoint's policy: 0 = unexploitable; TicTacToe scores in [-1, 1], "
+                "KuhnPoker chips per hand; first/second: the policy moving first/second", style="dim")
+    return _panel(Group(table, note), "Exploitability (in-run)", "bright_red")
+
+
 def model_names(info: dict) -> list[str]:
     """The trainable models of a run with several (from its config); empty for a one-model run."""
     models = (info.get("config") or {}).get("models")
@@ -364,7 +386,9 @@ class Dashboard:
         i = self.info
         learners = [learner_panel(i, name) for name in model_names(i)] or [learner_panel(i)]
         panels = [inference_panel(i), *learners]  # a learner panel per model, two to a row
+        exploitability = exploitability_panel(i)  # only once the metric exists
         return [*(tuple(panels[k:k + 2]) for k in range(0, len(panels), 2)), (collection_panel(i),),
+                *([(exploitability,)] if exploitability is not None else []),
                 (trueskill_panel(i), heatmap_panel(i)), (diversity_panel(i),)]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

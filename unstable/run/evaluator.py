@@ -1,0 +1,55 @@
+"""The in-run exploitability evaluator as a Ray actor (the plain class: :mod:`unstable.eval.in_run`).
+
+It lives on the driver's node with the other light actors and reserves no CPU from Ray: it is one more
+process beside the learner and the inference actors, with one torch thread, at a lower priority
+(:data:`EVALUATOR_NICENESS`), so it reads policies mostly with CPU time they leave idle instead of
+taking a core from them. The learner never waits for it (its hook only queues the checkpoint);
+``Run.wait()`` waits for the last checkpoint's evaluation once training and collection have stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unstable.eval.in_run import ExploitabilityEvaluator, SubmitCheckpoint, plan_exploitability
+from unstable.games.extraction import custom_action_extractions
+from unstable.inference.adapters import read_adapter
+from unstable.inference.base import SamplingParams
+from unstable.run.remote import actor_class
+
+EVALUATOR_NICENESS = 10
+"""Added to the evaluator process's niceness: where the learner and the inference actors want every core,
+the OS gives them the CPU first (a nice-10 thread gets about a tenth of a core it shares with a nice-0 one)."""
+
+
+class CheckpointHooks:
+    """Several ``on_checkpoint`` hooks, called in order (a ``None`` is left out)."""
+
+    def __init__(self, *hooks: Any):
+        self.hooks = [hook for hook in hooks if hook is not None]
+
+    def __call__(self, version: int) -> None:
+        for hook in self.hooks:
+            hook(version)
+
+
+def start_evaluator(cfg: Any, tracker: Any, checkpoints_dir: str, sampling: SamplingParams,
+                    start: tuple[int, str | None], options: dict[str, Any]) -> tuple[Any, Any]:
+    """The evaluator actor of a run and the learner hook that feeds it, or ``(None, None)`` when the run
+    has nothing to evaluate (``exploitability_eval="off"``, or no eval env that supports it; each env
+    left out is said once, with why). ``start``: the checkpoint the run starts from, ``(version, its
+    directory)`` (``(0, None)``: the base model), evaluated first."""
+    targets, skipped = plan_exploitability(cfg.eval_envs, cfg.exploitability_eval, models=len(cfg.models))
+    for line in skipped:
+        print(f"unstable: no in-run exploitability for {line}", flush=True)
+    if not targets:
+        return None, None
+    model = cfg.models[0]
+    evaluator = actor_class(ExploitabilityEvaluator).options(**options).remote(
+        model.model_name, targets, sampling, tracker, torch_threads=1, nice=EVALUATOR_NICENESS,
+        action_extractions=custom_action_extractions())
+    version, path = start
+    evaluator.submit.remote(version, path, read_adapter(path) if path else None)  # its error: at the next submit
+    print(f"unstable: in-run exploitability of each checkpoint on {', '.join(t.env_id for t in targets)} "
+          f"(T={sampling.temperature:g}, top_p={sampling.top_p:g}; exploitability_eval='off' turns it off)", flush=True)
+    return evaluator, SubmitCheckpoint(evaluator, checkpoints_dir)
