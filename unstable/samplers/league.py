@@ -30,7 +30,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from unstable.records import PolicyRef
-from unstable.samplers.model_samplers import BaseModelSampler, DistributionModelSampler, sample_opponent_for
+from unstable.samplers.model_samplers import (
+    DistributionModelSampler,
+    WrappingModelSampler,
+    sample_opponent_for,
+)
 from unstable.utils.calls import call
 
 PFSP_WEIGHTINGS = ("hard", "even", "linear")
@@ -217,10 +221,12 @@ class RatingCurriculumModelSampler(DistributionModelSampler):
         return dict(zip(quality, closeness_weights(list(quality.values()), target, self.width), strict=True))
 
 
-class CurriculumMixModelSampler(BaseModelSampler):
+class CurriculumMixModelSampler(WrappingModelSampler):
     """``(1 - weight) * base + weight * curriculum``: each opponent comes from ``curriculum`` with
     probability ``weight``, else from ``base``. Both components read the registry this sampler reads and
     draw with its ``rng`` (one random stream, saved with the scheduler's state)."""
+
+    _parts = ("base", "curriculum")
 
     def __init__(self, base: Any, curriculum: Any, weight: float, rng_seed: int = 489):
         if not (isinstance(weight, int | float) and not isinstance(weight, bool) and 0.0 <= weight <= 1.0):
@@ -230,17 +236,6 @@ class CurriculumMixModelSampler(BaseModelSampler):
         for part in (base, curriculum):
             part.rng = self.rng
 
-    @property
-    def model_registry(self) -> Any:
-        """The registry both components read (setting it sets theirs)."""
-        return self._model_registry
-
-    @model_registry.setter
-    def model_registry(self, registry: Any) -> None:
-        self._model_registry = registry
-        for part in (getattr(self, "base", None), getattr(self, "curriculum", None)):
-            if part is not None:
-                part.model_registry = registry
 
     def state_dict(self) -> dict[str, Any]:
         """The components' own state (a PSRO base's mixture and meta-game), for the scheduler's resume."""

@@ -68,6 +68,25 @@ class BaseModelSampler:
 MirrorModelSampler = BaseModelSampler
 
 
+class WrappingModelSampler(BaseModelSampler):
+    """A sampler built on other samplers (its ``_parts``, attribute names): setting its registry sets
+    theirs, as the scheduler does when it hands the samplers a snapshot of the registry."""
+
+    _parts: tuple[str, ...] = ("base",)
+
+    @property
+    def model_registry(self) -> Any:
+        """The registry this sampler and its parts read."""
+        return self._model_registry
+
+    @model_registry.setter
+    def model_registry(self, registry: Any) -> None:
+        self._model_registry = registry
+        for name in self._parts:
+            if (part := getattr(self, name, None)) is not None:
+                part.model_registry = registry
+
+
 class FixedOpponentModelSampler(BaseModelSampler):
     """Uniform over the registry's fixed models (API models, scripted baselines)."""
 
