@@ -106,19 +106,26 @@ def tictactoe_optimal_cells(board: Board, me: str) -> list[int]:
     return [cell for cell, value in values.items() if value == best]
 
 
-def _tictactoe_board(ctx: TurnContext) -> Board:
-    return tuple(mark for row in game_state(ctx.env_id, ctx.env, ctx.player_id)["board"] for mark in row)
+def _tictactoe_board(env_id: str, env: object, player_id: int) -> Board:
+    return tuple(mark for row in game_state(env_id, env, player_id)["board"] for mark in row)
+
+
+def tictactoe_heuristic_moves(env_id: str, env: object, player_id: int) -> list[str]:
+    """The moves the heuristic draws from uniformly in the live game
+    (:func:`tictactoe_heuristic_cells`), formatted."""
+    board = _tictactoe_board(env_id, env, player_id)
+    return [f"[{cell}]" for cell in tictactoe_heuristic_cells(board, tictactoe_symbol(player_id))]
 
 
 def tictactoe_heuristic(ctx: TurnContext) -> str:
     """``"heuristic"``: win now, else block, else a random legal cell."""
-    cells = tictactoe_heuristic_cells(_tictactoe_board(ctx), tictactoe_symbol(ctx.player_id))
-    return f"[{ctx.rng.choice(cells)}]"
+    return ctx.rng.choice(tictactoe_heuristic_moves(ctx.env_id, ctx.env, ctx.player_id))
 
 
 def tictactoe_optimal(ctx: TurnContext) -> str:
     """``"optimal"``: a random cell among the minimax-best ones (never loses)."""
-    cells = tictactoe_optimal_cells(_tictactoe_board(ctx), tictactoe_symbol(ctx.player_id))
+    board = _tictactoe_board(ctx.env_id, ctx.env, ctx.player_id)
+    cells = tictactoe_optimal_cells(board, tictactoe_symbol(ctx.player_id))
     return f"[{ctx.rng.choice(cells)}]"
 
 
@@ -162,11 +169,17 @@ def connect_four_heuristic_columns(board: Sequence[Sequence[str]], me: str, oppo
     return connect_four_winning_columns(board, me) or connect_four_winning_columns(board, opponent) or open_cols
 
 
+def connect_four_heuristic_moves(env_id: str, env: object, player_id: int) -> list[str]:
+    """The moves the heuristic draws from uniformly in the live game
+    (:func:`connect_four_heuristic_columns`), formatted."""
+    board = game_state(env_id, env, player_id)["board"]
+    me, opponent = connect_four_symbol(player_id), connect_four_symbol(1 - player_id)
+    return [f"[col {c}]" for c in connect_four_heuristic_columns(board, me, opponent)]
+
+
 def connect_four_heuristic(ctx: TurnContext) -> str:
     """``"heuristic"``: connect four now, else block the opponent's four, else a random open column."""
-    board = game_state(ctx.env_id, ctx.env, ctx.player_id)["board"]
-    me, opponent = connect_four_symbol(ctx.player_id), connect_four_symbol(1 - ctx.player_id)
-    return f"[col {ctx.rng.choice(connect_four_heuristic_columns(board, me, opponent))}]"
+    return ctx.rng.choice(connect_four_heuristic_moves(ctx.env_id, ctx.env, ctx.player_id))
 
 
 # ----------------------------------------------------------------------------------- KuhnPoker
@@ -225,19 +238,6 @@ def kuhn_nash(ctx: TurnContext) -> str:
 
 
 # ------------------------------------------------------------------------------- Teacher moves
-def tictactoe_heuristic_moves(env_id: str, env: object, player_id: int) -> list[str]:
-    """The moves :func:`tictactoe_heuristic` draws from uniformly in the live game, formatted."""
-    board = tuple(mark for row in game_state(env_id, env, player_id)["board"] for mark in row)
-    return [f"[{cell}]" for cell in tictactoe_heuristic_cells(board, tictactoe_symbol(player_id))]
-
-
-def connect_four_heuristic_moves(env_id: str, env: object, player_id: int) -> list[str]:
-    """The moves :func:`connect_four_heuristic` draws from uniformly in the live game, formatted."""
-    board = game_state(env_id, env, player_id)["board"]
-    me, opponent = connect_four_symbol(player_id), connect_four_symbol(1 - player_id)
-    return [f"[col {c}]" for c in connect_four_heuristic_columns(board, me, opponent)]
-
-
 #: (game, name) -> the set a baseline picks from uniformly, for the baselines that are uniform over a
 #: set (a warm start can imitate them with a soft label, :mod:`unstable.models.warmstart`).
 UNIFORM_MOVE_SETS: dict[tuple[str, str], Callable[[str, object, int], list[str]]] = {
