@@ -100,6 +100,27 @@ def test_each_position_is_labelled_with_all_its_legal_moves(tiny):
     assert single.choice_pos is None
 
 
+def _reference_loss(model, batch) -> dict[str, float]:
+    """What ``_loss`` should give, one unpadded row at a time over all logits: the mean of the answer
+    tokens' cross-entropies (at the move token, uniform over the teacher's moves, all legal ones
+    without a teacher), the mass on legal moves, and how often the argmax is legal / the teacher's."""
+    terms, mass, legal, taught = [], [], [], []
+    with torch.no_grad():
+        for e in batch:
+            logp = torch.log_softmax(model(input_ids=torch.tensor([e.ids])).logits[0].float(), -1)
+            for t in range(e.prompt_len, len(e.ids)):
+                if t == e.choice_pos:
+                    aims = e.target_ids or e.choice_ids
+                    terms.append(-logp[t - 1, list(aims)].mean())
+                    mass.append(logp[t - 1, list(e.choice_ids)].exp().sum())
+                    legal.append(float(int(logp[t - 1].argmax()) in e.choice_ids))
+                    taught.append(float(int(logp[t - 1].argmax()) in aims))
+                else:
+                    terms.append(-logp[t - 1, e.ids[t]])
+    return {"loss": torch.stack(terms).mean().item(), "legal_mass": torch.stack(mass).mean().item(),
+            "greedy_legal": sum(legal) / len(legal), "greedy_teacher": sum(taught) / len(taught)}
+
+
 def test_loss_is_cross_entropy_with_a_uniform_target_over_the_legal_moves(tiny):
     tok, model = tiny
     rng = random.Random(0)
@@ -107,19 +128,10 @@ def test_loss_is_cross_entropy_with_a_uniform_target_over_the_legal_moves(tiny):
              for p in random_game_positions("TicTacToe-v0-train", 5, seed=4)]
     with torch.no_grad():
         loss, stats = _loss(model, batch, tok.pad_token_id)
-        terms, mass, greedy = [], [], []
-        for e in batch:  # one unpadded row at a time, all logits
-            logp = torch.log_softmax(model(input_ids=torch.tensor([e.ids])).logits[0].float(), -1)
-            for t in range(e.prompt_len, len(e.ids)):
-                if t == e.choice_pos:
-                    terms.append(-logp[t - 1, list(e.choice_ids)].mean())
-                    mass.append(logp[t - 1, list(e.choice_ids)].exp().sum())
-                    greedy.append(float(int(logp[t - 1].argmax()) in e.choice_ids))
-                else:
-                    terms.append(-logp[t - 1, e.ids[t]])
-    assert loss.item() == pytest.approx(torch.stack(terms).mean().item(), abs=1e-4)
-    assert stats["legal_mass"] == pytest.approx(torch.stack(mass).mean().item(), abs=1e-5)
-    assert stats["greedy_legal"] == pytest.approx(sum(greedy) / len(greedy))
+    expected = _reference_loss(model, batch)
+    assert loss.item() == pytest.approx(expected["loss"], abs=1e-4)
+    assert stats["legal_mass"] == pytest.approx(expected["legal_mass"], abs=1e-5)
+    assert stats["greedy_legal"] == pytest.approx(expected["greedy_legal"])
 
 
 def test_loss_with_a_teacher_targets_the_teachers_moves_and_measures_the_legal_ones(tiny):
@@ -133,19 +145,10 @@ def test_loss_with_a_teacher_targets_the_teachers_moves_and_measures_the_legal_o
     assert all(e.choice_pos is not None and set(e.target_ids) < set(e.choice_ids) for e in batch)
     with torch.no_grad():
         loss, stats = _loss(model, batch, tok.pad_token_id)
-        terms, mass, taught = [], [], []
-        for e in batch:
-            logp = torch.log_softmax(model(input_ids=torch.tensor([e.ids])).logits[0].float(), -1)
-            for t in range(e.prompt_len, len(e.ids)):
-                if t == e.choice_pos:
-                    terms.append(-logp[t - 1, list(e.target_ids)].mean())
-                    mass.append(logp[t - 1, list(e.choice_ids)].exp().sum())
-                    taught.append(float(int(logp[t - 1].argmax()) in e.target_ids))
-                else:
-                    terms.append(-logp[t - 1, e.ids[t]])
-    assert loss.item() == pytest.approx(torch.stack(terms).mean().item(), abs=1e-4)
-    assert stats["legal_mass"] == pytest.approx(torch.stack(mass).mean().item(), abs=1e-5)
-    assert stats["greedy_teacher"] == pytest.approx(sum(taught) / len(taught))
+    expected = _reference_loss(model, batch)
+    assert loss.item() == pytest.approx(expected["loss"], abs=1e-4)
+    assert stats["legal_mass"] == pytest.approx(expected["legal_mass"], abs=1e-5)
+    assert stats["greedy_teacher"] == pytest.approx(expected["greedy_teacher"])
 
 
 def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
