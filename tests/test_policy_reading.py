@@ -269,8 +269,9 @@ def test_all_checkpoints_of_a_run_are_read_and_appended(answering_model, tmp_pat
 
 
 def test_exact_results_against_average_the_seats():
-    """``--all-checkpoints`` lines carry the solver's results against each scripted player, seats averaged."""
-    from unstable.cli.exploitability import exact_results_against
+    """``--all-checkpoints`` lines carry the solver's results against each scripted player, seats averaged,
+    and its tactics."""
+    from unstable.eval.exploitability import exact_results_against
     from unstable.eval.solvers.tictactoe import tictactoe_exploitability, tictactoe_table
     from unstable.policies.baselines import tictactoe_heuristic_cells
 
@@ -280,5 +281,6 @@ def test_exact_results_against_average_the_seats():
     assert out[f"{key}_win"] == pytest.approx((solver["vs_heuristic_first"][0] + solver["vs_heuristic_second"][0]) / 2)
     assert out[f"{key}_win"] == pytest.approx(0.2426, abs=1e-3)  # the heuristic against itself
     assert {k.rsplit("/", 1)[1] for k in out} == {f"vs_{o}_{w}" for o in ("heuristic", "optimal", "random")
-                                                  for w in ("win", "draw")}
+                                                  for w in ("win", "draw")} | {"win_now_mass", "block_mass"}
+    assert out["eval/TicTacToe-v0-train/block_mass"] == solver["block_mass"] == pytest.approx(1.0)
     assert exact_results_against("KuhnPoker-v0-train", {"exploitability": 0.1}) == {}
