@@ -230,18 +230,21 @@ def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
             WarmStartConfig(**{name: bad})
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         warm_start_path(tmp_path / "missing", cache_dir=tmp_path)
-    with pytest.raises(ValueError, match=r"teacher must be one of \['random', 'heuristic'\]"):
-        WarmStartConfig(teacher="optimal")
+    with pytest.raises(ValueError, match=r"teacher must be one of \['random', 'heuristic', 'optimal'\]"):
+        WarmStartConfig(teacher="minimax")
     with pytest.raises(ValueError, match=r"teacher must be one of \['random'\] for 'KuhnPoker-v0-train'"):
         WarmStartConfig(env_id="KuhnPoker-v0-train", teacher="heuristic")
 
 
-def test_the_heuristic_teacher_labels_the_moves_the_heuristic_picks_from():
-    """Every position's targets are the heuristic's cells on that board (winning, else blocking, else all),
-    read back from the observation's board; the random teacher leaves the targets to the legal moves."""
-    from unstable.policies.baselines import tictactoe_heuristic_cells, tictactoe_symbol
+@pytest.mark.parametrize("teacher", ["heuristic", "optimal"])
+def test_a_teacher_labels_the_moves_its_baseline_picks_from(teacher):
+    """Every position's targets are the baseline's cells on that board (the heuristic: winning, else
+    blocking, else all; the optimal player: the minimax-best), read back from the observation's board;
+    the random teacher leaves the targets to the legal moves."""
+    from unstable.policies.baselines import tictactoe_heuristic_cells, tictactoe_optimal_cells, tictactoe_symbol
 
-    positions = random_game_positions("TicTacToe-v0-train", 300, seed=3, few_moves_bias=1.0, teacher="heuristic")
+    cells_for = {"heuristic": tictactoe_heuristic_cells, "optimal": tictactoe_optimal_cells}[teacher]
+    positions = random_game_positions("TicTacToe-v0-train", 300, seed=3, few_moves_bias=1.0, teacher=teacher)
     narrowed = 0
     for p in positions:
         rows = [line for line in p.observation.splitlines() if line.count("|") == 2]
@@ -249,10 +252,10 @@ def test_the_heuristic_teacher_labels_the_moves_the_heuristic_picks_from():
         board = tuple(c if c in ("X", "O") else "" for c in cells)
         mark = "O" if board.count("O") == board.count("X") else "X"  # player 0 plays O and moves first
         assert mark == tictactoe_symbol(0 if mark == "O" else 1)
-        assert p.targets == tuple(f"[{c}]" for c in tictactoe_heuristic_cells(board, mark))
+        assert p.targets == tuple(f"[{c}]" for c in cells_for(board, mark))
         assert set(p.targets) <= set(p.moves)
         narrowed += set(p.targets) != set(p.moves)
-    assert narrowed > 50  # a win or a block exists in many late positions
+    assert narrowed > 50  # a win, a block or a losing cell exists in many positions
     assert all(p.targets == () for p in random_game_positions("TicTacToe-v0-train", 50, seed=3))
 
 

@@ -8,7 +8,9 @@ all weights to answer ``\\boxed{move}``. The target at the move token is the **u
 over the legal moves** (a soft label), so the warm-started model plays like the random baseline:
 legal moves, no strategy. Whatever it wins beyond random play later is learned by RL. With
 ``teacher="heuristic"`` the target is uniform over the moves the one-ply heuristic picks from (win
-now, else block, else any legal move), so RL starts from a model that knows those rules.
+now, else block, else any legal move), so RL starts from a model that knows those rules; with
+``teacher="optimal"`` (TicTacToe) it is uniform over the minimax-best cells: imitation of perfect
+play, which measures what the model can represent rather than what RL finds.
 
 How much of that a fixed budget teaches depends on the random weights: with the 1M model, 20,480
 positions took seed 0 to 98.7% probability on legal moves and seed 1 to 86%. So the warm start
@@ -91,9 +93,10 @@ class WarmStartConfig:
     """Whose moves the model learns to play: ``"random"`` (the target is uniform over the legal moves:
     no strategy) or a scripted baseline that picks uniformly from a set, e.g. ``"heuristic"`` for
     TicTacToe and ConnectFour (win now, else block, else any legal move; the target is uniform over
-    that set). Positions still come from random games, so they cover the board; only the label changes.
-    A teacher gives RL a start that already plays the baseline's rules, and leaves what the baseline
-    does not know (openings, forks) to be learned."""
+    that set) or ``"optimal"`` for TicTacToe (the minimax-best cells). Positions still come from random
+    games, so they cover the board; only the label changes. A teacher gives RL a start that already
+    plays the baseline's rules, and leaves what the baseline does not know (openings, forks) to be
+    learned."""
 
     def __post_init__(self) -> None:
         check_number("target_legal_mass", self.target_legal_mass, 0, 1)

@@ -122,11 +122,16 @@ def tictactoe_heuristic(ctx: TurnContext) -> str:
     return ctx.rng.choice(tictactoe_heuristic_moves(ctx.env_id, ctx.env, ctx.player_id))
 
 
+def tictactoe_optimal_moves(env_id: str, env: object, player_id: int) -> list[str]:
+    """The moves the optimal player draws from uniformly in the live game
+    (:func:`tictactoe_optimal_cells`), formatted."""
+    board = _tictactoe_board(env_id, env, player_id)
+    return [f"[{cell}]" for cell in tictactoe_optimal_cells(board, tictactoe_symbol(player_id))]
+
+
 def tictactoe_optimal(ctx: TurnContext) -> str:
     """``"optimal"``: a random cell among the minimax-best ones (never loses)."""
-    board = _tictactoe_board(ctx.env_id, ctx.env, ctx.player_id)
-    cells = tictactoe_optimal_cells(board, tictactoe_symbol(ctx.player_id))
-    return f"[{ctx.rng.choice(cells)}]"
+    return ctx.rng.choice(tictactoe_optimal_moves(ctx.env_id, ctx.env, ctx.player_id))
 
 
 # ---------------------------------------------------------------------------------- ConnectFour
@@ -242,6 +247,7 @@ def kuhn_nash(ctx: TurnContext) -> str:
 #: set (a warm start can imitate them with a soft label, :mod:`unstable.models.warmstart`).
 UNIFORM_MOVE_SETS: dict[tuple[str, str], Callable[[str, object, int], list[str]]] = {
     ("TicTacToe", "heuristic"): tictactoe_heuristic_moves,
+    ("TicTacToe", "optimal"): tictactoe_optimal_moves,
     ("ConnectFour", "heuristic"): connect_four_heuristic_moves,
 }
 
