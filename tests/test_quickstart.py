@@ -206,6 +206,36 @@ def test_warm_start_trains_in_rounds_until_the_target(tiny_model_dir, tmp_path):
     assert all(0 < m < 1 for m in masses) and masses[-1] > masses[0]
 
 
+def test_a_round_that_lowers_the_held_out_legal_mass_is_undone(tiny_model_dir, tmp_path, monkeypatch):
+    """The held-out reading is scripted (0.3 then 0.2, or 0.3 then 0.4) so the rule is tested apart from
+    whether a real round happens to get worse: a worse second round leaves exactly the first round's
+    weights (those of a one-round build) and stops; a better one is kept."""
+    from transformers import AutoModelForCausalLM
+
+    from unstable.models import warmstart
+
+    short = WarmStartConfig(positions=64, batch_size=32, warmup_steps=1, held_out=8, max_rounds=3,
+                            target_legal_mass=1.0)
+
+    def build(name, masses, max_rounds=3):
+        readings = iter(masses)
+        monkeypatch.setattr(warmstart, "held_out_legality", lambda *a: {
+            "legal_mass": next(readings), "greedy_legal": 0.5, "greedy_teacher": 0.5})
+        seen = []
+        path = warmstart.warm_start(tiny_model_dir, tmp_path / name, replace(short, max_rounds=max_rounds),
+                                    progress=lambda *a: seen.append(a[2]))
+        rounds = json.loads((path / "warm_start.json").read_text())["rounds"]
+        return AutoModelForCausalLM.from_pretrained(path).state_dict(), rounds, seen
+
+    one_round, _, _ = build("one", [0.3], max_rounds=1)
+    worse, rounds, seen = build("worse", [0.3, 0.2, 0.9])
+    assert [r.get("undone", False) for r in rounds] == [False, True] and seen[-1]["undone"]
+    assert all(torch.equal(one_round[k], worse[k]) for k in one_round)
+    better, rounds, _ = build("better", [0.3, 0.4, 0.5])
+    assert len(rounds) == 3 and not any(r.get("undone") for r in rounds)
+    assert not all(torch.equal(one_round[k], better[k]) for k in one_round)
+
+
 def test_the_warm_start_learning_rate_warms_up_linearly_then_decays_by_half_a_cosine_to_a_tenth():
     # warm-up: (step + 1) / warmup; after it 0.1 + 0.45 * (1 + cos(pi * frac)), SGDR's eq. 5 with a 10% floor
     assert lr_scale(0, 100, 30) == pytest.approx(1 / 30)

@@ -301,6 +301,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
             if "held_out_legal_mass" in stats:
                 line += (f" (held-out positions: {stats['held_out_legal_mass']:.1%}, most likely move legal in "
                          f"{stats['held_out_greedy_legal']:.1%})")
+            if stats.get("undone"):
+                line += "; lower than the round before, so that round's weights are kept and the warm start stops"
             say(line)
 
     model, cached = warm_start_path(base, cfg.warm_start, progress=ws_progress)

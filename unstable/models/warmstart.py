@@ -17,6 +17,10 @@ positions took seed 0 to 98.7% probability on legal moves and seed 1 to 86%. So 
 trains in rounds of ``positions`` fresh positions, each with its own warm-up and cosine decay, and
 stops once, on held-out positions, the probability on legal moves reaches ``target_legal_mass``
 and the most likely move is legal in ``target_greedy_legal`` of them (or after ``max_rounds``).
+A round that lowers the held-out probability on legal moves is undone (the previous round's weights
+are kept, and the warm start stops): on KuhnPoker's long prompts, the second round's return to the
+peak learning rate took the 1M model from 83% to 60% and made it answer as if every position were
+the opening.
 Held-out positions come from random games, so they miss states only the model's own play reaches:
 seed 4 passed both checks in one round (98.4%, 100%), yet chose an illegal cell in 3.1% of its
 greedy moves against random. ``unstable quickstart`` measures that, and warns.
@@ -333,6 +337,7 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     steps = math.ceil(cfg.positions / cfg.batch_size)
     rounds: list[dict[str, float]] = []
+    best: tuple[float, dict[str, Tensor]] | None = None  # the last kept round's held-out legal mass and weights
     for round_ in range(1, cfg.max_rounds + 1):
         examples = [_encode(tokenizer, cfg.prompt_template, p, end, rng, answer_cache)
                     for p in islice(stream, cfg.positions)]
@@ -347,8 +352,15 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
                 held = {f"held_out_{k}": v for k, v in legality.items()}
                 stats |= held
                 rounds.append({"positions": cfg.positions, **held})
+                if best is not None and held["held_out_legal_mass"] < best[0]:
+                    model.load_state_dict(best[1])  # this round made the model worse: keep the previous one
+                    rounds[-1]["undone"] = True
+                    stats["undone"] = True
             if progress is not None and (step % 10 == 0 or step == steps - 1):
                 progress(step + 1, steps, stats)
+        if rounds[-1].get("undone"):
+            break
+        best = (rounds[-1]["held_out_legal_mass"], {k: v.detach().clone() for k, v in model.state_dict().items()})
         if (rounds[-1]["held_out_legal_mass"] >= cfg.target_legal_mass
                 and rounds[-1]["held_out_greedy_legal"] >= cfg.target_greedy_legal
                 and rounds[-1]["held_out_greedy_teacher"] >= cfg.target_greedy_legal):
