@@ -207,7 +207,7 @@ def test_warm_start_trains_in_rounds_until_the_target(tiny_model_dir, tmp_path):
 
 
 def test_a_round_that_lowers_the_held_out_legal_mass_is_undone(tiny_model_dir, tmp_path, monkeypatch):
-    """The held-out reading is scripted (0.3 then 0.2, or 0.3 then 0.4) so the rule is tested apart from
+    """The held-out reading is scripted (0.3 then 0.2, or 0.3, 0.4, 0.39) so the rule is tested apart from
     whether a real round happens to get worse: a worse second round leaves exactly the first round's
     weights (those of a one-round build) and stops; a better one is kept."""
     from transformers import AutoModelForCausalLM
@@ -231,7 +231,7 @@ def test_a_round_that_lowers_the_held_out_legal_mass_is_undone(tiny_model_dir, t
     worse, rounds, seen = build("worse", [0.3, 0.2, 0.9])
     assert [r.get("undone", False) for r in rounds] == [False, True] and seen[-1]["undone"]
     assert all(torch.equal(one_round[k], worse[k]) for k in one_round)
-    better, rounds, _ = build("better", [0.3, 0.4, 0.5])
+    better, rounds, _ = build("better", [0.3, 0.4, 0.39])  # a drop within UNDO_DROP is not undone
     assert len(rounds) == 3 and not any(r.get("undone") for r in rounds)
     assert not all(torch.equal(one_round[k], better[k]) for k in one_round)
 
