@@ -317,7 +317,8 @@ def test_the_bootstrap_interval_covers_the_true_exploitability(policy):
     assert truth == pytest.approx(11 / 24 if policy == "uniform" else 0.0, abs=1e-12)
 
     def solve(probs):
-        return kuhn_exploitability({k: {m.strip("[]"): p for m, p in v.items()} for k, v in probs.items()}).exploitability
+        table = {k: {m.strip("[]"): p for m, p in v.items()} for k, v in probs.items()}
+        return kuhn_exploitability(table).exploitability
 
     rng = np.random.default_rng(7)
     covered, estimates = 0, []
