@@ -460,7 +460,8 @@ def test_the_recommended_algorithm_recipe_loads(tmp_path):
 
 
 def test_the_league_recipes_load(tmp_path):
-    """The recipes of docs/training.md's TicTacToe results: a heuristic-taught warm start, pfsp."""
+    """The recipes of docs/training.md's results: TicTacToe's heuristic-taught warm start and pfsp; KuhnPoker's
+    mirror self-play and pfsp."""
     from pathlib import Path
 
     from unstable.cli.quickstart import load_quickstart_config
@@ -472,6 +473,10 @@ def test_the_league_recipes_load(tmp_path):
     pfsp = load_quickstart_config(str(configs / "tictactoe-pfsp-heuristic.yaml"), out=str(tmp_path / "b"))
     assert (pfsp.opponent_sampling_strategy, pfsp.fixed_opponents, pfsp.samplers) == (
         "pfsp", ["heuristic", "random"], {"pfsp_weighting": "hard"})
+    for name, strategy in (("kuhn-grpo-kl.yaml", "mirror"), ("kuhn-pfsp.yaml", "pfsp")):
+        kuhn = load_quickstart_config(str(configs / name), out=str(tmp_path / name))
+        assert (kuhn.env_id, kuhn.warm_start.env_id, kuhn.opponent_sampling_strategy, kuhn.batch_size) == (
+            "KuhnPoker-v0-train", "KuhnPoker-v0-train", strategy, 128)
 
 
 def test_a_quickstart_config_for_another_game_warm_starts_on_that_game(tmp_path):
