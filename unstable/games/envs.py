@@ -151,3 +151,14 @@ def check_env_id(env_id: str, num_players: int | None = None) -> None:
         problem = _syntax_problem(env_id)
     if problem is not None:
         raise EnvNotAvailableError(f"env {env_id!r} cannot be played here: {problem}. {_suggest(env_id)}")
+
+
+def _register_own_envs() -> None:
+    """The library's own variants of TextArena games, registered beside TextArena's (every process that
+    imports this module, Ray workers included, has them)."""
+    from unstable.games import kuhn_chips
+
+    kuhn_chips.register()
+
+
+_register_own_envs()
