@@ -280,3 +280,28 @@ def test_a_run_error_is_told_with_its_causes_one_line_each():
         text = run_failure(exc, "/r")
     assert text.splitlines()[:2] == ["unstable train: error: the run stopped: RuntimeError: could not write ckpt-3",
                                      "  caused by OSError: [Errno 28] No space left on device"]
+
+
+def test_eval_of_a_warm_start_uses_the_template_it_was_trained_with(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """A quickstart's warm start learnt qwen3-board; evaluated with --model it used to get qwen3-zs, a prompt it
+    never saw (KuhnPoker: 0.38 of greedy games won against random instead of 0.62). Its warm_start.json names it."""
+    import json
+    import shutil
+
+    import unstable.eval.evaluation as evaluation
+
+    seen = []
+
+    def record(model, env_id, opponent="random", games=100, **kwargs):
+        seen.append(kwargs["prompt_template"])
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(evaluation, "evaluate", record)
+    warm = tmp_path / "warm"
+    shutil.copytree(tiny_model_dir, warm)
+    (warm / "warm_start.json").write_text(json.dumps({"prompt_template": "qwen3-board"}))
+    for argv in (["--model", str(warm)], ["--model", str(warm), "--template", "qwen3-zs"], ["--model", tiny_model_dir]):
+        with pytest.raises(RuntimeError, match="stop here"):
+            main(["eval", *argv, "--games", "2"])
+    assert seen == ["qwen3-board", "qwen3-zs", "qwen3-zs"]
+    assert "prompt template 'qwen3-board': the one" in capsys.readouterr().out

@@ -153,6 +153,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError("--checkpoint names a checkpoint of a run: give --run RUN_DIR too")
     if not model:
         raise ValueError("give --model (a HF id, a local path or tiny), or --run RUN_DIR")
+    if template is None:
+        from unstable.models.warmstart import warm_start_template
+
+        template = warm_start_template(model)
+        if template is not None:
+            print(f"prompt template {template!r}: the one {model} was warm-started with (--template overrides)",
+                  flush=True)
     if args.exploitability:
         from unstable.cli.exploitability import run_exploitability
 
@@ -423,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1, help="worker processes; 1 plays in this process")
     p.add_argument("--torch-threads", type=int, default=1, help="torch threads per process (0: torch's default)")
     p.add_argument("--num-players", type=int, default=None, help="players per game (default: the run's, else 2)")
-    p.add_argument("--template", default=None, help="prompt template (default: the run's, else qwen3-zs)")
+    p.add_argument("--template", default=None, help="prompt template (default: the run's, else the one a "
+                   "warm-started --model was trained with, else qwen3-zs)")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--max-new-tokens", type=int, default=64)

@@ -384,6 +384,17 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
     return out
 
 
+def warm_start_template(model: str | os.PathLike) -> str | None:
+    """The prompt template a local warm start (this module's or a task warm start) was trained with, from its
+    ``warm_start.json``; ``None`` for anything else (a Hub id, a directory without that file or that key)."""
+    try:
+        record = json.loads((Path(model) / "warm_start.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    template = record.get("prompt_template") if isinstance(record, dict) else None
+    return template if isinstance(template, str) else None
+
+
 def lr_scale(step: int, steps: int, warmup_steps: int) -> float:
     """The warm starts' learning-rate factor at ``step`` (0-based) of ``steps``: a linear warm-up over
     ``warmup_steps``, then a cosine decay from 1 to 0.1 (a half cosine, as in Loshchilov & Hutter's SGDR,
