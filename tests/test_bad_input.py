@@ -750,6 +750,29 @@ def test_the_quickstart_seats_the_opponent_its_strategy_draws(recipe, tiny_model
     assert spec.num_actors == (1 if recipe else 2) and built[0].fixed_opponents == tuple(cfg.fixed_opponents)
 
 
+@pytest.mark.parametrize(("strategy", "main_opponents"), [("mirror", "pfsp"), ("psro", "psro")])
+def test_a_quickstart_league_reaches_build_with_one_strategy(strategy, main_opponents, tiny_model_dir, tmp_path,
+                                                             monkeypatch, no_ray):
+    """``league: {...}`` with the default strategy (mirror) passed the quickstart's checks, then build() refused
+    it after the warm start and the first evaluation (main_opponents 'pfsp' against strategy 'mirror')."""
+    import unstable.cli.quickstart as qs
+    from unstable.run.config import BuildConfig
+
+    built = []
+
+    def build(**kwargs):
+        built.append(BuildConfig(**kwargs))
+        raise RuntimeError("stop here: no run in this test")
+
+    monkeypatch.setattr(unstable, "build", build)
+    cfg = qs.QuickstartConfig(out=str(tmp_path / "q"), opponent_sampling_strategy=strategy,
+                              fixed_opponents=["heuristic"], league={"exploiters": 1})
+    with pytest.raises(RuntimeError, match="stop here"):
+        qs._train(tiny_model_dir, cfg, tmp_path / "q" / "run", say=lambda _: None)
+    assert built[0].league.main_opponents == main_opponents
+    assert [m.name for m in built[0].models] == ["model", "model-exploiter-1"]
+
+
 def test_a_failed_build_leaves_ray_off_in_a_fresh_process(tiny_model_dir):
     """The strongest form of 'before any actor starts': in a new interpreter, Ray was never initialised."""
     code = (
