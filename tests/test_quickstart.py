@@ -473,6 +473,8 @@ def test_the_league_recipes_load(tmp_path):
     pfsp = load_quickstart_config(str(configs / "tictactoe-pfsp-heuristic.yaml"), out=str(tmp_path / "b"))
     assert (pfsp.opponent_sampling_strategy, pfsp.fixed_opponents, pfsp.samplers) == (
         "pfsp", ["heuristic", "random"], {"pfsp_weighting": "hard"})
+    psro = load_quickstart_config(str(configs / "tictactoe-psro-heuristic.yaml"), out=str(tmp_path / "c"))
+    assert (psro.opponent_sampling_strategy, psro.samplers["psro_every"], psro.learning_steps) == ("psro", 10, 60)
     for name, strategy in (("kuhn-grpo-kl.yaml", "mirror"), ("kuhn-pfsp.yaml", "pfsp")):
         kuhn = load_quickstart_config(str(configs / name), out=str(tmp_path / name))
         assert (kuhn.env_id, kuhn.warm_start.env_id, kuhn.opponent_sampling_strategy, kuhn.batch_size) == (
