@@ -773,6 +773,32 @@ def test_a_quickstart_league_reaches_build_with_one_strategy(strategy, main_oppo
     assert [m.name for m in built[0].models] == ["model", "model-exploiter-1"]
 
 
+def test_a_league_quickstart_evaluates_the_main_model_s_newest_checkpoint(tmp_path, monkeypatch):
+    """A league keeps each model's checkpoints under checkpoints/<model>/; the quickstart looked in
+    checkpoints/ itself and, after a whole run, said it had none. It now takes the main model's newest."""
+    import unstable.cli.quickstart as qs
+
+    for model, version in (("model", 2), ("model", 5), ("model-exploiter-1", 9)):
+        ckpt = tmp_path / "run" / "checkpoints" / model / f"ckpt-{version}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "COMPLETE").write_text("")
+
+    class Run:
+        run_dir = str(tmp_path / "run")
+
+        def start(self, *args, **kwargs):
+            pass
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(qs, "wait_with_progress", lambda *args: {})
+    path, step = qs.train_to_checkpoint(Run(), 5, 1, 0, say=print, model="model")
+    assert (path, step) == (str(tmp_path / "run" / "checkpoints" / "model" / "ckpt-5"), 5)
+    with pytest.raises(RuntimeError, match=r"without a checkpoint in .*run/checkpoints$"):
+        qs.train_to_checkpoint(Run(), 5, 1, 0, say=print)
+
+
 def test_a_failed_build_leaves_ray_off_in_a_fresh_process(tiny_model_dir):
     """The strongest form of 'before any actor starts': in a new interpreter, Ray was never initialised."""
     code = (

@@ -29,7 +29,7 @@ from typing import Any
 from unstable.cli.progress import wait_with_progress
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
-from unstable.run.league_preset import league_config
+from unstable.run.league_preset import DEFAULT_MODEL_NAME, league_config
 from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig
 from unstable.utils.checks import check_choice, check_int, check_positive
 
@@ -246,13 +246,16 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         run_name=run_dir.name,
         seed=cfg.seed,
     )
-    return train_to_checkpoint(run, cfg.learning_steps, cfg.num_collection_workers, cfg.num_eval_workers, say)
+    # a league's models keep their checkpoints apart; the main model is the job's, under the default name
+    return train_to_checkpoint(run, cfg.learning_steps, cfg.num_collection_workers, cfg.num_eval_workers, say,
+                               model=None if cfg.league is None else DEFAULT_MODEL_NAME)
 
 
 def train_to_checkpoint(run: Any, learning_steps: int, collection_workers: int, eval_workers: int,
-                        say: Printer) -> tuple[str, int]:
+                        say: Printer, model: str | None = None) -> tuple[str, int]:
     """Train ``run`` for ``learning_steps`` with progress lines, stop it, and return its newest complete
-    checkpoint and that checkpoint's step (the jobs evaluate it next)."""
+    checkpoint and that checkpoint's step (the jobs evaluate it next). ``model``: in a run of several
+    models (a league), the one whose checkpoints (``checkpoints/<model>/``) are meant."""
     from unstable.learners.checkpoints import latest_complete
 
     try:
@@ -260,9 +263,10 @@ def train_to_checkpoint(run: Any, learning_steps: int, collection_workers: int, 
         wait_with_progress(run, learning_steps, say)
     finally:
         run.stop()
-    latest = latest_complete(Path(run.run_dir, "checkpoints"))
+    where = Path(run.run_dir, "checkpoints", *([model] if model else []))
+    latest = latest_complete(where)
     if latest is None:
-        raise RuntimeError(f"training finished without a checkpoint in {run.run_dir}/checkpoints")
+        raise RuntimeError(f"training finished without a checkpoint in {where}")
     return str(latest[1]), latest[0]
 
 
