@@ -475,6 +475,8 @@ def test_the_league_recipes_load(tmp_path):
         "pfsp", ["heuristic", "random"], {"pfsp_weighting": "hard"})
     psro = load_quickstart_config(str(configs / "tictactoe-psro-heuristic.yaml"), out=str(tmp_path / "c"))
     assert (psro.opponent_sampling_strategy, psro.samplers["psro_every"], psro.learning_steps) == ("psro", 10, 60)
+    league = load_quickstart_config(str(configs / "league-exploiters-heuristic.yaml"), out=str(tmp_path / "d"))
+    assert (league.league["exploiters"], league._league_opponents(), league.learning_steps) == (1, "pfsp", 30)
     for name, strategy in (("kuhn-grpo-kl.yaml", "mirror"), ("kuhn-pfsp.yaml", "pfsp")):
         kuhn = load_quickstart_config(str(configs / name), out=str(tmp_path / name))
         assert (kuhn.env_id, kuhn.warm_start.env_id, kuhn.opponent_sampling_strategy, kuhn.batch_size) == (
