@@ -121,17 +121,22 @@ def _reference_loss(model, batch) -> dict[str, float]:
             "greedy_legal": sum(legal) / len(legal), "greedy_teacher": sum(taught) / len(taught)}
 
 
+def _assert_loss_matches_the_reference(model, batch, pad_id, greedy_key):
+    """``_loss`` on ``batch`` equals :func:`_reference_loss`: the loss, ``legal_mass`` and ``greedy_key``."""
+    with torch.no_grad():
+        loss, stats = _loss(model, batch, pad_id)
+    expected = _reference_loss(model, batch)
+    assert loss.item() == pytest.approx(expected["loss"], abs=1e-4)
+    assert stats["legal_mass"] == pytest.approx(expected["legal_mass"], abs=1e-5)
+    assert stats[greedy_key] == pytest.approx(expected[greedy_key])
+
+
 def test_loss_is_cross_entropy_with_a_uniform_target_over_the_legal_moves(tiny):
     tok, model = tiny
     rng = random.Random(0)
     batch = [_encode(tok, "qwen3-board", p, tok.eos_token, rng)
              for p in random_game_positions("TicTacToe-v0-train", 5, seed=4)]
-    with torch.no_grad():
-        loss, stats = _loss(model, batch, tok.pad_token_id)
-    expected = _reference_loss(model, batch)
-    assert loss.item() == pytest.approx(expected["loss"], abs=1e-4)
-    assert stats["legal_mass"] == pytest.approx(expected["legal_mass"], abs=1e-5)
-    assert stats["greedy_legal"] == pytest.approx(expected["greedy_legal"])
+    _assert_loss_matches_the_reference(model, batch, tok.pad_token_id, "greedy_legal")
 
 
 def test_loss_with_a_teacher_targets_the_teachers_moves_and_measures_the_legal_ones(tiny):
@@ -143,12 +148,7 @@ def test_loss_with_a_teacher_targets_the_teachers_moves_and_measures_the_legal_o
                                                   teacher="heuristic") if len(p.targets) < len(p.moves)][:5]
     batch = [_encode(tok, "qwen3-board", p, tok.eos_token, rng) for p in positions]
     assert all(e.choice_pos is not None and set(e.target_ids) < set(e.choice_ids) for e in batch)
-    with torch.no_grad():
-        loss, stats = _loss(model, batch, tok.pad_token_id)
-    expected = _reference_loss(model, batch)
-    assert loss.item() == pytest.approx(expected["loss"], abs=1e-4)
-    assert stats["legal_mass"] == pytest.approx(expected["legal_mass"], abs=1e-5)
-    assert stats["greedy_teacher"] == pytest.approx(expected["greedy_teacher"])
+    _assert_loss_matches_the_reference(model, batch, tok.pad_token_id, "greedy_teacher")
 
 
 def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
