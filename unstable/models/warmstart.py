@@ -364,11 +364,13 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
                 progress(step + 1, steps, stats)
         if rounds[-1].get("undone"):
             break
-        best = (rounds[-1]["held_out_legal_mass"], {k: v.detach().clone() for k, v in model.state_dict().items()})
         if (rounds[-1]["held_out_legal_mass"] >= cfg.target_legal_mass
                 and rounds[-1]["held_out_greedy_legal"] >= cfg.target_greedy_legal
                 and rounds[-1]["held_out_greedy_teacher"] >= cfg.target_greedy_legal):
             break
+        if round_ < cfg.max_rounds:  # another round follows: keep these weights in case it makes things worse
+            best = (rounds[-1]["held_out_legal_mass"],
+                    {k: v.detach().clone() for k, v in model.state_dict().items()})
     model.eval()
     out = Path(out_dir)
 
