@@ -236,7 +236,6 @@ class CurriculumMixModelSampler(WrappingModelSampler):
         for part in (base, curriculum):
             part.rng = self.rng
 
-
     def state_dict(self) -> dict[str, Any]:
         """The components' own state (a PSRO base's mixture and meta-game), for the scheduler's resume."""
         return {name: part.state_dict() for name, part in (("base", self.base), ("curriculum", self.curriculum))
