@@ -135,6 +135,10 @@ class QuickstartConfig:
         """The main model's strategy in a league: the job's, unless that is mirror self-play (then pfsp)."""
         return "pfsp" if self.opponent_sampling_strategy == "mirror" else self.opponent_sampling_strategy
 
+    def _strategy(self) -> str:
+        """The strategy build() gets: the job's, or in a league the main model's (the preset requires they agree)."""
+        return self.opponent_sampling_strategy if self.league is None else self._league_opponents()
+
 
 def _check_sampler_settings(cfg: QuickstartConfig) -> None:
     """``cfg.samplers`` names SamplerConfig settings that the job does not set itself, with valid values."""
@@ -220,8 +224,7 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
                                           error_allowance=cfg.train_error_allowance)],
         eval_envs=[unstable.EvalEnvSpec(cfg.env_id, 2, cfg.prompt_template, fixed_opponent=cfg.eval_opponent)]
         if cfg.num_eval_workers else None,
-        # in a league the preset draws the main model's opponents by main_opponents, which must agree
-        opponent_sampling_strategy=cfg.opponent_sampling_strategy if cfg.league is None else cfg._league_opponents(),
+        opponent_sampling_strategy=cfg._strategy(),
         fixed_opponents=list(cfg.fixed_opponents),
         **cfg.samplers,
         **({} if cfg.league is None else {"league": {"main_opponents": cfg._league_opponents(), **cfg.league}}),
@@ -322,9 +325,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
             f"self-play will spend its steps on legality rather than strategy; a longer warm start helps "
             f"(--warm-start-max-rounds {2 * ws.max_rounds}, or --warm-start-positions {2 * ws.positions})")
         say(f"  warning: {warnings[-1]}")
-    how = ("self-play" if cfg.opponent_sampling_strategy == "mirror" and cfg.league is None else
-           f"league, {cfg._league_opponents()} opponents" if cfg.league is not None else
-           f"{cfg.opponent_sampling_strategy} opponents")
+    how = ("self-play" if cfg._strategy() == "mirror" else
+           f"{'league, ' if cfg.league is not None else ''}{cfg._strategy()} opponents")
     say(f"[4/5] {how} training: {cfg.learning_steps} learner steps of {cfg.batch_size} moves "
         f"(watch it: unstable dashboard {run_dir})")
     run_dir.mkdir(parents=True, exist_ok=True)
