@@ -300,6 +300,11 @@ def _sampled_kuhn_reading(table, samples, rng):
     return read
 
 
+def test_a_negative_bootstrap_count_is_refused_before_the_model_loads():
+    with pytest.raises(ValueError, match="bootstrap"):
+        evaluate_exploitability("no/such-model", "KuhnPoker-v0-train", method="sampled", bootstrap=-1)
+
+
 @pytest.mark.parametrize("policy", ["uniform", "nash"])
 def test_the_bootstrap_interval_covers_the_true_exploitability(policy):
     """Readings of 200 samples per information set are drawn from a known Kuhn policy (uniform play,
