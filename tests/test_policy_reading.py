@@ -303,6 +303,10 @@ def _sampled_kuhn_reading(table, samples, rng):
 def test_a_negative_bootstrap_count_is_refused_before_the_model_loads():
     with pytest.raises(ValueError, match="bootstrap"):
         evaluate_exploitability("no/such-model", "KuhnPoker-v0-train", method="sampled", bootstrap=-1)
+    from unstable.eval.exploitability import bootstrap_interval
+
+    with pytest.raises(ValueError, match="replicates"):
+        bootstrap_interval({}, lambda probs: 0.0, 0.1, replicates=0)
 
 
 @pytest.mark.parametrize("policy", ["uniform", "nash"])
