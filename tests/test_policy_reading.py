@@ -300,7 +300,7 @@ def _sampled_kuhn_reading(table, samples, rng):
     return read
 
 
-def test_a_negative_bootstrap_count_is_refused_before_the_model_loads():
+def test_bootstrap_counts_out_of_range_are_refused_before_anything_runs():
     with pytest.raises(ValueError, match="bootstrap"):
         evaluate_exploitability("no/such-model", "KuhnPoker-v0-train", method="sampled", bootstrap=-1)
     from unstable.eval.exploitability import bootstrap_interval
