@@ -299,6 +299,14 @@ def test_quickstart_passes_sampler_settings_and_refuses_unknown_ones():
         QuickstartConfig(samplers={"fixed_opponents": ["heuristic"]})
 
 
+def test_the_quickstart_says_who_the_learner_plays():
+    """The first line named every job "self-play", a psro or league job too."""
+    assert QuickstartConfig().describe_training() == "self-play"
+    assert QuickstartConfig(opponent_sampling_strategy="psro").describe_training() == "psro opponents"
+    assert QuickstartConfig(league={"exploiters": 2}).describe_training() == "a league: pfsp, 2 exploiters"
+    assert QuickstartConfig(league={}).describe_training() == "a league: pfsp, 1 exploiter"
+
+
 @pytest.mark.slow
 def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
     """A few learner steps of the default job: summary, evaluations, plots, transcripts, replay."""

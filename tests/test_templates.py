@@ -40,3 +40,32 @@ def test_template_errors_are_clear():
         register_template("bad-braces", "{observation} {", overwrite=True)
     with pytest.raises(TypeError):
         register_template("bad-type", 42, overwrite=True)  # type: ignore[arg-type]
+
+
+def test_the_grid_template_puts_each_cell_in_one_token_at_a_fixed_place_and_names_the_mark():
+    """``qwen3-grid`` on real TicTacToe observations: the player's mark from the rules, one row of ``X|4|O`` per
+    board row, and each cell a single token of the tiny models' tokenizer at the same index whichever cells
+    are taken (in ``qwen3-board`` an empty cell is two tokens, so later cells move)."""
+    from transformers import AutoTokenizer
+
+    from unstable.eval.game_states import replay
+    from unstable.local_models.tiny import tiny_model_path
+
+    _, opening, _ = replay("TicTacToe-v0-train", ())
+    player, later, _ = replay("TicTacToe-v0-train", ("[4]", "[0]", "[5]"))
+    assert player == 1
+    assert render_prompt("qwen3-grid", later) == ("<|im_start|>user\nYou are X.\nX|1|2\n3|O|O\n6|7|8\n"
+                                                  "Answer in \\boxed{}.<|im_end|>\n<|im_start|>assistant\n")
+    assert "You are O.\n0|1|2\n3|4|5\n6|7|8\n" in render_prompt("qwen3-grid", opening)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path("1m")))
+    tokens = [[tokenizer.decode([t]) for t in tokenizer(render_prompt(name, obs)).input_ids]
+              for name in ("qwen3-grid", "qwen3-board") for obs in (opening, later)]
+    grid_opening, grid_later, board_opening, board_later = tokens
+    assert len(grid_opening) == len(grid_later) < len(board_later) < len(board_opening)
+    cells = [i for i, t in enumerate(grid_opening) if t in "012345678" and t]
+    assert len(cells) == 9 and [grid_later[i] for i in cells] == list("X123OO678")
+
+
+def test_the_grid_template_refuses_a_board_it_cannot_read():
+    with pytest.raises(ValueError, match=r"qwen3-grid.*use 'qwen3-board'"):
+        render_prompt("qwen3-grid", "Board state:\n0 1 2 3 4 5 6\n-------------\n. . . . . . .")

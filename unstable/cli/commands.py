@@ -103,8 +103,8 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
                   if getattr(args, f"warm_start_{k}") is not None}
     if ws_changes:
         cfg = replace(cfg, warm_start=replace(cfg.warm_start, **ws_changes))
-    print(f"unstable quickstart: self-play on {cfg.env_id} with the tiny {cfg.model_size} model -> {cfg.out}",
-          flush=True)
+    print(f"unstable quickstart: {cfg.describe_training()} on {cfg.env_id} with the tiny {cfg.model_size} model "
+          f"-> {cfg.out}", flush=True)
     summary = run_quickstart(cfg, say=lambda line: print(line, flush=True))
     return 0 if summary["learner_steps"] == cfg.learning_steps else 1
 

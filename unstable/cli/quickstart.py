@@ -135,6 +135,15 @@ class QuickstartConfig:
         """The main model's strategy in a league: the job's, unless that is mirror self-play (then pfsp)."""
         return "pfsp" if self.opponent_sampling_strategy == "mirror" else self.opponent_sampling_strategy
 
+    def describe_training(self) -> str:
+        """Who the learner plays, in a few words: ``"self-play"``, ``"psro opponents"``, or a league's
+        ``"a league: pfsp, 1 exploiter"``."""
+        strategy = self._strategy()
+        if self.league is not None:
+            n = self.league.get("exploiters", 1)
+            return f"a league: {strategy}, {n} exploiter{'s' if n != 1 else ''}"
+        return "self-play" if strategy == "mirror" else f"{strategy} opponents"
+
     def _strategy(self) -> str:
         """The strategy build() gets: the job's, or in a league the main model's (the preset requires they agree)."""
         return self.opponent_sampling_strategy if self.league is None else self._league_opponents()
@@ -296,8 +305,10 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
     ws = cfg.warm_start
     teacher = "" if ws.teacher == "random" else f", labelled with the {ws.teacher} baseline's moves"
+    likely = ("a legal most likely move" if ws.teacher == "random"
+              else f"the {ws.teacher} baseline's as most likely move")
     say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}{teacher}, until "
-        f"{ws.target_legal_mass:.0%} probability on legal moves and a legal most likely move in "
+        f"{ws.target_legal_mass:.0%} probability on legal moves and {likely} in "
         f"{ws.target_greedy_legal:.0%} of held-out positions (at most {ws.max_rounds} rounds)")
     last_print = [0.0]
 
@@ -308,7 +319,10 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
                     f"probability on legal moves {stats['legal_mass']:.1%}")
             if "held_out_legal_mass" in stats:
                 line += (f" (held-out positions: {stats['held_out_legal_mass']:.1%}, most likely move legal in "
-                         f"{stats['held_out_greedy_legal']:.1%})")
+                         f"{stats['held_out_greedy_legal']:.1%}")
+                if ws.teacher != "random":
+                    line += f", the {ws.teacher} baseline's in {stats['held_out_greedy_teacher']:.1%}"
+                line += ")"
             if stats.get("undone"):
                 line += "; lower than the round before, so that round's weights are kept and the warm start stops"
             say(line)

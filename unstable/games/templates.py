@@ -8,6 +8,7 @@ Every built-in template asks the model to reason first and then put its move in 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -76,6 +77,35 @@ def _qwen3_task(obs: str) -> str:
 
 def _qwen3_board(obs: str) -> str:
     return f"<|im_start|>user\n{board_view(obs)}\nAnswer in \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
+
+
+_MARK = re.compile(r"you will be '(\S)'")
+
+
+def grid_view(obs: str) -> str:
+    """The player's mark and the current board as a compact grid: one token a cell, at fixed offsets.
+
+    TextArena draws TicTacToe's board as `` X | 4 | O `` rows between ``---+---+---`` rules, so an empty
+    cell is two tokens (a space and its number) and a mark one: where a cell's token sits in the prompt
+    depends on how many cells before it are taken. Here each row is ``X|4|O``: a cell is always one token at
+    the same place, an empty one still shows its number (the move that fills it). Who the player is comes
+    from the game's rules (``you will be 'O'``); in :func:`board_view` it is left to be inferred from the
+    marks' count. Measured on the 1M model imitating the ``optimal`` player: rounds take half the time of
+    ``qwen3-board``'s (31 tokens instead of 69), and 12 rounds of 20,480 positions made its greedy policy
+    unexploitable (docs/training.md). Raises ``ValueError`` on an observation without such a board.
+    """
+    view = board_view(obs)
+    rows = [line for line in view.splitlines() if "|" in line and "---" not in line]
+    if not rows:
+        raise ValueError("template 'qwen3-grid' reads a board drawn as rows of cells separated by '|' (TextArena's "
+                         f"TicTacToe); this observation has none, so use 'qwen3-board': {view[:120]!r}")
+    mark = _MARK.search(obs)
+    you = f"You are {mark.group(1)}.\n" if mark else ""
+    return you + "\n".join("|".join(cell.strip() for cell in row.split("|")) for row in rows)
+
+
+def _qwen3_grid(obs: str) -> str:
+    return f"<|im_start|>user\n{grid_view(obs)}\nAnswer in \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
 
 
 def _gemma3_zs(obs: str) -> str:
@@ -149,6 +179,7 @@ for _name, _fn, _desc in [
     ("gemma3-zs", _gemma3_zs, "Gemma 3 chat turn, two-player zero-sum game"),
     ("llama-instruct-zs", _llama_instruct_zs, "Llama 3 instruct turn with a system message"),
     ("qwen3-board", _qwen3_board, "Qwen3 chat turn with only the current board and moves (small models)"),
+    ("qwen3-grid", _qwen3_grid, "Qwen3 chat turn with the player's mark and the board one token a cell (TicTacToe)"),
     ("qwen3-task", _qwen3_task, "Qwen3 chat turn: the task as it is, then 'Answer in \\boxed{}.' (environments)"),
 ]:
     register_template(_name, _fn, description=_desc)
