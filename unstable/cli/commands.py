@@ -105,7 +105,12 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
         cfg = replace(cfg, warm_start=replace(cfg.warm_start, **ws_changes))
     print(f"unstable quickstart: {cfg.describe_training()} on {cfg.env_id} with the tiny {cfg.model_size} model "
           f"-> {cfg.out}", flush=True)
-    summary = run_quickstart(cfg, say=lambda line: print(line, flush=True))
+    try:
+        summary = run_quickstart(cfg, say=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print(f"\nunstable quickstart: stopping; a finished warm start is cached (the next quickstart reuses it), "
+              f"and what the job wrote is in {cfg.out}", file=sys.stderr, flush=True)
+        raise
     return 0 if summary["learner_steps"] == cfg.learning_steps else 1
 
 
@@ -294,6 +299,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except Exception as exc:  # the run's error, raised by Run.wait() (from an actor): one message, not Ray's trace
         print(run_failure(exc, run.run_dir, _save_traceback(exc, run.run_dir)), file=sys.stderr, flush=True)
         return 1
+    except KeyboardInterrupt:
+        print(f"\nunstable train: stopping; the checkpoints written so far stay in "
+              f"{os.path.join(run.run_dir, 'checkpoints')} (continue with: unstable train --resume {run.run_dir})",
+              file=sys.stderr, flush=True)
+        raise
     finally:
         run.stop()
     print(f"done: {len(summary['checkpoints'])} checkpoints, collector {summary['collector']}")
@@ -500,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:  # bad input, or a path that can't be read or written: one line
         print(f"unstable {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line (and the command's own on what was kept), not a traceback
+        print(f"unstable {args.command}: interrupted", file=sys.stderr, flush=True)
+        return 130
 
 
 if __name__ == "__main__":

@@ -144,6 +144,7 @@ class Run:
         self._learner_of: dict = {}  # a train() ref -> its model's name, to say whose learner died
         self._collect_ref = None
         self._started = False
+        self._stopped = False  # stop() was called: a wait() still running in another thread has nothing to report
         self.exploitability: dict | None = None  # the learner steps the in-run evaluator read and skipped, at the end
 
     def start(self, learning_steps: int = 200, num_collection_workers: int = 256, num_eval_workers: int = 16,
@@ -267,12 +268,13 @@ class Run:
             return None
 
     def _finish_collection(self, quiet: bool = False) -> None:
-        """Stop collection and save the run state; ``quiet``: an error is already on its way up."""
+        """Stop collection and save the run state; ``quiet``: an error is already on its way up. Nothing once
+        stop() has run: that saved the state, and the actors are gone (a wait() that was still running in
+        another thread, as under ``unstable train`` when Ctrl-C stops it, gets here after them)."""
         import ray
 
-        from unstable.learners.checkpoints import latest_complete
-        from unstable.run.resume import RunStateWriter
-
+        if self._stopped:
+            return
         a = self.actors
         try:
             ray.get([buffer.stop.remote() for buffer in a.buffers.values()])
@@ -286,6 +288,14 @@ class Run:
             log.warning("collector: %s", exc)
         finally:
             self._collect_ref = None
+        self._save_stopped_state(quiet)
+
+    def _save_stopped_state(self, quiet: bool) -> None:
+        """The run state of a run that stops (what its buffers leave behind), for a resume."""
+        from unstable.learners.checkpoints import latest_complete
+        from unstable.run.resume import RunStateWriter
+
+        a = self.actors
         try:
             latest = latest_complete(os.path.join(self.run_dir, "checkpoints"))
             RunStateWriter(self.run_dir, a.registry, a.scheduler, a.tracker, a.buffers, stopped=True)(
@@ -329,9 +339,14 @@ class Run:
         if not ray.is_initialized():
             return
         a = self.actors
+        in_flight, self._stopped = self._collect_ref is not None, True  # stopped mid-run (Ctrl-C, or the caller)
         try:
             ray.get(a.collector.stop.remote(), timeout=10)
             ray.get([b.stop.remote() for b in a.buffers.values()], timeout=10)
+            if in_flight:  # the learners stop first, so no checkpoint lands after the state that names the last one
+                for learner in a.learners.values():
+                    ray.kill(learner, no_restart=True)
+                self._save_stopped_state(quiet=True)
             ray.get(a.tracker.close.remote(), timeout=30)
         except (ray.exceptions.RayError, TimeoutError) as exc:
             log.warning("while stopping: %s", exc)
