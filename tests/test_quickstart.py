@@ -414,6 +414,9 @@ def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, caps
     with pytest.raises(ValueError, match="mode='sync' trains every move on the version that played it"):
         QuickstartConfig(mode="sync")  # max_staleness stays 8
     QuickstartConfig(mode="sync", max_staleness=0)
+    with pytest.raises(ValueError, match=r"fixed_opponents \['heuristic'\] would never play: .*'mirror' is self-play"):
+        QuickstartConfig(fixed_opponents=["heuristic"])  # build() said so too, after the warm start
+    QuickstartConfig(fixed_opponents=["heuristic"], opponent_sampling_strategy="fixed")
     assert main(["quickstart", "--out", str(tmp_path / "q"), "--learning-steps", "0"]) == 2
     assert "learning_steps" in capsys.readouterr().err
     (tmp_path / "used").mkdir()

@@ -125,6 +125,11 @@ class QuickstartConfig:
         _check_sampler_settings(self)
         if self.league is not None:
             league_config({"main_opponents": self._league_opponents(), **self.league})
+        elif self.opponent_sampling_strategy == "mirror" and list(self.fixed_opponents) != ["random"]:
+            # build() refuses this too, but only after the warm start and the first evaluation
+            raise ValueError(f"fixed_opponents {list(self.fixed_opponents)} would never play: "
+                             "opponent_sampling_strategy 'mirror' is self-play on both seats; choose a strategy that "
+                             "plays them ('fixed', 'pfsp', 'psro', ...) or leave fixed_opponents out")
         if self.batch_size % self.mini_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
                              f"({self.mini_batch_size})")
