@@ -417,6 +417,8 @@ def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, caps
     with pytest.raises(ValueError, match=r"fixed_opponents \['heuristic'\] would never play: .*'mirror' is self-play"):
         QuickstartConfig(fixed_opponents=["heuristic"])  # build() said so too, after the warm start
     QuickstartConfig(fixed_opponents=["heuristic"], opponent_sampling_strategy="fixed")
+    with pytest.raises(ValueError, match="temperature"):
+        QuickstartConfig(temperature=0)
     assert main(["quickstart", "--out", str(tmp_path / "q"), "--learning-steps", "0"]) == 2
     assert "learning_steps" in capsys.readouterr().err
     (tmp_path / "used").mkdir()

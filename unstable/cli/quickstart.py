@@ -14,7 +14,7 @@
 
 RUN_DIR is also the run's Tracker directory, so ``unstable dashboard RUN_DIR`` watches it live and
 ``unstable replay RUN_DIR`` shows its games. Evaluation decodes greedily (temperature 0): the
-policy's most likely move, which is what one would deploy; training samples at temperature 1.
+policy's most likely move, which is what one would deploy; training samples at ``temperature`` (1 by default).
 """
 
 from __future__ import annotations
@@ -73,6 +73,9 @@ class QuickstartConfig:
     eval_workers: int = 2
     """Worker processes of each evaluation."""
     max_new_tokens: int = 16
+    temperature: float = 1.0
+    """Sampling temperature of the training games (and of the in-training eval games and exploitability
+    reading); the initial and final evaluations decode greedily whatever it is."""
     seed: int = 0
     """Seeds the tiny model, the warm start and the run."""
     algorithm: str = "reinforce"
@@ -113,6 +116,7 @@ class QuickstartConfig:
         check_int("train_error_allowance", self.train_error_allowance, 0)
         check_int("seed", self.seed, 0)
         check_positive("learning_rate", self.learning_rate)
+        check_positive("temperature", self.temperature)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_int("max_staleness", self.max_staleness, 0)
         check_choice("mode", self.mode, ("async", "sync"))
@@ -256,7 +260,7 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         lora_config={"lora_rank": cfg.lora_rank, "lora_alpha": cfg.lora_alpha},
         activation_checkpointing=False,
         gradient_checkpointing=False,
-        temperature=1.0,
+        temperature=cfg.temperature,
         reward_transforms=_transforms(cfg),
         wandb_project=None,
         runs_dir=str(run_dir.parent),
