@@ -490,6 +490,12 @@ def test_the_league_recipes_load(tmp_path):
     assert (psro.opponent_sampling_strategy, psro.samplers["psro_every"], psro.learning_steps) == ("psro", 10, 60)
     league = load_quickstart_config(str(configs / "league-exploiters-heuristic.yaml"), out=str(tmp_path / "d"))
     assert (league.league["exploiters"], league._league_opponents(), league.learning_steps) == (1, "pfsp", 30)
+    for name, strategy, steps in (("tictactoe-grid-vs-heuristic.yaml", "fixed", 60),
+                                  ("tictactoe-grid-selfplay.yaml", "mirror", 30)):
+        grid = load_quickstart_config(str(configs / name), out=str(tmp_path / name))
+        assert (grid.prompt_template, grid.warm_start.prompt_template, grid.warm_start.teacher,
+                grid.warm_start.max_rounds, grid.opponent_sampling_strategy, grid.learning_steps) == (
+            "qwen3-grid", "qwen3-grid", "optimal", 20, strategy, steps)
     for name, strategy in (("kuhn-grpo-kl.yaml", "mirror"), ("kuhn-pfsp.yaml", "pfsp")):
         kuhn = load_quickstart_config(str(configs / name), out=str(tmp_path / name))
         assert (kuhn.env_id, kuhn.warm_start.env_id, kuhn.opponent_sampling_strategy, kuhn.batch_size) == (
