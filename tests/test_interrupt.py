@@ -52,7 +52,7 @@ def _interrupt_after(command: list[str], ready: str, env: dict[str, str], timeou
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
         try:
-            proc.wait(timeout=120)
+            proc.wait(timeout=300)  # seconds here; minutes when it must share the CPU with busier processes
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
