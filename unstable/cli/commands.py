@@ -300,9 +300,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(run_failure(exc, run.run_dir, _save_traceback(exc, run.run_dir)), file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
-        print(f"\nunstable train: stopping; the checkpoints written so far stay in "
-              f"{os.path.join(run.run_dir, 'checkpoints')} (continue with: unstable train --resume {run.run_dir})",
-              file=sys.stderr, flush=True)
+        print(f"\nunstable train: stopping; {_what_stays(run.run_dir)}", file=sys.stderr, flush=True)
         raise
     finally:
         run.stop()
@@ -342,9 +340,14 @@ def run_failure(exc: BaseException, run_dir: str, traceback_file: str | None = N
     failed = os.path.join(run_dir, "logs", "failed_games.jsonl")
     if traceback_file is not None:
         lines.append(f"  the full traceback is in {traceback_file}")
-    lines.append(f"  failed games, with their tracebacks, are logged in {failed}; the checkpoints written so far "
-                 f"stay in {os.path.join(run_dir, 'checkpoints')} (continue with: unstable train --resume {run_dir})")
+    lines.append(f"  failed games, with their tracebacks, are logged in {failed}; {_what_stays(run_dir)}")
     return "\n".join(lines)
+
+
+def _what_stays(run_dir: str) -> str:
+    """Where a stopped run's checkpoints are, and how to continue it (after an error, or Ctrl-C)."""
+    return (f"the checkpoints written so far stay in {os.path.join(run_dir, 'checkpoints')} "
+            f"(continue with: unstable train --resume {run_dir})")
 
 
 def _unwrap(exc: BaseException) -> tuple[str | None, BaseException]:

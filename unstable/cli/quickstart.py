@@ -129,8 +129,9 @@ class QuickstartConfig:
         _check_sampler_settings(self)
         if self.league is not None:
             league_config({"main_opponents": self._league_opponents(), **self.league})
-        elif self.opponent_sampling_strategy == "mirror" and list(self.fixed_opponents) != ["random"]:
-            # build() refuses this too, but only after the warm start and the first evaluation
+        elif (self.opponent_sampling_strategy == "mirror"
+              and tuple(self.fixed_opponents) != SamplerConfig().fixed_opponents):
+            # build() refuses this too (its default is the reference there as here), but only after the warm start
             raise ValueError(f"fixed_opponents {list(self.fixed_opponents)} would never play: "
                              "opponent_sampling_strategy 'mirror' is self-play on both seats; choose a strategy that "
                              "plays them ('fixed', 'pfsp', 'psro', ...) or leave fixed_opponents out")
@@ -149,7 +150,7 @@ class QuickstartConfig:
         ``"a league: pfsp, 1 exploiter"``."""
         strategy = self._strategy()
         if self.league is not None:
-            n = self.league.get("exploiters", 1)
+            n = league_config({"main_opponents": strategy, **self.league}).exploiters
             return f"a league: {strategy}, {n} exploiter{'s' if n != 1 else ''}"
         return "self-play" if strategy == "mirror" else f"{strategy} opponents"
 
