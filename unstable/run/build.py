@@ -342,6 +342,8 @@ class Run:
         in_flight, self._stopped = self._collect_ref is not None, True  # stopped mid-run (Ctrl-C, or the caller)
         try:
             ray.get(a.collector.stop.remote(), timeout=10)
+            if in_flight:  # its games cancel before what they call is killed (else each logs a dead actor)
+                self._await_collector()
             ray.get([b.stop.remote() for b in a.buffers.values()], timeout=10)
             if in_flight:  # the learners stop first, so no checkpoint lands after the state that names the last one
                 for learner in a.learners.values():
@@ -352,6 +354,18 @@ class Run:
             log.warning("while stopping: %s", exc)
         for handle in a.all():
             ray.kill(handle, no_restart=True)
+
+    def _await_collector(self, timeout: float = 60) -> None:
+        """Wait for :meth:`Collector.collect` to return after :meth:`Collector.stop` (it cancels the games in
+        flight); its error, if any, is the run's to report, not the stop's."""
+        import ray
+
+        try:  # self._collect_ref stays: a wait() running in another thread still waits on it
+            ray.get(self._collect_ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            log.warning("collector did not stop within %.0f s; killing it", timeout)
+        except ray.exceptions.RayError:
+            pass
 
     def __enter__(self) -> Run:
         return self
