@@ -102,23 +102,32 @@ def test_each_position_is_labelled_with_all_its_legal_moves(tiny):
 
 def _reference_loss(model, batch) -> dict[str, float]:
     """What ``_loss`` should give, one unpadded row at a time over all logits: the mean of the answer
-    tokens' cross-entropies (at the move token, uniform over the teacher's moves, all legal ones
-    without a teacher), the mass on legal moves, and how often the argmax is legal / the teacher's."""
-    terms, mass, legal, taught = [], [], [], []
+    tokens' cross-entropies (at the move token, against the teacher's probabilities, uniform over its moves
+    unless it mixes, all legal ones without a teacher), the mass on legal moves, how often the argmax is legal
+    / the teacher's, and the total variation between the model's renormalised legal distribution and the
+    teacher's."""
+    terms, mass, legal, taught, tv = [], [], [], [], []
     with torch.no_grad():
         for e in batch:
             logp = torch.log_softmax(model(input_ids=torch.tensor([e.ids])).logits[0].float(), -1)
             for t in range(e.prompt_len, len(e.ids)):
                 if t == e.choice_pos:
                     aims = e.target_ids or e.choice_ids
-                    terms.append(-logp[t - 1, list(aims)].mean())
+                    weights = torch.tensor(e.target_weights or [1.0] * len(aims), dtype=torch.float32)
+                    weights = weights / weights.sum()
+                    terms.append(-(logp[t - 1, list(aims)] * weights).sum())
                     mass.append(logp[t - 1, list(e.choice_ids)].exp().sum())
+                    model_p = logp[t - 1, list(e.choice_ids)].exp() / mass[-1]
+                    teacher_p = dict(zip(aims, weights.tolist(), strict=True))
+                    tv.append(0.5 * sum(abs(float(m) - teacher_p.get(c, 0.0)) for m, c in zip(model_p, e.choice_ids,
+                                                                                             strict=True)))
                     legal.append(float(int(logp[t - 1].argmax()) in e.choice_ids))
                     taught.append(float(int(logp[t - 1].argmax()) in aims))
                 else:
                     terms.append(-logp[t - 1, e.ids[t]])
     return {"loss": torch.stack(terms).mean().item(), "legal_mass": torch.stack(mass).mean().item(),
-            "greedy_legal": sum(legal) / len(legal), "greedy_teacher": sum(taught) / len(taught)}
+            "greedy_legal": sum(legal) / len(legal), "greedy_teacher": sum(taught) / len(taught),
+            "teacher_tv": sum(tv) / len(tv)}
 
 
 def _assert_loss_matches_the_reference(model, batch, pad_id, greedy_key):
@@ -129,6 +138,7 @@ def _assert_loss_matches_the_reference(model, batch, pad_id, greedy_key):
     assert loss.item() == pytest.approx(expected["loss"], abs=1e-4)
     assert stats["legal_mass"] == pytest.approx(expected["legal_mass"], abs=1e-5)
     assert stats[greedy_key] == pytest.approx(expected[greedy_key])
+    assert stats["teacher_tv"] == pytest.approx(expected["teacher_tv"], abs=1e-5)
 
 
 def test_loss_is_cross_entropy_with_a_uniform_target_over_the_legal_moves(tiny):
@@ -151,6 +161,39 @@ def test_loss_with_a_teacher_targets_the_teachers_moves_and_measures_the_legal_o
     _assert_loss_matches_the_reference(model, batch, tok.pad_token_id, "greedy_teacher")
 
 
+def test_the_nash_teacher_labels_kuhn_moves_with_the_equilibriums_probabilities(tiny):
+    """Kuhn poker's ``nash`` teacher: each position's targets carry the equilibrium's probabilities for the
+    card in the prompt (Kuhn 1950, alpha = 1/3: the opener bets a Jack 1/3 of the time, a King always ...), a
+    move it never plays is left out (a Jack facing a bet folds), and the loss is the cross-entropy against
+    those probabilities."""
+    from fractions import Fraction
+
+    from unstable.policies.baselines import kuhn_nash_probability
+
+    positions = random_game_positions("KuhnPoker-v0-chips-train", 60, seed=2, teacher="nash")
+    seen = set()
+    for p in positions:
+        card = "JQK".index(p.observation.split("Your card is: '")[1][0])
+        facing_bet = p.moves == ("[fold]", "[call]")
+        opens = "You are Player 1 " in p.observation  # player 1 opens the one hand of KuhnPoker-v0-chips
+        prob = float(kuhn_nash_probability(card, opens, facing_bet))
+        aggressive, passive = ("[call]", "[fold]") if facing_bet else ("[bet]", "[check]")
+        expected = {aggressive: prob, passive: 1 - prob}
+        assert dict(zip(p.targets, p.weights, strict=True)) == pytest.approx({m: q for m, q in expected.items()
+                                                                             if q > 0}), p.observation[-200:]
+        seen.add((card, opens, facing_bet))
+    assert len(seen) == 12  # every information set of Kuhn poker
+    one_third = dict(zip(*[next(p for p in positions if "Your card is: 'J'" in p.observation
+                                and "submitted" not in p.observation).__getattribute__(a)
+                           for a in ("targets", "weights")], strict=True))
+    assert one_third == {"[bet]": pytest.approx(0.1 + 0.7 / 3), "[check]": pytest.approx(float(Fraction(2, 3)))}
+    tok, model = tiny
+    rng = random.Random(0)
+    batch = [_encode(tok, "qwen3-board", p, tok.eos_token, rng) for p in positions[:6]]
+    assert all(e.choice_pos is not None and e.target_weights for e in batch)
+    _assert_loss_matches_the_reference(model, batch, tok.pad_token_id, "greedy_teacher")
+
+
 def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
     cfg = WarmStartConfig(positions=512, batch_size=32, learning_rate=3e-3, warmup_steps=2, max_rounds=1)
     seen = []
@@ -168,7 +211,8 @@ def test_warm_start_learns_and_is_cached(tiny_model_dir, tmp_path):
 
 def test_a_teacher_is_its_own_cache_entry_and_the_default_keeps_the_old_key(tiny_model_dir, tmp_path, monkeypatch):
     """The heuristic teacher builds its own warm start; the random teacher's key is the one it had before the
-    setting existed (the settings without ``teacher``), so users' cached warm starts stay valid."""
+    setting existed (the settings without ``teacher``, and without ``target_teacher_tv``, which only a mixing
+    teacher reads), so users' cached warm starts stay valid; the Kuhn ``nash`` teacher's key holds it."""
     import dataclasses
 
     from unstable.models import warmstart
@@ -179,10 +223,16 @@ def test_a_teacher_is_its_own_cache_entry_and_the_default_keeps_the_old_key(tiny
     plain, _ = warm_start_path(tiny_model_dir, WarmStartConfig(), cache_dir=tmp_path)
     taught, _ = warm_start_path(tiny_model_dir, WarmStartConfig(teacher="heuristic"), cache_dir=tmp_path)
     assert plain != taught and built == ["random", "heuristic"]
-    settings = {k: v for k, v in dataclasses.asdict(WarmStartConfig()).items() if k != "teacher"}
+    settings = {k: v for k, v in dataclasses.asdict(WarmStartConfig()).items()
+                if k not in ("teacher", "target_teacher_tv")}
     old, cached = warmstart.cached_warm_start(tiny_model_dir, settings, warmstart.WARM_START_VERSION,
                                               "TicTacToe-v0-train", tmp_path, lambda base, path: None)
     assert cached and old == plain
+    kuhn = WarmStartConfig(env_id="KuhnPoker-v0-chips-train", teacher="nash")
+    loose, _ = warm_start_path(tiny_model_dir, replace(kuhn, target_teacher_tv=0.1), cache_dir=tmp_path)
+    assert warm_start_path(tiny_model_dir, kuhn, cache_dir=tmp_path)[0] != loose
+    assert warm_start_path(tiny_model_dir, replace(WarmStartConfig(), target_teacher_tv=0.1),
+                           cache_dir=tmp_path) == (plain, True)
 
 
 def test_warm_start_trains_in_rounds_until_the_target(tiny_model_dir, tmp_path):
@@ -204,6 +254,23 @@ def test_warm_start_trains_in_rounds_until_the_target(tiny_model_dir, tmp_path):
     assert rounds[0.0][0] == rounds[1.0][0]  # the first round does not depend on the target
     masses = [r["held_out_legal_mass"] for r in rounds[1.0]]
     assert all(0 < m < 1 for m in masses) and masses[-1] > masses[0]
+
+
+def test_a_mixing_teacher_trains_until_its_distribution_is_close_enough(tiny_model_dir, tmp_path):
+    """Kuhn's ``nash`` teacher on ``qwen3-hand``: with the legal-move targets at 0, the rounds go on until the
+    held-out total variation from the teacher's mixture reaches ``target_teacher_tv`` (1: at once; 0: never,
+    so ``max_rounds``), and it falls as the model learns the card-dependent probabilities."""
+    short = WarmStartConfig(env_id="KuhnPoker-v0-chips-train", prompt_template="qwen3-hand", teacher="nash",
+                            positions=512, batch_size=32, warmup_steps=1, held_out=64, target_legal_mass=0.0,
+                            target_greedy_legal=0.0)
+    rounds = {}
+    for tv in (1.0, 0.0):
+        path, _ = warm_start_path(tiny_model_dir, replace(short, target_teacher_tv=tv, max_rounds=3),
+                                  cache_dir=tmp_path)
+        rounds[tv] = json.loads((path / "warm_start.json").read_text())["rounds"]
+    assert len(rounds[1.0]) == 1 and len(rounds[0.0]) == 3
+    distances = [r["held_out_teacher_tv"] for r in rounds[0.0]]
+    assert all(0 < d < 1 for d in distances) and distances[-1] < distances[0], distances
 
 
 def test_a_round_that_lowers_the_held_out_legal_mass_is_undone(tiny_model_dir, tmp_path, monkeypatch):
@@ -262,7 +329,7 @@ def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
         warm_start_path(tmp_path / "missing", cache_dir=tmp_path)
     with pytest.raises(ValueError, match=r"teacher must be one of \['random', 'heuristic', 'optimal'\]"):
         WarmStartConfig(teacher="minimax")
-    with pytest.raises(ValueError, match=r"teacher must be one of \['random'\] for 'KuhnPoker-v0-train'"):
+    with pytest.raises(ValueError, match=r"teacher must be one of \['random', 'nash'\] for 'KuhnPoker-v0-train'"):
         WarmStartConfig(env_id="KuhnPoker-v0-train", teacher="heuristic")
 
 

@@ -69,3 +69,34 @@ def test_the_grid_template_puts_each_cell_in_one_token_at_a_fixed_place_and_name
 def test_the_grid_template_refuses_a_board_it_cannot_read():
     with pytest.raises(ValueError, match=r"qwen3-grid.*use 'qwen3-board'"):
         render_prompt("qwen3-grid", "Board state:\n0 1 2 3 4 5 6\n-------------\n. . . . . . .")
+
+
+def test_the_hand_template_shows_the_card_and_this_hands_moves_only():
+    """``qwen3-hand`` on real Kuhn poker observations: the card, the moves of the current hand (in
+    ``KuhnPoker-v0``'s later rounds, not the earlier rounds' ones) and the legal moves; the card is one token
+    of the tiny models' tokenizer at the same index in every prompt."""
+    from transformers import AutoTokenizer
+
+    from unstable.local_models.tiny import tiny_model_path
+    from unstable.models.warmstart import random_game_positions
+
+    one_hand = random_game_positions("KuhnPoker-v0-chips-train", 40, seed=1)
+    views = {render_prompt("qwen3-hand", p.observation).split("user\n")[1].split("\nAnswer")[0] for p in one_hand}
+    assert {"Card: J\nPlayed: -\nMoves: [check] [bet]", "Card: Q\nPlayed: [check] [bet]\nMoves: [fold] [call]",
+            "Card: K\nPlayed: [bet]\nMoves: [fold] [call]", "Card: J\nPlayed: [check]\nMoves: [check] [bet]"} <= views
+    assert len(views) == 12  # Kuhn poker's information sets, each its own prompt
+    three_hands = random_game_positions("KuhnPoker-v0-train", 60, seed=1)
+    later = [p for p in three_hands if "### Starting round 3" in p.observation]
+    assert later and all(render_prompt("qwen3-hand", p.observation).count("[") <= 4 for p in later)
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_path("1m")))
+    rows = [[tokenizer.decode([t]) for t in tokenizer(render_prompt("qwen3-hand", p.observation)).input_ids]
+            for p in one_hand]
+    index = rows[0].index(" " + one_hand[0].observation.split("Your card is: '")[1][0])
+    assert all(row[index] == " " + p.observation.split("Your card is: '")[1][0]
+               for row, p in zip(rows, one_hand, strict=True))
+    assert max(map(len, rows)) < 40
+
+
+def test_the_hand_template_refuses_an_observation_without_a_hand():
+    with pytest.raises(ValueError, match=r"qwen3-hand.*use 'qwen3-board'"):
+        render_prompt("qwen3-hand", "Current Board:\n X | O | 2\nAvailable Moves: '[2]'")

@@ -303,7 +303,7 @@ def _summary_entry(result: Any, adapter: str | None) -> dict[str, Any]:
 def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) -> dict[str, Any]:
     """Run the default job and return the summary it writes to ``cfg.out/summary.json``."""
     from unstable.local_models.tiny import tiny_model_path
-    from unstable.models.warmstart import warm_start_path
+    from unstable.models.warmstart import mixes, warm_start_path
     from unstable.tracking.run_dir import atomic_write_json
     from unstable.ui.plots import plot_run, pyplot
 
@@ -314,11 +314,14 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     say(f"[1/5] tiny model ({cfg.model_size})")
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
     ws = cfg.warm_start
-    teacher = "" if ws.teacher == "random" else f", labelled with the {ws.teacher} baseline's moves"
+    mixing = mixes(ws)
+    teacher = ("" if ws.teacher == "random" else f", labelled with the {ws.teacher} baseline's "
+               f"{'probabilities' if mixing else 'moves'}")
     likely = ("a legal most likely move" if ws.teacher == "random"
-              else f"the {ws.teacher} baseline's as most likely move")
+              else f"one of the {ws.teacher} baseline's moves as most likely")
+    close = f", within {ws.target_teacher_tv:.2f} (total variation) of its mixture," if mixing else ""
     say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}{teacher}, until "
-        f"{ws.target_legal_mass:.0%} probability on legal moves and {likely} in "
+        f"{ws.target_legal_mass:.0%} probability on legal moves{close} and {likely} in "
         f"{ws.target_greedy_legal:.0%} of held-out positions (at most {ws.max_rounds} rounds)")
     last_print = [0.0]
 
@@ -332,6 +335,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
                          f"{stats['held_out_greedy_legal']:.1%}")
                 if ws.teacher != "random":
                     line += f", the {ws.teacher} baseline's in {stats['held_out_greedy_teacher']:.1%}"
+                if mixing:
+                    line += f", {stats['held_out_teacher_tv']:.3f} from its mixture"
                 line += ")"
             if stats.get("undone"):
                 line += "; lower than the round before, so that round's weights are kept and the warm start stops"

@@ -108,6 +108,37 @@ def _qwen3_grid(obs: str) -> str:
     return f"<|im_start|>user\n{grid_view(obs)}\nAnswer in \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
 
 
+_HAND = "### Starting round"
+_CARD = re.compile(r"Your card is: '([JQKA])'")
+_BET = re.compile(r"Player \d, submitted move: '(\[\w+\])'")
+_ACTIONS = re.compile(r"Your available actions are: (.+)")
+
+
+def hand_view(obs: str) -> str:
+    """The player's card, this hand's moves so far and the legal moves, in three short lines (Kuhn poker).
+
+    TextArena's KuhnPoker prompt is ~200 tokens of rules with the card one token among them; each hand's
+    bets follow as ``Player 1, submitted move: '[check]'.`` lines. Here: ``Card: J``, ``Played: [check]
+    [bet]`` (``-`` before the first move), ``Moves: [fold] [call]``, about 20 tokens with the card always at the
+    same place. Who opened is the number of moves played (the betting tree is the same in either seat).
+    Raises ``ValueError`` on an observation without a hand and a card.
+    """
+    start = obs.rfind(_HAND)
+    card = _CARD.search(obs, max(start, 0))
+    actions = _ACTIONS.findall(obs)
+    if start < 0 or card is None or not actions:
+        raise ValueError("template 'qwen3-hand' reads a Kuhn poker hand ('### Starting round', \"Your card is: 'J'\" "
+                         f"and the available actions); this observation has none, so use 'qwen3-board': "
+                         f"{obs[-160:]!r}")
+    played = " ".join(_BET.findall(obs, start)) or "-"
+    moves = " ".join(m.strip("'\" ") for m in actions[-1].split(","))
+    return f"Card: {card.group(1)}\nPlayed: {played}\nMoves: {moves}"
+
+
+def _qwen3_hand(obs: str) -> str:
+    return f"<|im_start|>user\n{hand_view(obs)}\nAnswer in \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
+
+
 def _gemma3_zs(obs: str) -> str:
     return (
         f"<start_of_turn>user\n{_ZERO_SUM}\nObservation: {obs}\n{_REASON_THEN_BOX}<end_of_turn>\n<start_of_turn>model\n"
@@ -180,6 +211,7 @@ for _name, _fn, _desc in [
     ("llama-instruct-zs", _llama_instruct_zs, "Llama 3 instruct turn with a system message"),
     ("qwen3-board", _qwen3_board, "Qwen3 chat turn with only the current board and moves (small models)"),
     ("qwen3-grid", _qwen3_grid, "Qwen3 chat turn with the player's mark and the board one token a cell (TicTacToe)"),
+    ("qwen3-hand", _qwen3_hand, "Qwen3 chat turn with the player's card and the hand's moves (Kuhn poker)"),
     ("qwen3-task", _qwen3_task, "Qwen3 chat turn: the task as it is, then 'Answer in \\boxed{}.' (environments)"),
 ]:
     register_template(_name, _fn, description=_desc)

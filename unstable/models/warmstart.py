@@ -10,7 +10,9 @@ legal moves, no strategy. Whatever it wins beyond random play later is learned b
 ``teacher="heuristic"`` the target is uniform over the moves the one-ply heuristic picks from (win
 now, else block, else any legal move), so RL starts from a model that knows those rules; with
 ``teacher="optimal"`` (TicTacToe) it is uniform over the minimax-best cells: imitation of perfect
-play, which measures what the model can represent rather than what RL finds.
+play, which measures what the model can represent rather than what RL finds. With ``teacher="nash"``
+(Kuhn poker) the target is the equilibrium's own mixture (bet a Jack 1/3 of the time, ...), so the
+model must learn probabilities that depend on its card, not just which moves are good.
 
 How much of that a fixed budget teaches depends on the random weights: with the 1M model, 20,480
 positions took seed 0 to 98.7% probability on legal moves and seed 1 to 86%. So the warm start
@@ -53,7 +55,7 @@ from unstable.games.envs import base_name, check_env_id
 from unstable.games.extraction import extract_boxed_action
 from unstable.games.templates import get_template, render_prompt
 from unstable.learners.checkpoints import atomic_save
-from unstable.policies.baselines import UNIFORM_MOVE_SETS
+from unstable.policies.baselines import MOVE_DISTRIBUTIONS, UNIFORM_MOVE_SETS
 from unstable.policies.scripted import legal_moves
 from unstable.utils.checks import check_int, check_number, check_positive
 
@@ -79,7 +81,12 @@ class WarmStartConfig:
     target_legal_mass: float = 0.97
     """Stop after the first round whose held-out probability on legal moves reaches this ..."""
     target_greedy_legal: float = 0.99
-    """... and whose most likely move is legal in this fraction of the held-out positions."""
+    """... and whose most likely move is legal in this fraction of the held-out positions ..."""
+    target_teacher_tv: float = 0.05
+    """... and, for a teacher that mixes with set probabilities (Kuhn poker's ``"nash"``), whose distribution
+    over the legal moves is within this total variation distance of the teacher's, on average over the
+    held-out positions (read at temperature 1: the probabilities are what it must learn, not the most likely
+    move)."""
     max_rounds: int = 4
     """Rounds at most (``positions`` each); 1 trains on ``positions`` and stops, as before rounds."""
     held_out: int = 512
@@ -101,7 +108,8 @@ class WarmStartConfig:
     """Whose moves the model learns to play: ``"random"`` (the target is uniform over the legal moves:
     no strategy) or a scripted baseline that picks uniformly from a set, e.g. ``"heuristic"`` for
     TicTacToe and ConnectFour (win now, else block, else any legal move; the target is uniform over
-    that set) or ``"optimal"`` for TicTacToe (the minimax-best cells). Positions still come from random
+    that set), ``"optimal"`` for TicTacToe (the minimax-best cells), or a baseline that mixes with set
+    probabilities, ``"nash"`` for Kuhn poker (the target is its distribution). Positions still come from random
     games, so they cover the board; only the label changes. A teacher gives RL a start that already
     plays the baseline's rules, and leaves what the baseline does not know (openings, forks) to be
     learned."""
@@ -109,6 +117,7 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         check_number("target_legal_mass", self.target_legal_mass, 0, 1)
         check_number("target_greedy_legal", self.target_greedy_legal, 0, 1)
+        check_number("target_teacher_tv", self.target_teacher_tv, 0, 1)
         check_int("max_rounds", self.max_rounds, minimum=1)
         check_int("held_out", self.held_out, minimum=1)
         check_env_id(self.env_id)
@@ -123,21 +132,35 @@ class WarmStartConfig:
         check_teacher(self.teacher, self.env_id)
 
 
+def mixes(cfg: WarmStartConfig) -> bool:
+    """Whether ``cfg``'s teacher mixes with set probabilities (its distribution, not a set, is the target)."""
+    return (base_name(cfg.env_id), cfg.teacher) in MOVE_DISTRIBUTIONS
+
+
 def check_teacher(teacher: object, env_id: str) -> None:
-    """Fail early on a warm-start ``teacher`` that is not ``"random"`` or a uniform-set baseline of the game."""
-    known = ["random", *sorted(name for game, name in UNIFORM_MOVE_SETS if game == base_name(env_id))]
+    """Fail early on a warm-start ``teacher`` that is not ``"random"`` or a baseline of the game that picks
+    uniformly from a set or with set probabilities."""
+    known = ["random", *sorted(name for game, name in (*UNIFORM_MOVE_SETS, *MOVE_DISTRIBUTIONS)
+                               if game == base_name(env_id))]
     if teacher not in known:
         raise ValueError(f"warm_start.teacher must be one of {known} for {env_id!r}, got {teacher!r}")
 
 
-def _teacher_moves(teacher: str, env_id: str, env: Any, player: int, moves: tuple[str, ...]) -> tuple[str, ...]:
-    """The moves ``teacher`` picks from uniformly in this position (all legal ``moves`` for ``"random"``)."""
+def _teacher_moves(teacher: str, env_id: str, env: Any, player: int,
+                   moves: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """The moves ``teacher`` plays in this position and, for a teacher that mixes with set probabilities,
+    the probability of each (empty: uniform over the moves; all legal ``moves`` for ``"random"``)."""
     if teacher == "random":
-        return moves
-    targets = tuple(UNIFORM_MOVE_SETS[base_name(env_id), teacher](env_id, env, player))
+        return moves, ()
+    key = (base_name(env_id), teacher)
+    if key in MOVE_DISTRIBUTIONS:
+        probs = {m: float(p) for m, p in MOVE_DISTRIBUTIONS[key](env_id, env, player).items() if p > 0}
+        targets, weights = tuple(probs), tuple(probs.values())
+    else:
+        targets, weights = tuple(UNIFORM_MOVE_SETS[key](env_id, env, player)), ()
     if not targets or not set(targets) <= set(moves):
         raise RuntimeError(f"teacher {teacher!r} chose {targets} outside the legal moves {moves} of {env_id!r}")
-    return targets
+    return targets, weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +170,9 @@ class Position:
     observation: str
     moves: tuple[str, ...]
     targets: tuple[str, ...] = ()
-    """The moves the warm start's teacher picks from uniformly (empty: all of ``moves``)."""
+    """The moves the warm start's teacher plays (empty: all of ``moves``) ..."""
+    weights: tuple[float, ...] = ()
+    """... with these probabilities (empty: uniformly)."""
 
 
 def _position_stream(env_id: str, seed: int, num_players: int, few_moves_bias: float,
@@ -176,8 +201,9 @@ def _position_stream(env_id: str, seed: int, num_players: int, few_moves_bias: f
                 player, observation = env.get_observation()
                 moves = tuple(legal_moves(env_id, env, player))
                 if few_moves_bias <= 0 or rng.random() < few_moves_bias / len(moves):
-                    targets = () if teacher == "random" else _teacher_moves(teacher, env_id, env, player, moves)
-                    positions.append(Position(observation, moves, targets))
+                    targets, weights = ((), ()) if teacher == "random" else _teacher_moves(teacher, env_id, env,
+                                                                                           player, moves)
+                    positions.append(Position(observation, moves, targets, weights))
                 done, _ = env.step(rng.choice(moves))
             env.close()
             game_state = random.getstate()
@@ -212,6 +238,7 @@ class _Example:
     choice_pos: int | None  # index in ids of the token that names the move (soft label), or None
     choice_ids: tuple[int, ...]  # the legal moves' token ids at choice_pos
     target_ids: tuple[int, ...] = ()  # the teacher's moves' token ids at choice_pos (a subset of choice_ids)
+    target_weights: tuple[float, ...] = ()  # their probabilities, summing to 1 (empty: uniform)
 
 
 def _answer_ids(tokenizer, move: str, end: str) -> list[int]:
@@ -241,14 +268,17 @@ def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: 
     if len(position.moves) > 1 and all(len(a) == len(first) for a in answers) and len(differing) == 1:
         pos = differing.pop()
         return _Example(prompt_ids + cache[targets[0]], len(prompt_ids), len(prompt_ids) + pos,
-                        tuple(a[pos] for a in answers), tuple(cache[m][pos] for m in targets))
-    return _Example(prompt_ids + cache[rng.choice(targets)], len(prompt_ids), None, ())
+                        tuple(a[pos] for a in answers), tuple(cache[m][pos] for m in targets), position.weights)
+    move = rng.choices(targets, position.weights)[0] if position.weights else rng.choice(targets)
+    return _Example(prompt_ids + cache[move], len(prompt_ids), None, ())
 
 
 def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict[str, float]]:
-    """Cross-entropy on the answer tokens; at the move token, against the uniform target over the
-    teacher's moves (all legal moves for the ``"random"`` teacher). ``legal_mass`` and ``greedy_legal``
-    measure the legal moves; ``greedy_teacher`` how often the most likely move is one the teacher plays.
+    """Cross-entropy on the answer tokens; at the move token, against the teacher's distribution over its
+    moves (uniform unless it mixes with set probabilities; all legal moves for the ``"random"`` teacher).
+    ``legal_mass`` and ``greedy_legal`` measure the legal moves; ``greedy_teacher`` how often the most likely
+    move is one the teacher plays; ``teacher_tv`` the total variation distance between the model's
+    distribution over the legal moves (renormalised) and the teacher's.
 
     Rows are left-padded so every answer ends at the last column, and only the last columns' logits
     are computed (``logits_to_keep``): the vocabulary projection of the prompt tokens is skipped.
@@ -257,7 +287,7 @@ def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict
     keep = max(len(e.ids) - e.prompt_len for e in batch) + 1
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
-    rows, cols, targets, soft, taught = [], [], [], [], []  # cols: index into the kept logits predicting the token
+    rows, cols, targets, soft, taught, weights = [], [], [], [], [], []  # cols: into the kept logits
     for row, e in enumerate(batch):
         offset = width - len(e.ids)
         ids[row, offset:] = torch.tensor(e.ids)
@@ -268,40 +298,58 @@ def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict
             targets.append(e.ids[t])
             soft.append(e.choice_ids if t == e.choice_pos else ())
             taught.append((e.target_ids or e.choice_ids) if t == e.choice_pos else ())
+            weights.append(e.target_weights if t == e.choice_pos else ())
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
     logp = torch.log_softmax(logits[torch.tensor(rows), torch.tensor(cols)].float(), dim=-1)  # (N, vocab)
     is_soft = torch.tensor([bool(c) for c in soft])
     nll = -logp.gather(1, torch.tensor(targets)[:, None])[:, 0]
     stats = {"legal_mass": math.nan, "greedy_legal": math.nan, "greedy_teacher": math.nan,
-             "choices": float(is_soft.sum())}
+             "teacher_tv": math.nan, "choices": float(is_soft.sum())}
     if is_soft.any():
         choices, valid = _padded([c for c in soft if c])
         aims, aim_valid = _padded([c for c in taught if c])
+        rows_of = [(c, a, _teacher_probs(a, w)) for c, a, w in zip(soft, taught, weights, strict=True) if c]
+        aim_probs, _ = _padded([p for _, _, p in rows_of], float)
+        on_choices, _ = _padded([tuple(dict(zip(a, p, strict=True)).get(x, 0.0) for x in c) for c, a, p in rows_of],
+                                float)  # the teacher's probability of each legal move
         picked = logp[is_soft].gather(1, choices)
         aimed = logp[is_soft].gather(1, aims)
-        nll[is_soft] = -(aimed * aim_valid).sum(1) / aim_valid.sum(1)
-        stats["legal_mass"] = float((picked.detach().exp() * valid).sum(1).mean())
+        nll[is_soft] = -(aimed * aim_probs).sum(1)
+        legal = picked.detach().exp() * valid
+        stats["legal_mass"] = float(legal.sum(1).mean())
+        stats["teacher_tv"] = float(0.5 * ((legal / legal.sum(1, keepdim=True) - on_choices) * valid)
+                                    .abs().sum(1).mean())
         best = logp[is_soft].detach().argmax(-1, keepdim=True)  # the greedy move token
         stats["greedy_legal"] = float(((choices == best) & (valid > 0)).any(1).float().mean())
         stats["greedy_teacher"] = float(((aims == best) & (aim_valid > 0)).any(1).float().mean())
     return nll.mean(), stats
 
 
-def _padded(rows: list[tuple[int, ...]]) -> tuple[Tensor, Tensor]:
-    """Token-id rows padded with 0 to one width, and the 1/0 mask of the real entries."""
+def _teacher_probs(aims: tuple[int, ...], weights: tuple[float, ...]) -> tuple[float, ...]:
+    """The teacher's probability of each of ``aims`` (its move tokens): ``weights`` normalised, or uniform."""
+    if not weights:
+        return (1.0 / len(aims),) * len(aims)
+    total = sum(weights)
+    return tuple(w / total for w in weights)
+
+
+def _padded(rows: list[tuple], kind: type = int) -> tuple[Tensor, Tensor]:
+    """Rows (token ids, or with ``kind=float`` probabilities) padded with 0 to one width, and the 1/0 mask of
+    the real entries."""
     width = max(len(r) for r in rows)
-    return (torch.tensor([list(r) + [0] * (width - len(r)) for r in rows]),
+    return (torch.tensor([[kind(x) for x in r] + [kind(0)] * (width - len(r)) for r in rows]),
             torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows]))
 
 
 def held_out_legality(model, examples: list[_Example], pad_id: int, batch_size: int = 64) -> dict[str, float]:
     """On ``examples``: the mean probability ``model`` puts on the legal moves at the move token
     (``legal_mass``), the fraction where its most likely token there is a legal move (``greedy_legal``)
-    and one the teacher plays (``greedy_teacher``, equal to ``greedy_legal`` for the random teacher)."""
+    and one the teacher plays (``greedy_teacher``, equal to ``greedy_legal`` for the random teacher), and the
+    total variation distance from the teacher's distribution over the legal moves (``teacher_tv``)."""
     was_training = model.training
     model.eval()
-    totals, count = {"legal_mass": 0.0, "greedy_legal": 0.0, "greedy_teacher": 0.0}, 0.0
+    totals, count = {"legal_mass": 0.0, "greedy_legal": 0.0, "greedy_teacher": 0.0, "teacher_tv": 0.0}, 0.0
     with torch.no_grad():
         for i in range(0, len(examples), batch_size):
             _, stats = _loss(model, examples[i: i + batch_size], pad_id)
@@ -366,7 +414,8 @@ def warm_start(base_model: str | os.PathLike, out_dir: str | os.PathLike, cfg: W
             break
         if (rounds[-1]["held_out_legal_mass"] >= cfg.target_legal_mass
                 and rounds[-1]["held_out_greedy_legal"] >= cfg.target_greedy_legal
-                and rounds[-1]["held_out_greedy_teacher"] >= cfg.target_greedy_legal):
+                and rounds[-1]["held_out_greedy_teacher"] >= cfg.target_greedy_legal
+                and (not mixes(cfg) or rounds[-1]["held_out_teacher_tv"] <= cfg.target_teacher_tv)):
             break
         if round_ < cfg.max_rounds:  # another round follows: keep these weights in case it makes things worse
             best = (rounds[-1]["held_out_legal_mass"],
@@ -442,6 +491,8 @@ def warm_start_path(base_model: str | os.PathLike, cfg: WarmStartConfig | None =
     settings = asdict(cfg)
     if settings["teacher"] == "random":  # the recipe before teachers existed: its cached builds stay valid
         del settings["teacher"]
+    if not mixes(cfg):  # a setting that changes nothing for this teacher, added later: its cached builds stay valid
+        del settings["target_teacher_tv"]
     return cached_warm_start(base_model, settings, WARM_START_VERSION, cfg.env_id, cache_dir,
                              lambda base, path: warm_start(base, path, cfg, progress=progress))
 

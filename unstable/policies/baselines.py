@@ -220,26 +220,36 @@ def kuhn_nash_probability(card: int, opens: bool, facing_bet: bool, alpha: Fract
     return table[opens, facing_bet][card]
 
 
-def kuhn_nash(ctx: TurnContext) -> str:
-    """``"nash"`` on TextArena 0.7.4's KuhnPoker: reads the seat's card, whether it opened this round
-    (``starting_player``, which alternates from round to round, player 1 first) and the betting tree.
+def kuhn_nash_moves(env_id: str, env: object, player_id: int) -> dict[str, Fraction]:
+    """The ``"nash"`` player's probability of each legal move in the live game (:func:`kuhn_nash_probability`),
+    the bet or call first. Reads TextArena 0.7.4's KuhnPoker state: the seat's card, whether it opened this
+    round (``starting_player``, which alternates from round to round, player 1 first) and the betting tree.
 
-    TextArena's env never adds a bet to the pot (``pot`` stays at the two antes), so there every
-    round is worth one chip whatever is bet, and folding a Queen gives up a round that calling could
-    win: this strategy is an equilibrium of Kuhn poker, not of that variant.
+    TextArena's own ``KuhnPoker-v0`` never adds a bet to the pot (``pot`` stays at the two antes), so there
+    every round is worth one chip whatever is bet, and folding a Queen gives up a round that calling could
+    win: this strategy is an equilibrium of Kuhn poker (``KuhnPoker-v0-chips``), not of that variant.
     """
-    state = game_state(ctx.env_id, ctx.env, ctx.player_id)
+    state = game_state(env_id, env, player_id)
     tree = state["current_legal_action_tree"]
-    card = state["player_cards"][ctx.player_id]
-    opens = ctx.player_id == state["starting_player"]
+    card = state["player_cards"][player_id]
+    opens = player_id == state["starting_player"]
     actions = set(tree)
     if actions == {"fold", "call"}:
-        return "[call]" if ctx.rng.random() < kuhn_nash_probability(card, opens, facing_bet=True) else "[fold]"
+        p = kuhn_nash_probability(card, opens, facing_bet=True)
+        return {"[call]": p, "[fold]": 1 - p}
     # No bet yet: the opener sees the whole tree, the second player the subtree after "check".
     if actions == {"check", "bet"} and isinstance(tree["check"], dict) == opens:
-        return "[bet]" if ctx.rng.random() < kuhn_nash_probability(card, opens, facing_bet=False) else "[check]"
-    raise ValueError(f"{ctx.env_id}: unexpected KuhnPoker state for player {ctx.player_id} (the betting tree "
+        p = kuhn_nash_probability(card, opens, facing_bet=False)
+        return {"[bet]": p, "[check]": 1 - p}
+    raise ValueError(f"{env_id}: unexpected KuhnPoker state for player {player_id} (the betting tree "
                      f"of TextArena 0.7.4 assumed): legal {sorted(actions)}, opened the round: {opens}")
+
+
+def kuhn_nash(ctx: TurnContext) -> str:
+    """``"nash"``: the bet or call with the equilibrium's probability (:func:`kuhn_nash_moves`), else the check
+    or fold."""
+    (aggressive, p), (passive, _) = kuhn_nash_moves(ctx.env_id, ctx.env, ctx.player_id).items()
+    return aggressive if ctx.rng.random() < p else passive
 
 
 # ------------------------------------------------------------------------------- Teacher moves
@@ -249,6 +259,12 @@ UNIFORM_MOVE_SETS: dict[tuple[str, str], Callable[[str, object, int], list[str]]
     ("TicTacToe", "heuristic"): tictactoe_heuristic_moves,
     ("TicTacToe", "optimal"): tictactoe_optimal_moves,
     ("ConnectFour", "heuristic"): connect_four_heuristic_moves,
+}
+
+#: (game, name) -> the probability of each legal move, for the baselines that mix with set probabilities (a
+#: warm start imitates them with those probabilities as its soft label).
+MOVE_DISTRIBUTIONS: dict[tuple[str, str], Callable[[str, object, int], dict[str, Fraction]]] = {
+    ("KuhnPoker", "nash"): kuhn_nash_moves,
 }
 
 
