@@ -179,3 +179,17 @@ def test_cli_eval_writes_json(tiny_model_dir, tmp_path, capsys):
     assert data["games"] == 4 and set(data["per_seat"]) == {"0", "1"}
     assert len(data["overall"]["win_rate_ci95"]) == 2
     assert EvalResult.from_dict(data).overall.games + data["failed"] == 4
+
+
+def test_compare_intervals_says_higher_lower_or_overlap():
+    """The quickstarts' verdict: a final win rate whose interval lies wholly below the warm start's is called
+    lower (a run that collapsed to invalid answers was once reported as "the intervals overlap")."""
+    from unstable.eval.intervals import compare_intervals, comparison_line
+
+    warm = wilson_interval(566, 1000)
+    assert compare_intervals(warm, wilson_interval(688, 1000)) == "higher"
+    assert compare_intervals(warm, wilson_interval(0, 1000)) == "lower"
+    assert compare_intervals(warm, wilson_interval(590, 1000)) == "overlap"
+    assert compare_intervals((0.1, 0.3), (0.3, 0.5)) == "overlap"  # touching is not apart
+    assert "LOWER" in comparison_line(warm, wilson_interval(0, 1000))
+    assert comparison_line(warm, wilson_interval(700, 1000), "accuracy").startswith("the final accuracy is higher")

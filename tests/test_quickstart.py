@@ -390,7 +390,7 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
         e = summary["eval"][which]
         assert e["games"] == 8 and 0 <= e["ci95"][0] <= e["win_rate"] <= e["ci95"][1] <= 1
     assert summary["eval"]["final"]["adapter"].endswith("ckpt-2")
-    assert summary["wall_s"] > 0 and isinstance(summary["improved"], bool)
+    assert summary["wall_s"] > 0 and isinstance(summary["improved"], bool) and isinstance(summary["worse"], bool)
     # 256 warm-start positions are too few to learn the rules: the job says so, in the summary too
     short = summary["eval"]["initial"]["invalid_move_rate"] > 0.01
     assert ("warning: the warm start still makes invalid moves" in text) == short

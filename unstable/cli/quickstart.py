@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable.cli.progress import wait_with_progress
+from unstable.eval.intervals import compare_intervals, comparison_line
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
 from unstable.run.league_preset import DEFAULT_MODEL_NAME, league_config
@@ -366,6 +367,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
         f"vs {cfg.eval_opponent}")
     final = _eval(str(model), adapter, cfg, "final", say)
     say(f"  win rate {_fmt(final)}")
+    change = compare_intervals(initial.overall.win_rate_ci95, final.overall.win_rate_ci95)
     summary = {
         "env_id": cfg.env_id,
         "learner_steps": steps,
@@ -375,7 +377,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
         "warm_start_cached": cached,
         "eval": {"initial": _summary_entry(initial, None), "final": _summary_entry(final, adapter),
                  "opponent": cfg.eval_opponent, "decoding": "greedy"},
-        "improved": final.overall.win_rate_ci95[0] > initial.overall.win_rate_ci95[1],
+        "improved": change == "higher",
+        "worse": change == "lower",
         "warnings": warnings,
         "config": asdict(cfg),
     }
@@ -388,7 +391,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     say(f"win rate vs the {opponent} baseline ({cfg.eval_games} games each, 95% intervals):")
     say(f"  initial (warm start)    {_fmt(initial)}")
     say(f"  final ({steps} steps)   {_fmt(final)}")
-    verdict = "the intervals do not overlap" if summary["improved"] else "the intervals overlap"
+    verdict = comparison_line(initial.overall.win_rate_ci95, final.overall.win_rate_ci95, "win rate")
     say(f"  {verdict}; done in {summary['wall_s']:.0f}s")
     say(f"summary: {run_dir / 'summary.json'}; plots: {', '.join(p.name for p in plots)} in {run_dir / 'plots'}")
     say(f"next: unstable replay {run_dir} --last 3")

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unstable.eval.intervals import compare_intervals, comparison_line
 from unstable.models.task_warmstart import TaskWarmStartConfig
 from unstable.utils.checks import check_int, check_positive
 
@@ -173,17 +174,18 @@ def run_task_quickstart(cfg: TaskQuickstartConfig | None = None, say: Any = prin
     say(f"[5/5] accuracy of the final checkpoint ({Path(adapter).name})")
     final = evaluate_environment(str(model), env, "test", sampling=_sampling(cfg), adapter=adapter, success="correct")
     say(f"  {final.line()}")
+    change = compare_intervals(initial.success_ci95, final.success_ci95)
     summary = {"task": cfg.task, "level": cfg.level, "learner_steps": steps,
                "wall_s": round(time.perf_counter() - t0, 1), "train_wall_s": round(train_s, 1), "model": str(model),
                "warm_start_cached": cached, "eval": {"initial": initial.to_dict(), "final": final.to_dict(),
                                                      "decoding": "greedy", "metric": "exact match"},
-               "improved": final.success_ci95[0] > initial.success_ci95[1], "config": asdict(cfg)}
+               "improved": change == "higher", "worse": change == "lower", "config": asdict(cfg)}
     atomic_write_json(run_dir / "summary.json", summary)
     say("")
     say(f"exact-match accuracy on {cfg.eval_problems} held-out problems (95% intervals):")
     say(f"  initial (warm start)    {initial.line()}")
     say(f"  final ({steps} steps)    {final.line()}")
-    verdict = "the intervals do not overlap" if summary["improved"] else "the intervals overlap"
+    verdict = comparison_line(initial.success_ci95, final.success_ci95, "accuracy")
     say(f"  {verdict}; done in {summary['wall_s']:.0f}s")
     say(f"summary: {run_dir / 'summary.json'}")
     return summary

@@ -98,3 +98,20 @@ def score_interval(wins: int, draws: int, losses: int, z: float = Z95) -> tuple[
     if n == 0:
         return 0.0, 1.0
     return _wilson((wins + draws / 2) / n, n, z, at_zero=wins == draws == 0, at_one=losses == draws == 0)
+
+
+def compare_intervals(before: tuple[float, float], after: tuple[float, float]) -> str:
+    """How ``after`` stands against ``before``, two 95% intervals: ``"higher"`` or ``"lower"`` when they do not
+    overlap (the change is more than the noise), ``"overlap"`` when they do."""
+    if after[0] > before[1]:
+        return "higher"
+    if after[1] < before[0]:
+        return "lower"
+    return "overlap"
+
+
+def comparison_line(before: tuple[float, float], after: tuple[float, float], what: str = "win rate") -> str:
+    """The quickstarts' verdict on the final checkpoint against the warm start (:func:`compare_intervals`)."""
+    return {"higher": f"the final {what} is higher: the intervals do not overlap",
+            "lower": f"the final {what} is LOWER than the warm start's: the intervals do not overlap",
+            "overlap": "the intervals overlap: no change beyond the noise"}[compare_intervals(before, after)]
