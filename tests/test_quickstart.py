@@ -541,7 +541,7 @@ def test_the_recommended_algorithm_recipe_loads(tmp_path):
 
 def test_the_league_recipes_load(tmp_path):
     """The recipes of docs/training.md's results: TicTacToe's heuristic-taught warm start and pfsp; KuhnPoker's
-    mirror self-play and pfsp."""
+    mirror self-play and pfsp, on TextArena's prompt and on qwen3-hand."""
     from pathlib import Path
 
     from unstable.cli.quickstart import load_quickstart_config
@@ -567,6 +567,13 @@ def test_the_league_recipes_load(tmp_path):
         kuhn = load_quickstart_config(str(configs / name), out=str(tmp_path / name))
         assert (kuhn.env_id, kuhn.warm_start.env_id, kuhn.opponent_sampling_strategy, kuhn.batch_size) == (
             "KuhnPoker-v0-train", "KuhnPoker-v0-train", strategy, 128)
+    for name, strategy, teacher in (("kuhn-hand-nash-selfplay.yaml", "mirror", "nash"),
+                                    ("kuhn-hand-nash-pfsp.yaml", "pfsp", "nash"),
+                                    ("kuhn-hand-selfplay.yaml", "mirror", "random")):
+        hand = load_quickstart_config(str(configs / name), out=str(tmp_path / name))
+        assert (hand.env_id, hand.warm_start.env_id, hand.prompt_template, hand.warm_start.prompt_template,
+                hand.warm_start.teacher, hand.opponent_sampling_strategy) == (
+            "KuhnPoker-v0-chips-train", "KuhnPoker-v0-chips-train", "qwen3-hand", "qwen3-hand", teacher, strategy)
 
 
 def test_a_quickstart_config_for_another_game_warm_starts_on_that_game(tmp_path):
