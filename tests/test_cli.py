@@ -305,3 +305,39 @@ def test_eval_of_a_warm_start_uses_the_template_it_was_trained_with(tiny_model_d
             main(["eval", *argv, "--games", "2"])
     assert seen == ["qwen3-board", "qwen3-zs", "qwen3-zs"]
     assert "prompt template 'qwen3-board': the one" in capsys.readouterr().out
+
+
+def test_progress_prints_a_line_per_learner_step_and_a_last_one_for_the_last_reading():
+    """The quickstart's progress: a line when the learner step moves; once the run has ended, one more if the
+    last checkpoint's exploitability landed after its step's line (it used to end on an older checkpoint's
+    reading, right after "waiting for the last checkpoint's exploitability")."""
+    from unstable.cli.progress import report_progress
+
+    def info(step, measured, value):
+        return {"learner_step": step, "means": {}, "games_per_env": {}, "measured_at": measured,
+                "latest": {"eval/G/exploitability": value}}
+
+    class Waiter:  # alive for as many polls as there are readings before the last
+        def __init__(self, polls):
+            self.polls = polls
+
+        def join(self, timeout):
+            self.polls -= 1
+
+        def is_alive(self):
+            return self.polls > 0
+
+    def lines(readings):
+        out, feed = [], iter(readings)
+        report_progress(Waiter(len(readings)), lambda: next(feed), 20, out.append, every_s=0)
+        return [line.split(",")[0].strip() + " | " + line.split(", ")[-1] for line in out]
+
+    key = "eval/G/exploitability"
+    readings = [info(0, {key: 0}, 0.964), info(0, {key: 0}, 0.964), None, info(5, {key: 5}, 0.971),
+                info(20, {key: 5}, 0.971), info(20, {key: 14}, 0.992), info(20, {key: 20}, 0.994)]
+    assert lines(readings) == ["learner step   0/20 | exploitability 0.964 (ckpt-0)",
+                               "learner step   5/20 | exploitability 0.971 (ckpt-5)",
+                               "learner step  20/20 | exploitability 0.971 (ckpt-5)",
+                               "learner step  20/20 | exploitability 0.994 (ckpt-20)"]
+    # no new reading at the end: no repeated line
+    assert len(lines([info(3, {}, 0.5), info(3, {}, 0.5)])) == 1

@@ -26,22 +26,37 @@ def wait_with_progress(run: Any, total: int, say: Printer, every_s: float = 5.0)
 
     waiter = threading.Thread(target=wait, name="run-wait", daemon=True)
     waiter.start()
-    t0 = time.perf_counter()
-    last = -1
-    while True:
-        waiter.join(every_s)
+
+    def read_info() -> dict | None:
         try:  # the actors live until run.stop(), so this also reports the last step
-            info = ray.get(run.actors.tracker.get_interface_info.remote(), timeout=10)
+            return ray.get(run.actors.tracker.get_interface_info.remote(), timeout=10)
         except ray.exceptions.RayError:
-            info = None  # an actor died; the waiter has the cause
-        if info is not None and info["learner_step"] != last:
-            last = info["learner_step"]
-            say(train_line(info, total, time.perf_counter() - t0))
-        if not waiter.is_alive():
-            break
+            return None  # an actor died; the waiter has the cause
+
+    report_progress(waiter, read_info, total, say, every_s)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["summary"]
+
+
+def report_progress(waiter: Any, read_info: Callable[[], dict | None], total: int, say: Printer,
+                    every_s: float = 5.0) -> None:
+    """Until the ``waiter`` thread ends, a :func:`train_line` every ``every_s`` seconds in which the learner step
+    moved; then one more if the last one is out of date (the run waits for its last checkpoint's
+    exploitability after its last step: that reading lands after the step's line)."""
+    t0 = time.perf_counter()
+    printed: tuple[int, dict] | None = None  # the learner step and the readings' checkpoints of the last line
+    while True:
+        waiter.join(every_s)
+        done = not waiter.is_alive()
+        info = read_info()
+        if info is not None:
+            now = (info["learner_step"], dict(info.get("measured_at") or {}))
+            if printed is None or now[0] != printed[0] or (done and now != printed):
+                say(train_line(info, total, time.perf_counter() - t0))
+                printed = now
+        if done:
+            break
 
 
 def train_line(info: dict, total: int, elapsed: float) -> str:
