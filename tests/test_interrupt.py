@@ -38,11 +38,18 @@ num_eval_workers: 0
 STEPPED = r"learner step +[1-9]\d*/"  # a progress line after the first learner step (they come every 5 s)
 
 
+def _default_sigint() -> None:
+    """Ctrl-C's default in the child, as in a terminal: a test session started in the background by a
+    non-interactive shell inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_after(command: list[str], ready: str, env: dict[str, str], timeout: float = 300) -> tuple[int, str, str]:
     """Start ``command`` in its own process group, press Ctrl-C once its output matches the regex ``ready``,
     return (rc, out, err)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err, text=True, start_new_session=True)
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err, text=True, start_new_session=True,
+                                preexec_fn=_default_sigint)
         deadline = time.monotonic() + timeout
         while True:
             out.seek(0)
