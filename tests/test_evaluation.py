@@ -191,5 +191,6 @@ def test_compare_intervals_says_higher_lower_or_overlap():
     assert compare_intervals(warm, wilson_interval(0, 1000)) == "lower"
     assert compare_intervals(warm, wilson_interval(590, 1000)) == "overlap"
     assert compare_intervals((0.1, 0.3), (0.3, 0.5)) == "overlap"  # touching is not apart
-    assert "LOWER" in comparison_line(warm, wilson_interval(0, 1000))
-    assert comparison_line(warm, wilson_interval(700, 1000), "accuracy").startswith("the final accuracy is higher")
+    assert "LOWER" in comparison_line(compare_intervals(warm, wilson_interval(0, 1000)))
+    assert comparison_line(compare_intervals(warm, wilson_interval(700, 1000)), "accuracy").startswith(
+        "the final accuracy is higher")

@@ -391,7 +391,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     say(f"win rate vs the {opponent} baseline ({cfg.eval_games} games each, 95% intervals):")
     say(f"  initial (warm start)    {_fmt(initial)}")
     say(f"  final ({steps} steps)   {_fmt(final)}")
-    verdict = comparison_line(initial.overall.win_rate_ci95, final.overall.win_rate_ci95, "win rate")
+    verdict = comparison_line(change, "win rate")
     say(f"  {verdict}; done in {summary['wall_s']:.0f}s")
     say(f"summary: {run_dir / 'summary.json'}; plots: {', '.join(p.name for p in plots)} in {run_dir / 'plots'}")
     say(f"next: unstable replay {run_dir} --last 3")

@@ -185,7 +185,7 @@ def run_task_quickstart(cfg: TaskQuickstartConfig | None = None, say: Any = prin
     say(f"exact-match accuracy on {cfg.eval_problems} held-out problems (95% intervals):")
     say(f"  initial (warm start)    {initial.line()}")
     say(f"  final ({steps} steps)    {final.line()}")
-    verdict = comparison_line(initial.success_ci95, final.success_ci95, "accuracy")
+    verdict = comparison_line(change, "accuracy")
     say(f"  {verdict}; done in {summary['wall_s']:.0f}s")
     say(f"summary: {run_dir / 'summary.json'}")
     return summary

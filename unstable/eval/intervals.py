@@ -110,8 +110,9 @@ def compare_intervals(before: tuple[float, float], after: tuple[float, float]) -
     return "overlap"
 
 
-def comparison_line(before: tuple[float, float], after: tuple[float, float], what: str = "win rate") -> str:
-    """The quickstarts' verdict on the final checkpoint against the warm start (:func:`compare_intervals`)."""
+def comparison_line(change: str, what: str = "win rate") -> str:
+    """The quickstarts' verdict on the final checkpoint against the warm start, from :func:`compare_intervals`'
+    ``change``."""
     return {"higher": f"the final {what} is higher: the intervals do not overlap",
             "lower": f"the final {what} is LOWER than the warm start's: the intervals do not overlap",
-            "overlap": "the intervals overlap: no change beyond the noise"}[compare_intervals(before, after)]
+            "overlap": "the intervals overlap: no change beyond the noise"}[change]

@@ -10,6 +10,7 @@ collects and trains concurrently and returns when the learner has made ``learnin
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -279,9 +280,7 @@ class Run:
         try:
             ray.get([buffer.stop.remote() for buffer in a.buffers.values()])
             if self._collect_ref is not None:
-                ray.get(self._collect_ref, timeout=120)
-        except ray.exceptions.GetTimeoutError:
-            log.warning("collector did not stop within 120 s; killing it")
+                self._await_collector(timeout=120)
         except ray.exceptions.RayError as exc:
             if not quiet:
                 raise
@@ -343,7 +342,8 @@ class Run:
         try:
             ray.get(a.collector.stop.remote(), timeout=10)
             if in_flight:  # its games cancel before what they call is killed (else each logs a dead actor)
-                self._await_collector()
+                with contextlib.suppress(ray.exceptions.RayError):  # its error is the run's to report, not the stop's
+                    self._await_collector(timeout=60)
             ray.get([b.stop.remote() for b in a.buffers.values()], timeout=10)
             if in_flight:  # the learners stop first, so no checkpoint lands after the state that names the last one
                 for learner in a.learners.values():
@@ -355,17 +355,15 @@ class Run:
         for handle in a.all():
             ray.kill(handle, no_restart=True)
 
-    def _await_collector(self, timeout: float = 60) -> None:
-        """Wait for :meth:`Collector.collect` to return after :meth:`Collector.stop` (it cancels the games in
-        flight); its error, if any, is the run's to report, not the stop's."""
+    def _await_collector(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for :meth:`Collector.collect` to return after :meth:`Collector.stop`
+        (it cancels the games in flight), then warn and go on; its error is raised."""
         import ray
 
         try:  # self._collect_ref stays: a wait() running in another thread still waits on it
             ray.get(self._collect_ref, timeout=timeout)
         except ray.exceptions.GetTimeoutError:
             log.warning("collector did not stop within %.0f s; killing it", timeout)
-        except ray.exceptions.RayError:
-            pass
 
     def __enter__(self) -> Run:
         return self
