@@ -287,7 +287,7 @@ def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict
     keep = max(len(e.ids) - e.prompt_len for e in batch) + 1
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
-    rows, cols, targets, soft, taught, weights = [], [], [], [], [], []  # cols: into the kept logits
+    rows, cols, targets, soft = [], [], [], []  # cols: index into the kept logits predicting the token
     for row, e in enumerate(batch):
         offset = width - len(e.ids)
         ids[row, offset:] = torch.tensor(e.ids)
@@ -297,8 +297,6 @@ def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict
             cols.append(offset + t - 1 - (width - keep))
             targets.append(e.ids[t])
             soft.append(e.choice_ids if t == e.choice_pos else ())
-            taught.append((e.target_ids or e.choice_ids) if t == e.choice_pos else ())
-            weights.append(e.target_weights if t == e.choice_pos else ())
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
     logp = torch.log_softmax(logits[torch.tensor(rows), torch.tensor(cols)].float(), dim=-1)  # (N, vocab)
@@ -307,12 +305,13 @@ def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict
     stats = {"legal_mass": math.nan, "greedy_legal": math.nan, "greedy_teacher": math.nan,
              "teacher_tv": math.nan, "choices": float(is_soft.sum())}
     if is_soft.any():
-        choices, valid = _padded([c for c in soft if c])
-        aims, aim_valid = _padded([c for c in taught if c])
-        rows_of = [(c, a, _teacher_probs(a, w)) for c, a, w in zip(soft, taught, weights, strict=True) if c]
-        aim_probs, _ = _padded([p for _, _, p in rows_of], float)
-        on_choices, _ = _padded([tuple(dict(zip(a, p, strict=True)).get(x, 0.0) for x in c) for c, a, p in rows_of],
-                                float)  # the teacher's probability of each legal move
+        labelled = [e for e in batch if e.choice_pos is not None]  # the soft rows' examples, in their order
+        teacher = [dict(zip(e.target_ids or e.choice_ids, _teacher_probs(e), strict=True)) for e in labelled]
+        choices, valid = _padded([e.choice_ids for e in labelled])
+        aims, aim_valid = _padded([tuple(t) for t in teacher])
+        aim_probs, _ = _padded([tuple(t.values()) for t in teacher], float)
+        on_choices, _ = _padded([tuple(t.get(c, 0.0) for c in e.choice_ids) for t, e in zip(teacher, labelled,
+                                                                                          strict=True)], float)
         picked = logp[is_soft].gather(1, choices)
         aimed = logp[is_soft].gather(1, aims)
         nll[is_soft] = -(aimed * aim_probs).sum(1)
@@ -326,12 +325,14 @@ def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict
     return nll.mean(), stats
 
 
-def _teacher_probs(aims: tuple[int, ...], weights: tuple[float, ...]) -> tuple[float, ...]:
-    """The teacher's probability of each of ``aims`` (its move tokens): ``weights`` normalised, or uniform."""
-    if not weights:
+def _teacher_probs(e: _Example) -> tuple[float, ...]:
+    """The teacher's probability of each of its move tokens (``target_ids``, else every legal one):
+    ``target_weights`` normalised, or uniform."""
+    aims = e.target_ids or e.choice_ids
+    if not e.target_weights:
         return (1.0 / len(aims),) * len(aims)
-    total = sum(weights)
-    return tuple(w / total for w in weights)
+    total = sum(e.target_weights)
+    return tuple(w / total for w in e.target_weights)
 
 
 def _padded(rows: list[tuple], kind: type = int) -> tuple[Tensor, Tensor]:
