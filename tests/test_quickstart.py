@@ -322,7 +322,7 @@ def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
         WarmStartConfig(env_id="NotAGame-v0")
     for name, bad in (("weight_decay", -0.1), ("weight_decay", math.nan), ("few_moves_bias", -1.0),
                       ("target_legal_mass", 1.1), ("target_greedy_legal", -0.1), ("max_rounds", 0),
-                      ("held_out", 0)):
+                      ("held_out", 0), ("target_teacher_tv", 1.1), ("target_teacher_tv", math.nan)):
         with pytest.raises(ValueError, match=name):
             WarmStartConfig(**{name: bad})
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
