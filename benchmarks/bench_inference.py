@@ -4,7 +4,9 @@ Standalone: ``backend.generate_batch`` on B TicTacToe prompts (``qwen3-zs`` temp
 from real games) at the run defaults' sampling (temperature 0.6, top-p 0.95), ``--max-new-tokens``
 each, for B in ``--batches`` (each B warmed up once with 8 tokens first; on CUDA today's engine
 with the measured settings, as its first call of a shape compiles); with the base weights and
-with a random LoRA adapter of the run's default shape (rank 32, alpha 32, on q,k,v,o,gate,up,down).
+with a random LoRA adapter of the run's default shape (rank 32, alpha 32, on q,k,v,o,gate,up,down);
+and with ``--mixed`` such adapters (default 4) whose rows alternate in every batch, as a league run's
+trained adapter and past checkpoints share the inference actor.
 tokens/s = completion tokens produced (early end-of-sequence included) / wall seconds of the call,
 over repeated calls.
 
@@ -86,24 +88,27 @@ def cut_prompt(prompt: str, model_path: str, tokens: int) -> str:
     return tok.decode(tok(prompt, add_special_tokens=False)["input_ids"][-tokens:])
 
 
-def make_adapter(model_path: str, out: str, dtype: str | None) -> str:
+def make_adapter(model_path: str, out: str, dtype: str | None, seed: int = 0) -> str:
     """A random, non-zero LoRA adapter of the run's default shape."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype or "float32"))
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     get_peft_model(base, LoraConfig(**DEFAULT_LORA, init_lora_weights=False)).save_pretrained(out)
     return out
 
 
-def measure(backend, prompts: list[str], adapter: str | None, batch: int, sampling, min_seconds: float,
+def measure(backend, prompts: list[str], adapter: str | list[str] | None, batch: int, sampling, min_seconds: float,
             max_calls: int) -> dict[str, float]:
-    """Repeat one ``generate_batch`` of ``batch`` requests until ``min_seconds`` (at most ``max_calls``)."""
+    """Repeat one ``generate_batch`` of ``batch`` requests until ``min_seconds`` (at most ``max_calls``);
+    ``adapter`` a list: the requests take its adapters in turn."""
     from unstable.inference.base import GenerationRequest
 
-    requests = [GenerationRequest(prompts[i % len(prompts)], adapter, sampling) for i in range(batch)]
+    adapters = adapter if isinstance(adapter, list) else [adapter]
+    requests = [GenerationRequest(prompts[i % len(prompts)], adapters[i % len(adapters)], sampling)
+                for i in range(batch)]
     tokens = calls = 0
     elapsed = cpu = 0.0
     while calls < max_calls and (calls == 0 or elapsed < min_seconds):
@@ -158,28 +163,37 @@ def before_engine(source: str):
     return module.TransformersBackend
 
 
-def start_backend(kind: str, model_path: str, args, enable_lora: bool, max_batch: int, engine=None):
+def weights_label(adapter: str | list[str] | None) -> str:
+    if isinstance(adapter, list):
+        return f"LoRA r32 x{len(adapter)} mixed"
+    return "LoRA r32" if adapter else "base"
+
+
+def start_backend(kind: str, model_path: str, args, enable_lora: bool, max_batch: int, engine=None,
+                  max_loras: int = 2):
     t0 = time.perf_counter()
     if kind == "transformers":
         from unstable.inference.transformers_backend import TransformersBackend
 
         backend = (engine or TransformersBackend)(model_path, device=args.device, dtype=args.dtype,
-                                                  max_batch_size=max_batch, max_loras=2)
+                                                  max_batch_size=max_batch, max_loras=max_loras)
     else:
         from unstable.inference.vllm_backend import VLLMBackend
 
-        backend = VLLMBackend(model_path, max_batch_size=max_batch, max_loras=2, max_lora_rank=DEFAULT_LORA["r"],
+        backend = VLLMBackend(model_path, max_batch_size=max_batch, max_loras=max_loras,
+                              max_lora_rank=DEFAULT_LORA["r"],
                               max_model_len=2048, dtype=args.dtype, enable_lora=enable_lora)
     return backend, time.perf_counter() - t0
 
 
-def measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batches, sampling, warm, min_seconds,
+def measure_engine(args, path, arch, adapters, engine_name, engine, prompts, batches, sampling, warm, min_seconds,
                    max_calls, collector_s, max_new, rows: list[dict], save) -> None:
-    """Append to ``rows`` (and ``save()`` after each) the rows of one engine: base weights, then the LoRA
-    adapter (unless ``adapter`` is None), at each batch."""
-    # transformers: one backend, base rows before the first adapter is loaded (PEFT then wraps
-    # the model); vLLM: an engine without LoRA (faster on CPU) and one with it.
-    modes = [(False, None)] + ([(True, adapter)] if adapter else [])
+    """Append to ``rows`` (and ``save()`` after each) the rows of one engine: base weights, then the first
+    LoRA adapter, then all of ``adapters`` mixed (if more than one), at each batch."""
+    # transformers: one backend, base rows before the first adapter is loaded (which wraps the
+    # model's layers); vLLM: an engine without LoRA (faster on CPU) and one with it.
+    adapter = adapters[0] if adapters else None
+    modes = [(False, None)] + ([(True, adapter)] if adapter else []) + ([(True, adapters)] if len(adapters) > 1 else [])
     if args.quick and args.backend == "vllm" and adapter:
         modes = [(True, adapter)]
     first, backend, standalone_lora_32 = len(rows), None, None
@@ -188,9 +202,12 @@ def measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batc
         if backend is None or args.backend == "vllm":
             if backend is not None:
                 backend.close()
-            backend, start_s = start_backend(args.backend, path, args, enable_lora, max(max(batches), 32), engine)
-        label = "LoRA r32" if adapter_path else "base"
+            backend, start_s = start_backend(args.backend, path, args, enable_lora, max(max(batches), 32), engine,
+                                             max(2, len(adapters)))
+        label = weights_label(adapter_path)
         for batch in batches:
+            if isinstance(adapter_path, list) and batch < len(adapter_path):
+                continue  # too few rows to mix the adapters
             measure(backend, prompts, adapter_path, batch, warm, 0, 1)  # adapter load, first shapes
             m = measure(backend, prompts, adapter_path, batch, sampling, min_seconds, max_calls)
             if adapter_path and batch == 32:
@@ -236,6 +253,8 @@ def main() -> None:
     parser.add_argument("--before", default=None, help="also measure the transformers engine of this git revision "
                                                       "or module file first (see the docstring)")
     parser.add_argument("--no-lora", action="store_true", help="base weights only")
+    parser.add_argument("--mixed", type=int, default=4, help="adapters whose rows alternate in the mixed rows "
+                                                            "(default 4; 0 or 1: no mixed rows)")
     args = parser.parse_args()
 
     import torch
@@ -260,7 +279,8 @@ def main() -> None:
                 "sampling": "temperature 0.6, top_p 0.95", "device": args.device or
                 ("cuda" if torch.cuda.is_available() else "cpu"), "dtype": args.dtype or "backend default",
                 "torch_threads": args.threads if args.backend == "transformers" else "vLLM's own binding",
-                "lora": DEFAULT_LORA, "collector_seconds": None if args.no_collector else collector_s,
+                "lora": DEFAULT_LORA, "mixed_adapters": args.mixed,
+                "collector_seconds": None if args.no_collector else collector_s,
                 "before": args.before}
     notes = ["start_s: backend construction (model load; for vLLM the engine start), on the first row of each "
              "engine.",
@@ -290,12 +310,13 @@ def main() -> None:
     for arch in archs:
         path = model_dir(arch)
         with tempfile.TemporaryDirectory(prefix="bench-lora-") as tmp:
-            adapter = None if args.no_lora else make_adapter(path, os.path.join(tmp, "lora"),
-                                                             "bfloat16" if arch == "qwen3-0.6b" else None)
+            dtype = "bfloat16" if arch == "qwen3-0.6b" else None
+            adapters = [] if args.no_lora else [make_adapter(path, os.path.join(tmp, f"lora{i}"), dtype, seed=i)
+                                                for i in range(max(1, args.mixed))]
             for engine_name, engine in engines:
                 # on CUDA today's engine compiles and records the decoding step in its warm-up call, which
                 # must then have the measured shapes
-                measure_engine(args, path, arch, adapter, engine_name, engine, prompts, batches, sampling,
+                measure_engine(args, path, arch, adapters, engine_name, engine, prompts, batches, sampling,
                                sampling if cuda and engine is None else warm, min_seconds, max_calls, collector_s,
                                max_new, rows, save)
                 if cuda:

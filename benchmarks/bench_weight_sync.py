@@ -6,14 +6,13 @@ alpha 32, on q,k,v,o,gate,up,down; written to disk beforehand, as the learner's 
 timed from the moment the learner would publish it:
 
 * ``path``: ``registry.add_checkpoint(path=ckpt-N)``, then one greedy 1-token request for ckpt-N.
-  The inference actor loads the adapter from ckpt-N (PEFT ``load_adapter`` into a new slot, the
-  least recently used slot deleted once ``--max-loras`` are loaded; vLLM: a new ``LoRARequest``
-  that the engine reads from disk).
+  The inference actor loads the adapter from ckpt-N (transformers: reads the files and copies the
+  tensors into its LoRA layers, the least recently used adapter dropped once ``--max-loras`` are
+  loaded; vLLM: a new ``LoRARequest`` that the engine reads from disk).
 * ``object_store``: the learner's side (read ckpt-N's files, send them with ``add_checkpoint``; the
   registry puts them into the store), then the same request. The inference actor fetches the files
-  from the store; transformers copies the tensors into a PEFT slot (into the least recently used
-  slot of the same shape once ``--max-loras`` are loaded, without new layers); vLLM writes them to a
-  node-local cache directory and loads them from there.
+  from the store; transformers copies the tensors into its LoRA layers as above, without the disk;
+  vLLM writes them to a node-local cache directory and loads them from there.
 
 ``switch_s`` = that time minus the same request again right after (the new version already loaded):
 what the new version itself costs. Rows are the medians over the versions that found a free slot
@@ -184,7 +183,7 @@ def bench_arch(args, arch: str, versions: int, max_loras: int) -> list[dict]:
             rows.extend(by.values())
         for t in TRANSPORTS:
             s = stats[t]
-            print(f"{arch} {t}: loads {s.get('adapter_loads')} swaps {s.get('adapter_swaps')} "
+            print(f"{arch} {t}: loads {s.get('adapter_loads')} "
                   f"evictions {s.get('adapter_evictions')} fetches {s.get('adapter_fetches')}")
         if use_ray:
             import ray

@@ -189,18 +189,20 @@ def test_a_corrupt_adapter_fails_its_own_requests_and_the_rest_of_the_batch_gene
 
 
 def test_a_corrupt_first_adapter_leaves_the_base_model_as_it_was(tiny_model_dir, adapters, tmp_path):
-    """The first adapter wraps the base model in PEFT; a failed first load must not leave layers in it."""
+    """The first adapter wraps the model's layers; a failed first load must not leave anything in it."""
+    from unstable.inference.multi_lora import MultiLoraLinear
+
     b = TransformersBackend(tiny_model_dir)
     expected = b.generate_batch([GenerationRequest(PROMPT, None, GREEDY)])[0].sample.completion_ids
     shutil.copytree(adapters[0], tmp_path / "wrong-rank")
     config = json.loads((tmp_path / "wrong-rank" / "adapter_config.json").read_text())
-    config["r"] = 8  # the weights are rank 4: PEFT injects rank-8 layers, then fails to load into them
+    config["r"] = 8  # the weights are rank 4
     (tmp_path / "wrong-rank" / "adapter_config.json").write_text(json.dumps(config))
     wrong = GenerationRequest(PROMPT, str(tmp_path / "wrong-rank"), GREEDY)
     outcomes = b.generate_outcomes([wrong, GenerationRequest(PROMPT, None, GREEDY)])
-    assert "size mismatch" in str(outcomes[0]) and outcomes[1].sample.completion_ids == expected
-    left = [key for key, _ in b.model.named_parameters() if ".lora_" in key]
-    assert not left, f"the failed adapter's layers are still in the model: {left[:2]}"
+    assert "rank 8 for" in str(outcomes[0]) and outcomes[1].sample.completion_ids == expected
+    left = [key for key, module in b.model.named_modules() if isinstance(module, MultiLoraLinear)]
+    assert not left and not b._lora.adapters, f"the failed adapter's layers are still in the model: {left[:2]}"
     b.close()
 
 

@@ -149,9 +149,8 @@ class PolicyReader:
             ids[r, width - len(item.prompt_ids):] = torch.tensor(item.prompt_ids)
             mask[r, width - len(item.prompt_ids):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        adapter_kw = self._adapter_kwargs(len(items))
-        out = backend.model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                            position_ids=positions.to(device), use_cache=True, logits_to_keep=1, **adapter_kw)
+        out = backend.forward(self.adapter, input_ids=ids.to(device), attention_mask=mask.to(device),
+                              position_ids=positions.to(device), use_cache=True, logits_to_keep=1)
         first = self._step_logprobs(out.logits[:, -1]).cpu()  # [P, V]: the first completion token
         rows = [(p, c) for p, item in enumerate(items) for c in range(len(item.candidates))]
         cands = [items[p].candidates[c] for p, c in rows]
@@ -167,9 +166,8 @@ class PolicyReader:
         lengths = mask.sum(-1)[owner]
         cont_pos = lengths[:, None] + torch.arange(length)[None, :]
         full_mask = torch.cat([mask[owner], cand_mask], dim=1)
-        cont = backend.model(input_ids=tokens.to(device), attention_mask=full_mask.to(device),
-                             position_ids=cont_pos.to(device), past_key_values=cache, use_cache=True,
-                             **self._adapter_kwargs(len(rows)))
+        cont = backend.forward(self.adapter, input_ids=tokens.to(device), attention_mask=full_mask.to(device),
+                               position_ids=cont_pos.to(device), past_key_values=cache, use_cache=True)
         later = self._step_logprobs(cont.logits.reshape(-1, cont.logits.shape[-1])).cpu()
         later = later.reshape(len(rows), length, -1)  # later[r, t]: the token after candidate token t
         eos = sorted(backend.eos_ids)
@@ -184,12 +182,6 @@ class PolicyReader:
                 total += float(torch.logsumexp(later[r, len(cand) - 1, eos], dim=-1))
             scores[p].append(total)
         return scores
-
-    def _adapter_kwargs(self, rows: int) -> dict:
-        """PEFT's per-row adapter choice, as the backend passes it to ``generate``."""
-        backend = self.backend
-        name = backend._adapter_name(self.adapter, set())
-        return {"adapter_names": [name] * rows} if backend._peft else {}
 
     # ------------------------------------------------------------------ sampled
     def read_sampled(self, prompt: str, moves: Sequence[str], samples: int) -> MoveDistribution:

@@ -1,49 +1,43 @@
 """The transformers backend: one HF model, many LoRA adapters, requests batched across games.
 
 Like the seed's vLLM actor, requests from many concurrent games are queued and drained every
-few milliseconds into one ``generate`` call. Rows of one call may use different adapters (PEFT's
-``adapter_names=``), so the current checkpoint, past checkpoints and the base model share a batch.
-Adapters are loaded by path on first use and kept in an LRU cache of ``max_loras``; an adapter
-directory that changes on disk is reloaded, so a stale adapter is never served for a path.
-Generation runs in a worker thread so the event loop keeps accepting requests meanwhile.
+few milliseconds into one ``generate`` call. Rows of one call may use different adapters, so the
+current checkpoint, past checkpoints and the base model share a batch: the adapters are held by
+:class:`~unstable.inference.multi_lora.MultiLora`, which routes each row to its adapter through a mask
+rather than PEFT's per-call hooks. Adapters are loaded by path on first use and kept in an LRU cache of
+``max_loras``; an adapter directory that changes on disk is reloaded, so a stale adapter is never
+served for a path. Generation runs in a worker thread so the event loop keeps accepting requests meanwhile.
 
-On CUDA, batches without adapters use a static KV cache (``kv_cache="auto"``), so transformers
-compiles their decoding step (``torch.compile``, CUDA graphs); prompts are left-padded to a multiple
-of ``STATIC_WIDTH_STEP`` tokens and batches to a power of two rows (copies of the first row, whose
-outputs are dropped), so that few shapes occur. Batches with adapters keep the dynamic cache unless
-``kv_cache="static"``: PEFT routes rows to adapters through hooks registered anew for each generate
-call, which a compiled step would recompile for. Elsewhere the cache is dynamic and decoding eager.
-A kind of batch (base weights only, or with adapters) whose static-cache generate fails but works
-with the dynamic cache uses the dynamic cache from then on (logged once). Only the sampled tokens'
-log-probs leave the device (:func:`chosen_logprobs`, one step at a time), never a
-``[batch, steps, vocabulary]`` tensor.
+On CUDA every batch, with adapters or without, uses a static KV cache (``kv_cache="auto"``), so
+transformers compiles its decoding step (``torch.compile``, CUDA graphs): the adapters' routing is
+tensors updated in place, so a new adapter or a new mix of rows does not recompile. Prompts are
+left-padded to a multiple of ``STATIC_WIDTH_STEP`` tokens and batches to a power of two rows (copies
+of the first row, whose outputs are dropped), so that few shapes occur. Elsewhere the cache is dynamic
+and decoding eager (``kv_cache="static"`` forces the static cache, not compiled on CPU). A kind of batch
+(base weights only, or with adapters) whose static-cache generate fails but works with the dynamic
+cache uses the dynamic cache from then on (logged once). Only the sampled tokens' log-probs leave the
+device (:func:`chosen_logprobs`, one step at a time), never a ``[batch, steps, vocabulary]`` tensor.
 
 Adapters also arrive in memory (:meth:`TransformersBackend.add_adapter`, an
 :class:`~unstable.inference.adapters.AdapterPayload`, fetched from Ray's object store by the inference
-actor): a request for that path then never touches the disk. Its tensors go into a new adapter slot,
-or, once ``max_loras`` slots are loaded, into the least recently used slot of the same shape
-(rank, alpha, target modules): copying tensors into existing LoRA layers is much cheaper than
-injecting new ones.
+actor): a request for that path then never touches the disk.
 
 Requests fail one by one, as in the vLLM backend: an error that belongs to one request (its adapter
 is missing or cannot be loaded, its prompt does not fit, its sampling settings are not
 :class:`~unstable.inference.base.SamplingParams`) fails that request alone, and the rest of its batch
 generates. An adapter that failed to load is remembered (until its files change), so it is not
-reloaded for every request. When ``generate`` itself fails for a batch (out of memory, a broken
-adapter's weights), the batch is retried in parts, first one part per adapter, then halves, so an
-error fails only the requests it can be pinned on and never those of another adapter.
+reloaded for every request. When ``generate`` itself fails for a batch (out of memory, say), the batch
+is retried in parts, first one part per adapter, then halves, so an error fails only the requests it
+can be pinned on and never those of another adapter.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import os
 import threading
 import time
-import warnings
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -51,13 +45,14 @@ from typing import Any
 
 import torch
 
-from unstable.inference.adapters import AdapterPayload
+from unstable.inference.adapters import AdapterPayload, read_adapter
 from unstable.inference.base import GenerationRequest, GenerationResult, SamplingParams, make_sample
+from unstable.inference.multi_lora import MultiLora
 from unstable.local_models.resolve import resolve_tiny_name
 
 log = logging.getLogger(__name__)
 
-BASE_ADAPTER = "__base__"  # PEFT's name for "no adapter" rows in a mixed batch
+BASE_ADAPTER = "__base__"  # the adapter name of rows on the base weights
 MEMORY_PREFIX = "memory:"  # adapter keys of in-memory adapters (add_adapter) start with it
 STATIC_WIDTH_STEP = 64  # with a static cache, prompts are left-padded to a multiple of this many tokens
 MAX_BROKEN_ADAPTERS = 64  # adapter versions remembered as unloadable (least recently seen are forgotten)
@@ -73,8 +68,8 @@ class TransformersBackendConfig:
     max_batch_size: int = 32  # rows per generate call
     batch_wait_ms: float = 5.0  # how long the first request of a batch waits for company
     max_loras: int = 8  # adapters kept loaded at once (least recently used are evicted)
-    kv_cache: str = "auto"  # "auto": static (decoding compiled) on cuda for batches without adapters, else
-    # dynamic; "static" for every batch (on cpu: not compiled); "dynamic" for none
+    kv_cache: str = "auto"  # "auto": static (decoding compiled) on cuda, dynamic elsewhere; "static" everywhere
+    # (on cpu: not compiled); "dynamic" nowhere
 
     def __post_init__(self) -> None:
         if not isinstance(self.model_name, str) or not self.model_name:
@@ -125,13 +120,12 @@ class TransformersBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model_name)
         base = AutoModelForCausalLM.from_pretrained(cfg.model_name, dtype=getattr(torch, dtype_name))
         self.model: Any = base.to(self.device).eval()
-        self._peft = False
+        self._lora = MultiLora(self.model)
         self._adapters: OrderedDict[tuple[str, int], str] = OrderedDict()
         self._broken: OrderedDict[tuple[str, int], BaseException] = OrderedDict()  # adapters that failed to load
         self._adapter_counter = 0
         self._payloads: OrderedDict[str, AdapterPayload] = OrderedDict()  # in-memory adapters by source
         self._payload_lock = threading.Lock()
-        self._slot_shapes: dict[str, str] = {}  # adapter slot name -> its config's shape (see _shape)
         gen_cfg = base.generation_config
         eos = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else self.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -139,11 +133,9 @@ class TransformersBackend:
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self.max_length = getattr(base.config, "max_position_embeddings", None)
         # which batches (False: base weights only, True: with adapters) use the static cache; a kind whose
-        # static/compiled generate failed falls back to the dynamic cache for good (logged once). "auto"
-        # leaves batches with adapters on the dynamic cache: PEFT passes each row's adapter through hooks
-        # it registers anew for every generate call, and a compiled step would recompile for each call.
-        self._static = {False: cfg.kv_cache == "static" or (cfg.kv_cache == "auto" and self.device.type == "cuda"),
-                        True: cfg.kv_cache == "static"}
+        # static/compiled generate failed falls back to the dynamic cache for good (logged once)
+        static = cfg.kv_cache == "static" or (cfg.kv_cache == "auto" and self.device.type == "cuda")
+        self._static = {False: static, True: static}
         self._lock = threading.Lock()  # one generate at a time (the model is not thread-safe)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
         self._loop_state: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Queue, asyncio.Task]] = {}
@@ -153,7 +145,6 @@ class TransformersBackend:
             "completion_tokens": 0,
             "generate_seconds": 0.0,
             "adapter_loads": 0,
-            "adapter_swaps": 0,
             "adapter_evictions": 0,
             "adapter_load_failures": 0,
             "failed_requests": 0,
@@ -177,16 +168,10 @@ class TransformersBackend:
             raise _adapter_error(path, self._broken[key])
         self._adapter_counter += 1
         name = f"a{self._adapter_counter}"
-        try:
-            if payload is not None:
-                swapped = self._swap_in(key, payload, in_use)
-                if swapped is not None:
-                    return swapped
-                self._add_payload(payload, name)
-            else:
-                self._load_adapter(key[0], name)
+        try:  # nothing of a refused adapter is kept
+            payload = payload if payload is not None else read_adapter(key[0])
+            self._lora.add(name, payload.config(), payload.state_dict(), path)
         except Exception as exc:
-            self._forget_adapter(name)
             self._broken[key] = exc
             while len(self._broken) > MAX_BROKEN_ADAPTERS:
                 self._broken.popitem(last=False)
@@ -198,23 +183,11 @@ class TransformersBackend:
         self._evict(in_use)
         return name
 
-    def _load_adapter(self, path: str, name: str) -> None:
-        from peft import PeftModel
-
-        if not self._peft:
-            self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name).eval()
-            self._peft = True
-        else:
-            self.model.load_adapter(path, adapter_name=name)
-        self.model.eval()
-        with open(os.path.join(path, "adapter_config.json")) as f:
-            self._slot_shapes[name] = _shape(json.load(f))
-
     # ------------------------------------------------------------------ adapters in memory
     def add_adapter(self, source: str, payload: AdapterPayload) -> None:
         """Serve requests for adapter ``source`` from ``payload`` (its files in memory), not from disk.
-        The payloads of the ``max_loras`` most recently added adapters are kept (a slot evicted
-        meanwhile is refilled from them); the inference actor fetches an older one again."""
+        The payloads of the ``max_loras`` most recently added adapters are kept (an adapter evicted
+        meanwhile is loaded again from them); the inference actor fetches an older one again."""
         with self._payload_lock:  # the event loop adds while the generate thread reads
             self._payloads[source] = payload
             self._payloads.move_to_end(source)
@@ -226,72 +199,12 @@ class TransformersBackend:
         with self._payload_lock:
             return source in self._payloads or (MEMORY_PREFIX + source, 0) in self._adapters
 
-    def _add_payload(self, payload: AdapterPayload, name: str) -> None:
-        """A new adapter slot ``name`` with ``payload``'s config and tensors (PEFT's load_adapter, minus the files)."""
-        from peft import PeftModel, set_peft_model_state_dict
-        from peft.config import PeftConfig
-
-        config = payload.config()
-        peft_config = PeftConfig.from_peft_type(**{**config, "inference_mode": True})
-        model = self.model
-        if not self._peft:  # kept only once its tensors are in (as PeftModel.from_pretrained)
-            model = PeftModel(self.model, peft_config, adapter_name=name)
-        else:
-            model.add_adapter(name, peft_config)
-        _check_loaded(set_peft_model_state_dict(model, payload.state_dict(), adapter_name=name), payload.source)
-        self.model, self._peft = model.to(self.device).eval(), True
-        self._slot_shapes[name] = _shape(config)
-
-    def _swap_in(self, key: tuple[str, int], payload: AdapterPayload, in_use: set[str]) -> str | None:
-        """Copy ``payload``'s tensors into the least recently used slot of the same shape when every
-        slot is taken; the slot's name, or ``None`` when there is no such slot (a new one is added)."""
-        from peft import set_peft_model_state_dict
-
-        if len(self._adapters) < self.config.max_loras:
-            return None
-        shape = _shape(payload.config())
-        victim = next((k for k, n in self._adapters.items() if n not in in_use and self._slot_shapes.get(n) == shape),
-                      None)
-        if victim is None:
-            return None
-        name = self._adapters.pop(victim)
-        try:
-            _check_loaded(set_peft_model_state_dict(self.model, payload.state_dict(), adapter_name=name),
-                          payload.source)
-        except Exception:  # the slot may hold half of each: drop it
-            self._stats["adapter_evictions"] += 1
-            self._forget_adapter(name)
-            self._slot_shapes.pop(name, None)
-            raise
-        self._adapters[key] = name
-        self._stats["adapter_swaps"] += 1
-        self._stats["adapter_evictions"] += 1
-        in_use.add(name)
-        return name
-
-    def _forget_adapter(self, name: str) -> None:
-        """Remove what a failed load left of adapter ``name``: its config and the layers PEFT injected
-        before the weights failed (into the base model itself when it was the first adapter)."""
-        from peft.tuners.tuners_utils import BaseTunerLayer
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            if self._peft and name in self.model.peft_config:
-                self.model.delete_adapter(name)
-            for module in self.model.modules():
-                if isinstance(module, BaseTunerLayer):
-                    module.delete_adapter(name)
-
     def _evict(self, in_use: set[str]) -> None:
         while len(self._adapters) > self.config.max_loras:
             victim = next((k for k, n in self._adapters.items() if n not in in_use), None)
             if victim is None:  # every loaded adapter is needed by this batch
                 return
-            with warnings.catch_warnings():  # PEFT warns when the deleted adapter was the "active" one
-                warnings.simplefilter("ignore", UserWarning)
-                name = self._adapters.pop(victim)
-                self.model.delete_adapter(name)
-                self._slot_shapes.pop(name, None)
+            self._lora.remove(self._adapters.pop(victim))
             self._stats["adapter_evictions"] += 1
 
     def loaded_adapters(self) -> list[str]:
@@ -374,7 +287,7 @@ class TransformersBackend:
     @torch.no_grad()
     def _generate_rows(self, rows: list[_Row]) -> list[GenerationResult]:
         t0 = time.perf_counter()
-        lora = self._peft and any(row.adapter != BASE_ADAPTER for row in rows)
+        lora = any(row.adapter != BASE_ADAPTER for row in rows)
         static = self._static[lora]
         width = max(len(row.prompt_ids) for row in rows)
         padded = rows
@@ -402,12 +315,8 @@ class TransformersBackend:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        if lora:
-            kwargs["adapter_names"] = [row.adapter for row in padded]
-        # base rows alone: the adapters switched off, not per-row routing (whose hooks, registered for
-        # each call, a compiled step would recompile for)
-        with self.model.disable_adapter() if self._peft and not lora else contextlib.nullcontext():
-            out = self._generate_call(kwargs, lora, static)
+        self._lora.route([None if row.adapter == BASE_ADAPTER else row.adapter for row in padded])
+        out = self._generate_call(kwargs, lora, static)
         new_tokens = out.sequences[: len(rows), width:]
         # output_scores are the logits after temperature and top-p (-inf outside the nucleus): the
         # distribution each token was drawn from (greedy: the raw logits). Only the chosen tokens'
@@ -454,6 +363,16 @@ class TransformersBackend:
                         "dynamic cache; such batches use the dynamic cache from now on",
                         "with" if lora else "without", type(exc).__name__, exc)
             return out
+
+    @torch.no_grad()
+    def forward(self, adapter_path: str | None, **model_inputs: Any) -> Any:
+        """One forward pass of the model (``model_inputs`` as for the HF model) with every row on the
+        adapter at ``adapter_path`` (``None``: the base weights), between generate calls."""
+        with self._lock:
+            name = self._adapter_name(adapter_path, set())
+            rows = model_inputs["input_ids"].shape[0]
+            self._lora.route([None if name == BASE_ADAPTER else name] * rows)
+            return self.model(**model_inputs)
 
     def decoding(self) -> dict[str, str]:
         """The KV cache each kind of batch now uses: ``{"base": "static" | "dynamic", "lora": ...}``."""
@@ -529,23 +448,6 @@ def chosen_logprobs(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def _adapter_error(path: str, cause: BaseException) -> RuntimeError:
     return RuntimeError(f"could not load the LoRA adapter {path!r} ({type(cause).__name__}: {cause}); its files are "
                         "damaged or it was made for another model: replace it, or stop using it as a policy")
-
-
-_SHAPELESS = ("base_model_name_or_path", "revision", "inference_mode", "lora_dropout")
-
-
-def _shape(config: dict[str, Any]) -> str:
-    """What two adapters must share for one's tensors to fit the other's slot: the config, less the
-    fields that do not change the layers."""
-    return json.dumps({k: v for k, v in config.items() if k not in _SHAPELESS}, sort_keys=True, default=str)
-
-
-def _check_loaded(result: Any, source: str) -> None:
-    """Fail when PEFT left some of the adapter's tensors unused (they were made for another model)."""
-    unexpected = list(getattr(result, "unexpected_keys", None) or [])
-    if unexpected:
-        raise ValueError(f"{len(unexpected)} tensors of adapter {source!r} fit no layer of this model "
-                         f"(e.g. {unexpected[0]!r})")
 
 
 def _split(rows: list[_Row]) -> list[list[_Row]]:
