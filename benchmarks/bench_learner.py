@@ -20,7 +20,10 @@ default: rank 32, alpha 32 on q,k,v,o,gate,up,down) serve every variant:
   nothing else: no optimiser, no checkpoint. The ideal the update is measured against;
 * ``bare fwd+bwd, packed rows``: the same, with the steps of each of the update's micro-batches
   concatenated into one row, position ids restarting per step (transformers then builds a
-  block-diagonal mask: no cross-attention, but dense attention over the whole row on CPU SDPA).
+  block-diagonal mask: no cross-attention, but dense attention over the whole row on CPU SDPA);
+* ``update, LoRA products in float32 (PEFT's default)``, with bfloat16 base weights only (``--dtype
+  bfloat16``, the CUDA default): the update with ``lora_compute_dtype="float32"``, where ``update``
+  and the bare passes run the LoRA products in bfloat16 (``unstable.learners.model_utils.lora_compute``).
 
 All variants run in **one process, interleaved**: each round runs every variant once, in an order
 rotated from round to round, after one untimed warm-up round. The ratio ``update / ideal`` is taken
@@ -32,6 +35,7 @@ no padding); "trained tokens" only the completion tokens the loss is taken on.
     .venv/bin/python benchmarks/bench_learner.py                  # 1m and 10m, ~10 minutes on 2 cores
     .venv/bin/python benchmarks/bench_learner.py --quick          # seconds
     python benchmarks/bench_learner.py --device cuda --arch qwen3-0.6b   # GPU, bf16 base weights
+    .venv/bin/python benchmarks/bench_learner.py --arch 10m --dtype bfloat16 --no-before   # CPU, bf16
 
 CPU runs use ``torch.set_num_threads(--threads)`` (default 1). On CUDA each call also reports its
 ``torch.cuda.max_memory_allocated`` over the memory held before it.
@@ -59,6 +63,7 @@ ENVS = ("TicTacToe-v0-train", "KuhnPoker-v0-train")
 BEFORE = "ca68e4a"  # the last commit whose learner padded micro-batches to their longest step
 UPDATE, BEFORE_UPDATE, IDEAL, PACKED = ("update", "update, padded (before)", "ideal: bare fwd+bwd, one step a pass",
                                         "bare fwd+bwd, packed rows")
+FP32_LORA = "update, LoRA products in float32 (PEFT's default)"
 
 
 # ------------------------------------------------------------------------------------- the batch
@@ -145,7 +150,8 @@ def learner_before(commit: str):
     return reinforce.REINFORCELearner
 
 
-def bare_pass(model, device, micro_rows: list[list[list[int]]], prompt_lens: list[list[int]], packed: bool):
+def bare_pass(model, device, micro_rows: list[list[list[int]]], prompt_lens: list[list[int]], packed: bool,
+              dtype=None):
     """A callable: forward+backward over the steps, one pass per step (``packed=False``) or per
     micro-batch concatenated into one row; the LM head only at completion positions."""
     import torch
@@ -171,7 +177,8 @@ def bare_pass(model, device, micro_rows: list[list[list[int]]], prompt_lens: lis
     def step() -> None:
         for ids, positions, where, targets in passes:
             kwargs = {"position_ids": positions} if packed else {}
-            hidden = body(input_ids=ids, use_cache=False, **kwargs).last_hidden_state[0, where]
+            with mu.lora_compute(model, dtype):  # as the update's forward passes
+                hidden = body(input_ids=ids, use_cache=False, **kwargs).last_hidden_state[0, where]
             logp = head(hidden).float().log_softmax(-1).gather(-1, targets[:, None])
             (-logp.mean()).backward()
         model.zero_grad(set_to_none=True)
@@ -202,27 +209,31 @@ def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
     real = sum(kept_length(s, None) for s in steps)
     trained = sum(len(s.completion_ids) for s in steps)
     batch = TrainBatch.from_steps(steps)
+    dtype = mu.resolve_dtype(args.dtype, device)
     opts = dict(lora_cfg=LORA, batch_size=args.batch, mini_batch_size=args.mini_batch, learning_rate=1e-5,
                 device=str(device), keep_last=1, gradient_checkpointing=args.gradient_checkpointing,
                 activation_checkpointing=True, seed=0, micro_batching=args.micro_batching,
-                max_tokens_per_micro_batch=args.max_tokens)
+                max_tokens_per_micro_batch=args.max_tokens, dtype=args.dtype)
     out = tempfile.TemporaryDirectory(prefix="bench-learner-")
     learners = {UPDATE: REINFORCELearner(path, output_dir=f"{out.name}/after", **opts)}
+    if dtype == torch.bfloat16 and not args.no_fp32_lora:
+        learners[FP32_LORA] = REINFORCELearner(path, output_dir=f"{out.name}/fp32-lora", lora_compute_dtype="float32",
+                                               **opts)
     if not args.no_before:
         learners[BEFORE_UPDATE] = learner_before(args.before)(path, output_dir=f"{out.name}/before", **opts)
     for lrn in learners.values():
         lrn.initialize_algorithm(max_train_len=None, max_generation_len=args.max_new_tokens)
     torch.manual_seed(0)
-    base = mu.load_base_model(path, device, mu.resolve_dtype(None, device), False)
+    base = mu.load_base_model(path, device, dtype, False)
     model = mu.attach_policy_adapter(base, LORA, None).to(device)
     model.train()
     cut = learners[UPDATE].micro_batches(steps)  # the bare passes take the update's micro-batches
     rows = [[list(steps[i].prompt_ids) + list(steps[i].completion_ids) for i in idx] for idx in cut]
     plens = [[len(steps[i].prompt_ids) for i in idx] for idx in cut]
     calls = {name: (lambda lrn=lrn: lrn.update(batch)) for name, lrn in learners.items()}
-    calls[IDEAL] = bare_pass(model, device, rows, plens, packed=False)
+    calls[IDEAL] = bare_pass(model, device, rows, plens, packed=False, dtype=dtype)
     if not args.no_packed:
-        calls[PACKED] = bare_pass(model, device, rows, plens, packed=True)
+        calls[PACKED] = bare_pass(model, device, rows, plens, packed=True, dtype=dtype)
     names = list(calls)
     wall: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
@@ -301,6 +312,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8192, help="the learner's max_tokens_per_micro_batch")
     parser.add_argument("--gradient-checkpointing", action="store_true", help="the learners' per-layer checkpointing")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    parser.add_argument("--dtype", default=None, help="base weights' dtype (default: bf16 on cuda, fp32 on cpu)")
+    parser.add_argument("--no-fp32-lora", action="store_true", help="leave out the float32-LoRA update "
+                                                                     "(bfloat16 base weights)")
     parser.add_argument("--batch", type=int, default=None, help="steps per update (default 16)")
     parser.add_argument("--mini-batch", type=int, default=None, help="the learner's mini_batch_size (default 4)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="completion cap (and max_generation_len)")
@@ -334,6 +348,7 @@ def main() -> None:
                                       f"cut at {args.max_new_tokens}",
                 "seed": args.seed, "timed_rounds": args.rounds, "warmup_rounds": 1, "lora": LORA,
                 "gradient_checkpointing": args.gradient_checkpointing, "activation_checkpointing": True,
+                "dtype": args.dtype or "the learner's default (bf16 on cuda, fp32 on cpu)",
                 "micro_batching": args.micro_batching, "max_tokens_per_micro_batch": args.max_tokens,
                 "seq_len": args.seq_len, "torch_threads": args.threads,
                 "device": args.device or ("cuda" if info.get("gpu") else "cpu"), "before_commit": args.before,

@@ -402,6 +402,7 @@ LEARNER_CASES = [
     ("max_tokens_per_micro_batch 0", {"learner": {"max_tokens_per_micro_batch": 0}},
      "max_tokens_per_micro_batch must be >= 1"),
     ("micro_batching unknown", {"learner": {"micro_batching": "bins"}}, "micro_batching must be one of"),
+    ("lora_compute_dtype unknown", {"learner": {"lora_compute_dtype": "bf16"}}, "lora_compute_dtype must be one of"),
     ("weight_decay negative", {"learner": {"weight_decay": -1}}, "learner settings: weight_decay must be >= 0"),
     ("dtype float64", {"learner": {"dtype": "float64"}}, r"learner settings: dtype must be one of \['bfloat16'"),
     ("keep_every 0", {"learner": {"keep_every": 0}}, "keep_every must be >= 1 or None"),

@@ -159,12 +159,14 @@ class A2CLearner(REINFORCELearner):
         last = attention_mask.sum(dim=1) - 1
         if self.packed:  # one row, position ids restarting per prompt (see batching.pack_rows)
             ids, positions, offsets = pack_rows(attention_mask, input_ids)
-            hidden = mu.decoder_body(self.model)(input_ids=ids, position_ids=positions, use_cache=False)
+            with self._lora_compute():
+                hidden = mu.decoder_body(self.model)(input_ids=ids, position_ids=positions, use_cache=False)
             at_last_prompt_token = hidden.last_hidden_state[0, offsets + last]
         else:
-            hidden = mu.decoder_body(self.model)(
-                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-            ).last_hidden_state
+            with self._lora_compute():
+                hidden = mu.decoder_body(self.model)(
+                    input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+                ).last_hidden_state
             at_last_prompt_token = hidden[torch.arange(hidden.shape[0], device=self.device), last]
         return self.value_head(at_last_prompt_token.float()).squeeze(-1)
 

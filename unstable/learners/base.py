@@ -163,6 +163,11 @@ class BaseLearner(DataParallelLearner):
         self.optimizer.state.clear()
         logger.info("version %d: policy adapter reset to %s", self.version, adapter_path or "a fresh adapter")
 
+    def _lora_compute(self):
+        """Context of the learner's forward passes: the LoRA products in the base dtype (see
+        ``LearnerConfig.lora_compute_dtype`` and :func:`~unstable.learners.model_utils.lora_compute`)."""
+        return mu.lora_compute(self.model, self.dtype, self.config.lora_compute_dtype)
+
     def current_lr(self) -> float:
         """The policy learning rate of the next update under ``config.lr_schedule``."""
         cfg = self.config

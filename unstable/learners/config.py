@@ -24,6 +24,7 @@ def _default_lora_cfg() -> dict[str, Any]:
 
 LR_SCHEDULES = ("constant", "linear")
 MICRO_BATCHING = ("auto", "packed", "buckets")
+LORA_COMPUTE_DTYPES = ("base", "float32")
 LOSS_TYPES = ("dr_grpo", "grpo", "bnpo", "dapo")
 RATIO_LEVELS = ("token", "sequence")
 OLD_LOGPROBS = ("recompute", "behaviour")
@@ -103,6 +104,12 @@ class LearnerConfig:
     dtype: str | None = None
     """Base-weight dtype (``"bfloat16"``, ``"float16"``, ``"float32"``). ``None``: bf16 on CUDA,
     fp32 on CPU. LoRA weights and optimiser state stay float32 either way."""
+    lora_compute_dtype: str = "base"
+    """With bfloat16 base weights: ``"base"`` runs the LoRA products in bfloat16 too (autocast; the
+    LoRA weights, gradients and optimiser state stay float32, as with TRL's ``bf16=True``);
+    ``"float32"`` keeps PEFT's default, which casts every adapted layer's input to float32 and adds
+    float32 products (more memory traffic than the frozen matmuls on a GPU). No effect with float16
+    or float32 base weights (see :func:`unstable.learners.model_utils.lora_compute`)."""
     keep_last: int | None = 3
     """Keep the newest N checkpoints (``None`` keeps all)."""
     keep_every: int | None = None
@@ -188,6 +195,7 @@ class LearnerConfig:
             )
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_choice("micro_batching", self.micro_batching, MICRO_BATCHING)
+        check_choice("lora_compute_dtype", self.lora_compute_dtype, LORA_COMPUTE_DTYPES)
         for name in ("learning_rate", "grad_clip", "poll_interval_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

@@ -286,7 +286,8 @@ class REINFORCELearner(BaseLearner):
     def _hidden_at(self, micro: TokenBatch, where: tuple[Tensor, Tensor]) -> Tensor:
         """The final hidden states ``[N, H]`` at the positions ``where`` of ``micro`` (no LM head)."""
         kwargs, rows, cols = self._forward_inputs(micro, where)
-        hidden = mu.decoder_body(self.model)(**kwargs, use_cache=False).last_hidden_state
+        with self._lora_compute():
+            hidden = mu.decoder_body(self.model)(**kwargs, use_cache=False).last_hidden_state
         return hidden[rows, cols]
 
     def _completion_logits(self, micro: TokenBatch, where: tuple[Tensor, Tensor]) -> Tensor:
@@ -311,7 +312,8 @@ class REINFORCELearner(BaseLearner):
             kwargs["logits_to_keep"] = keep
         handle = self.model.get_output_embeddings().register_forward_pre_hook(select)
         try:
-            logits = self.model(**kwargs, use_cache=False).logits
+            with self._lora_compute():
+                logits = self.model(**kwargs, use_cache=False).logits
         finally:
             handle.remove()
         return logits[0] if selected else logits[rows, cols - offset]
