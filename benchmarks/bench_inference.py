@@ -23,7 +23,7 @@ over a time window, compared with the standalone LoRA number at batch 32.
 
 Before and after (``--before REV_OR_FILE``): the transformers engine as it was at git revision REV (or
 in a copy of ``unstable/inference/transformers_backend.py`` at FILE, e.g. the GPU bundle's
-``.gpu/before/``) is measured first, on the same prompts, then today's; the "after" rows carry
+``.gpu/before/``) is loaded beside today's, and their calls alternate on the same prompts; the "after" rows carry
 ``x before`` = their tok/s over the before row's. Loading the old module, rather than keeping the
 old path behind an option, measures exactly the code that ran before and leaves no dead path in the
 engine.
@@ -186,54 +186,72 @@ def start_backend(kind: str, model_path: str, args, enable_lora: bool, max_batch
     return backend, time.perf_counter() - t0
 
 
-def measure_engine(args, path, arch, adapters, engine_name, engine, prompts, batches, sampling, warm, min_seconds,
-                   max_calls, collector_s, max_new, rows: list[dict], save) -> None:
-    """Append to ``rows`` (and ``save()`` after each) the rows of one engine: base weights, then the first
-    LoRA adapter, then all of ``adapters`` mixed (if more than one), at each batch."""
-    # transformers: one backend, base rows before the first adapter is loaded (which wraps the
-    # model's layers); vLLM: an engine without LoRA (faster on CPU) and one with it.
+def measure_engines(args, path, arch, adapters, engines, prompts, batches, sampling, warm, full_warm: bool,
+                    min_seconds, max_calls, collector_s, max_new, rows: list[dict], save) -> None:
+    """Append to ``rows`` (and ``save()`` after each batch) the rows of each of ``engines`` (``[(name,
+    backend class or None)]``): base weights, then the first LoRA adapter, then all of ``adapters``
+    mixed (if more than one), at each batch. With several engines (``--before``) every engine is
+    loaded at once and their calls alternate, in an order rotated from call to call, so that a
+    drift of the machine's speed during the run reaches all of them alike. ``full_warm``: today's engine
+    warms up with ``sampling`` itself (on CUDA its warm-up call compiles the measured shapes)."""
+    # transformers: one backend per engine, base rows before the first adapter is loaded (which
+    # wraps the model's layers); vLLM: an engine without LoRA (faster on CPU) and one with it.
     adapter = adapters[0] if adapters else None
     modes = [(False, None)] + ([(True, adapter)] if adapter else []) + ([(True, adapters)] if len(adapters) > 1 else [])
     if args.quick and args.backend == "vllm" and adapter:
         modes = [(True, adapter)]
-    first, backend, standalone_lora_32 = len(rows), None, None
+    first, backends, standalone_lora_32 = len(rows), {}, {}
     for enable_lora, adapter_path in modes:
-        start_s = None
-        if backend is None or args.backend == "vllm":
-            if backend is not None:
-                backend.close()
-            backend, start_s = start_backend(args.backend, path, args, enable_lora, max(max(batches), 32), engine,
-                                             max(2, len(adapters)))
+        start_s = {}
+        if not backends or args.backend == "vllm":
+            for name, engine in engines:
+                if name in backends:
+                    backends[name].close()
+                backends[name], start_s[name] = start_backend(args.backend, path, args, enable_lora,
+                                                              max(max(batches), 32), engine, max(2, len(adapters)))
         label = weights_label(adapter_path)
         for batch in batches:
             if isinstance(adapter_path, list) and batch < len(adapter_path):
                 continue  # too few rows to mix the adapters
-            measure(backend, prompts, adapter_path, batch, warm, 0, 1)  # adapter load, first shapes
-            m = measure(backend, prompts, adapter_path, batch, sampling, min_seconds, max_calls)
-            if adapter_path and batch == 32:
-                standalone_lora_32 = m["tok/s"]
-            rows.append({"backend": args.backend, "engine": engine_name, "arch": arch, "weights": label,
-                         "batch": batch, "tok/s": m["tok/s"], "tok/CPU-s": m["tok/CPU-s"], "calls": m["calls"],
-                         "mean_len": m["mean_len"], "start_s": start_s if batch == batches[0] else None})
-            if hasattr(backend, "decoding"):
-                rows[-1]["kv cache"] = backend.decoding()["lora" if adapter_path else "base"]
+            for (_, engine), backend in zip(engines, backends.values(), strict=True):  # adapter load, shapes
+                measure(backend, prompts, adapter_path, batch, sampling if full_warm and engine is None else warm, 0, 1)
+            tally = {name: [] for name in backends}
+            order = list(backends)
+            while any(len(t) < max_calls and sum(m["seconds"] for m in t) < min_seconds for t in tally.values()):
+                for name in order:
+                    if len(tally[name]) < max_calls and (not tally[name] or
+                                                        sum(m["seconds"] for m in tally[name]) < min_seconds):
+                        tally[name].append(measure(backends[name], prompts, adapter_path, batch, sampling, 0, 1))
+                order = order[1:] + order[:1]
+            for name, calls in tally.items():
+                tokens, seconds = sum(m["tokens"] for m in calls), sum(m["seconds"] for m in calls)
+                cpu = sum(m["tokens"] / m["tok/CPU-s"] for m in calls if m["tok/CPU-s"])
+                if adapter_path and not isinstance(adapter_path, list) and batch == 32:
+                    standalone_lora_32[name] = tokens / seconds
+                rows.append({"backend": args.backend, "engine": name, "arch": arch, "weights": label,
+                             "batch": batch, "tok/s": tokens / seconds, "tok/CPU-s": tokens / cpu if cpu else None,
+                             "calls": len(calls), "mean_len": tokens / (len(calls) * batch),
+                             "start_s": start_s.get(name) if batch == batches[0] else None})
+                if hasattr(backends[name], "decoding"):
+                    rows[-1]["kv cache"] = backends[name].decoding()["lora" if adapter_path else "base"]
             save()
-    if hasattr(backend, "decoding"):  # a fallback may have come later
-        for r in rows[first:]:
-            r["kv cache"] = backend.decoding()["lora" if r["weights"] != "base" else "base"]
-    if not args.no_collector and adapter:
-        d = collector_delivery(backend, path, adapter, max_new, collector_s)
-        tok_s = d["tokens"] / d["seconds"]
-        rows.append({"backend": args.backend, "engine": engine_name, "arch": arch,
-                     "weights": "LoRA r32, in Collector",
-                     "batch": d["requests"] / d["batches"] if args.backend == "transformers" else None,
-                     "tok/s": tok_s, "tok/CPU-s": d["tokens"] / d["cpu"], "calls": int(d["requests"]),
-                     "mean_len": d["tokens"] / d["requests"] if d["requests"] else None,
-                     "x standalone b32": tok_s / standalone_lora_32 if standalone_lora_32 else None,
-                     "games/s": d["games"] / d["seconds"]})
-        save()
-    backend.close()
-    del backend
+    for r in rows[first:]:  # a fallback may have come later
+        if hasattr(backends[r["engine"]], "decoding"):
+            r["kv cache"] = backends[r["engine"]].decoding()["lora" if r["weights"] != "base" else "base"]
+    for name, backend in backends.items():
+        if not args.no_collector and adapter:
+            d = collector_delivery(backend, path, adapter, max_new, collector_s)
+            tok_s = d["tokens"] / d["seconds"]
+            rows.append({"backend": args.backend, "engine": name, "arch": arch,
+                         "weights": "LoRA r32, in Collector",
+                         "batch": d["requests"] / d["batches"] if args.backend == "transformers" else None,
+                         "tok/s": tok_s, "tok/CPU-s": d["tokens"] / d["cpu"], "calls": int(d["requests"]),
+                         "mean_len": d["tokens"] / d["requests"] if d["requests"] else None,
+                         "x standalone b32": tok_s / standalone_lora_32[name] if name in standalone_lora_32 else None,
+                         "games/s": d["games"] / d["seconds"]})
+            save()
+        backend.close()
+    backends.clear()
 
 
 def main() -> None:
@@ -253,6 +271,9 @@ def main() -> None:
     parser.add_argument("--before", default=None, help="also measure the transformers engine of this git revision "
                                                       "or module file first (see the docstring)")
     parser.add_argument("--no-lora", action="store_true", help="base weights only")
+    parser.add_argument("--min-seconds", type=float, default=2.0, help="measure each row for at least this long "
+                                                                       "(default 2; up to --max-calls calls)")
+    parser.add_argument("--max-calls", type=int, default=4, help="at most this many calls a row (default 4)")
     parser.add_argument("--mixed", type=int, default=4, help="adapters whose rows alternate in the mixed rows "
                                                             "(default 4; 0 or 1: no mixed rows)")
     args = parser.parse_args()
@@ -267,7 +288,7 @@ def main() -> None:
     archs = (args.arch or ("1m" if args.quick else "1m,10m")).split(",")
     batches = [int(b) for b in (args.batches or ("1,32" if args.quick else "1,8,32,128")).split(",")]
     max_new = args.max_new_tokens or (16 if args.quick else 64)
-    min_seconds, max_calls = (0.2, 2) if args.quick else (2.0, 4)
+    min_seconds, max_calls = (0.2, 2) if args.quick else (args.min_seconds, args.max_calls)
     collector_s = 4.0 if args.quick else 20.0
     sampling = SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=max_new)
     warm = SamplingParams(temperature=0.6, top_p=0.95, max_new_tokens=min(8, max_new))
@@ -313,14 +334,12 @@ def main() -> None:
             dtype = "bfloat16" if arch == "qwen3-0.6b" else None
             adapters = [] if args.no_lora else [make_adapter(path, os.path.join(tmp, f"lora{i}"), dtype, seed=i)
                                                 for i in range(max(1, args.mixed))]
-            for engine_name, engine in engines:
-                # on CUDA today's engine compiles and records the decoding step in its warm-up call, which
-                # must then have the measured shapes
-                measure_engine(args, path, arch, adapters, engine_name, engine, prompts, batches, sampling,
-                               sampling if cuda and engine is None else warm, min_seconds, max_calls, collector_s,
-                               max_new, rows, save)
-                if cuda:
-                    torch.cuda.empty_cache()
+            # on CUDA today's engine compiles and records the decoding step in its warm-up call, which
+            # must then have the measured shapes
+            measure_engines(args, path, arch, adapters, engines, prompts, batches, sampling, warm, cuda,
+                            min_seconds, max_calls, collector_s, max_new, rows, save)
+            if cuda:
+                torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

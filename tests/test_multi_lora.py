@@ -88,9 +88,10 @@ def peft_adapter(model_dir, out, seed, **config):
     return str(out)
 
 
-def test_a_mixed_batch_equals_peft_for_each_rows_adapter(tiny_model_dir, tmp_path):
+def test_a_mixed_batch_equals_peft_for_each_rows_adapter(tiny_model_dir, tmp_path, monkeypatch):
     """Three adapters of different ranks, targets, rsLoRA and rank/alpha patterns, and base rows, in one
-    batch (4 stacked slots, one of them unused): each row's logits are PEFT's for its adapter alone."""
+    batch (4 stacked slots, one of them unused): each row's logits are PEFT's for its adapter alone,
+    by the eager per-adapter product and by the dense one a compiled step takes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     paths = {
@@ -118,6 +119,11 @@ def test_a_mixed_batch_equals_peft_for_each_rows_adapter(tiny_model_dir, tmp_pat
         torch.testing.assert_close(logits[i], expected, rtol=1e-5, atol=1e-5)
     different = [float((logits[i] - logits[1]).abs().max()) for i in (0, 2, 3)]
     assert min(different) > 1e-3, different  # every adapter changes the model's outputs
+    # eager passes take each adapter on its own rows; compiled ones the dense product over the stack
+    with torch.no_grad(), monkeypatch.context() as m:
+        m.setattr(torch.compiler, "is_compiling", lambda: True)
+        dense = model(input_ids=ids.repeat(len(rows), 1)).logits
+    torch.testing.assert_close(dense, logits, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -48,6 +48,23 @@ def test_mixed_adapter_batch_matches_single_requests_and_a_fresh_forward_pass(ba
         assert res.sample.text == backend.tokenizer.decode(res.sample.completion_ids, skip_special_tokens=True)
 
 
+def test_a_batch_with_more_adapters_than_max_loras_is_generated_in_parts(tiny_model_dir, adapters, tmp_path):
+    """As vLLM's ``max_loras``: at most that many adapters stacked in one generate call."""
+    third = make_adapter(tiny_model_dir, tmp_path / "a3", seed=3)
+    paths = (adapters[0], None, adapters[1], third, adapters[0], None)
+    requests = [GenerationRequest(PROMPT, path, GREEDY) for path in paths]
+    b = TransformersBackend(tiny_model_dir, max_loras=2)
+    try:
+        alone = [b.generate_batch([req])[0].sample.completion_ids for req in requests]
+        calls = b.stats()["batches"]
+        together = b.generate_batch(requests)
+        assert b.stats()["batches"] - calls == 2  # {a1, a2} with the base rows, then {a3}
+        assert [r.sample.completion_ids for r in together] == alone
+        assert len(set(alone)) == 4
+    finally:
+        b.close()
+
+
 @pytest.mark.parametrize(("temperature", "top_p"), [(0.6, 1.0), (1.3, 1.0), (1.3, 0.9)])
 def test_sampled_tokens_carry_the_logprobs_of_the_distribution_they_were_drawn_from(
     backend, adapters, tiny_model_dir, temperature, top_p

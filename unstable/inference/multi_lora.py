@@ -23,8 +23,10 @@ tensors a CUDA graph captured keep their addresses from one call to the next. ``
 distinct adapters in the batch rounded up to a power of two, and ``0`` for a batch on the base weights
 (the layers then skip the LoRA product): a compiled step is specialised on ``k`` (at most a handful of
 variants), and a batch with one adapter pays one adapter's LoRA product, not one per adapter loaded.
-A batch with several adapters pays ``k`` of them on every row: that is the price of one dense product
-instead of per-adapter gathers, and small next to the frozen weights at the ranks LoRA uses.
+In a compiled step a batch with several adapters pays ``k`` of them on every row: the price of one
+dense product instead of per-adapter gathers (which a compiled graph would specialise on), small next
+to the frozen weights at the ranks LoRA uses. Run eagerly (on CPU, or with the dynamic cache), where
+that price is not worth paying, each adapter's product is taken on its own rows only, as PEFT does.
 
 Only plain LoRA on nn.Linear layers is supported (what the learner trains, and what vLLM serves):
 DoRA, LoRA on embeddings or convolutions, trained biases and ``modules_to_save`` are refused with an
@@ -142,6 +144,7 @@ class _Routing:
         self.k = 0  # adapters stacked for this batch (a power of two), 0: base weights only
         self.rank = 0  # columns per adapter in the stacks
         self.mask = torch.zeros(0, 0)  # [rows capacity, adapters capacity * rank]
+        self.groups: list[tuple[int, torch.Tensor]] = []  # (slot, its rows) of each adapter, for eager passes
 
 
 class MultiLoraLinear(nn.Module):
@@ -166,6 +169,13 @@ class MultiLoraLinear(nn.Module):
         y = self.base_layer(x)
         width = self.routing.k * self.routing.rank
         if width == 0:
+            return y
+        if self.routing.k > 1 and not torch.compiler.is_compiling():  # eager: each adapter on its rows only
+            r = self.routing.rank
+            for slot, rows in self.routing.groups:
+                h = F.linear(F.linear(x[rows].to(self.lora_a.dtype), self.lora_a[slot * r: (slot + 1) * r]),
+                             self.lora_b[:, slot * r: (slot + 1) * r])
+                y = y.index_add(0, rows, h.to(y.dtype))
             return y
         mask = self.routing.mask[: x.shape[0], :width].view(x.shape[0], *([1] * (x.dim() - 2)), width)
         h = F.linear(x.to(self.lora_a.dtype), self.lora_a[:width]) * mask
@@ -221,6 +231,8 @@ class MultiLora:
             if name is not None:
                 mask[i, slot[name] * r: (slot[name] + 1) * r] = 1
         self.routing.mask.copy_(mask)
+        rows = [[i for i, n in enumerate(row_adapters) if n == name] for name in names]
+        self.routing.groups = [(j, torch.tensor(r, device=self.device)) for j, r in enumerate(rows)]
         self.routing.k = k
 
     def _stack(self, names: tuple[str, ...]) -> None:

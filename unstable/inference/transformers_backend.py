@@ -67,7 +67,7 @@ class TransformersBackendConfig:
     dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
     max_batch_size: int = 32  # rows per generate call
     batch_wait_ms: float = 5.0  # how long the first request of a batch waits for company
-    max_loras: int = 8  # adapters kept loaded at once (least recently used are evicted)
+    max_loras: int = 8  # adapters kept loaded (least recently used are evicted), and the most one generate call stacks
     kv_cache: str = "auto"  # "auto": static (decoding compiled) on cuda, dynamic elsewhere; "static" everywhere
     # (on cpu: not compiled); "dynamic" nowhere
 
@@ -222,7 +222,8 @@ class TransformersBackend:
 
     def generate_outcomes(self, requests: list[GenerationRequest]) -> list[GenerationResult | Exception]:
         """Each request's result, or the error that failed it alone (see the module docstring).
-        Requests are grouped by temperature/top_p into as few ``generate`` calls as possible."""
+        Requests are grouped by temperature/top_p into as few ``generate`` calls as possible, each with
+        at most ``max_loras`` adapters (as vLLM's ``max_loras``: the adapters one batch stacks)."""
         with self._lock:
             outcomes: list[GenerationResult | Exception | None] = [None] * len(requests)
             groups: dict[tuple[float, float], list[_Row]] = {}
@@ -235,7 +236,8 @@ class TransformersBackend:
                     continue
                 groups.setdefault((req.sampling.temperature, req.sampling.top_p), []).append(row)
             for rows in groups.values():
-                self._generate_isolated(rows, outcomes)
+                for part in _at_most_adapters(rows, self.config.max_loras):
+                    self._generate_isolated(part, outcomes)
             self._stats["failed_requests"] += sum(isinstance(o, BaseException) for o in outcomes)
             return outcomes  # type: ignore[return-value]
 
@@ -448,6 +450,24 @@ def chosen_logprobs(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 def _adapter_error(path: str, cause: BaseException) -> RuntimeError:
     return RuntimeError(f"could not load the LoRA adapter {path!r} ({type(cause).__name__}: {cause}); its files are "
                         "damaged or it was made for another model: replace it, or stop using it as a policy")
+
+
+def _at_most_adapters(rows: list[_Row], limit: int) -> list[list[_Row]]:
+    """``rows`` in parts of at most ``limit`` adapters each (base rows go with the first part), keeping
+    each adapter's rows together and the parts as few as the first-fit order allows."""
+    by_adapter: dict[str, list[_Row]] = {}
+    for row in rows:
+        by_adapter.setdefault(row.adapter, []).append(row)
+    base = by_adapter.pop(BASE_ADAPTER, [])
+    parts = [base]
+    names: list[int] = [0]
+    for adapter_rows in by_adapter.values():
+        if names[-1] == limit:
+            parts.append([])
+            names.append(0)
+        parts[-1].extend(adapter_rows)
+        names[-1] += 1
+    return [part for part in parts if part]
 
 
 def _split(rows: list[_Row]) -> list[list[_Row]]:
