@@ -159,6 +159,22 @@ def test_the_inference_actor_fetches_an_adapter_once_for_concurrent_requests(
         actor.backend.close()
 
 
+def test_an_actor_by_name_pickles_to_its_name_and_calls_the_actor(ray_session):
+    """The inference actors take the registry by name: a handle among a restartable actor's
+    constructor arguments stays in Ray's object store, where a restart may not find it."""
+    import pickle
+
+    from unstable.run.remote import ActorByName, actor_class
+    from unstable.utils.calls import acall, call
+
+    actor = actor_class(ModelRegistry).options(name="test-run/ModelRegistry").remote()
+    copy = pickle.loads(pickle.dumps(ActorByName("test-run/ModelRegistry")))
+    assert copy.name == "test-run/ModelRegistry" and copy._handle is None and "ModelRegistry" in repr(copy)
+    assert call(copy, "add_fixed", "random") == "random"
+    assert asyncio.run(acall(copy, "fixed_uids")) == ["random"]
+    ray_session.kill(actor)
+
+
 def test_checkpoint_transport_is_validated_before_ray(tiny_model_dir, tmp_path, no_ray):
     import unstable
 

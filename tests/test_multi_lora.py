@@ -110,7 +110,7 @@ def test_a_mixed_batch_equals_peft_for_each_rows_adapter(tiny_model_dir, tmp_pat
         adapter = read_adapter(path)
         lora.add(name, adapter.config(), adapter.state_dict(), path)
     rows = ["patterns", None, "plain", "rslora", "plain"]
-    lora.route(rows)
+    lora.route(rows, dense=True)
     assert lora.routing.k == 4 and lora.routing.rank == 8
     with torch.no_grad():
         logits = model(input_ids=ids.repeat(len(rows), 1)).logits

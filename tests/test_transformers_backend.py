@@ -48,17 +48,21 @@ def test_mixed_adapter_batch_matches_single_requests_and_a_fresh_forward_pass(ba
         assert res.sample.text == backend.tokenizer.decode(res.sample.completion_ids, skip_special_tokens=True)
 
 
-def test_a_batch_with_more_adapters_than_max_loras_is_generated_in_parts(tiny_model_dir, adapters, tmp_path):
-    """As vLLM's ``max_loras``: at most that many adapters stacked in one generate call."""
+@pytest.mark.parametrize(("kv_cache", "calls"), [("static", 2), ("dynamic", 1)])
+def test_a_batch_with_more_adapters_than_max_loras_is_stacked_in_parts(tiny_model_dir, adapters, tmp_path, kv_cache,
+                                                                       calls):
+    """As vLLM's ``max_loras``: at most that many adapters stacked in one static-cache generate call
+    ({a1, a2} with the base rows, then {a3}); eager decoding takes each adapter's rows on their own,
+    stacks nothing, and keeps the batch whole."""
     third = make_adapter(tiny_model_dir, tmp_path / "a3", seed=3)
     paths = (adapters[0], None, adapters[1], third, adapters[0], None)
     requests = [GenerationRequest(PROMPT, path, GREEDY) for path in paths]
-    b = TransformersBackend(tiny_model_dir, max_loras=2)
+    b = TransformersBackend(tiny_model_dir, max_loras=2, kv_cache=kv_cache)
     try:
         alone = [b.generate_batch([req])[0].sample.completion_ids for req in requests]
-        calls = b.stats()["batches"]
+        before = b.stats()["batches"]
         together = b.generate_batch(requests)
-        assert b.stats()["batches"] - calls == 2  # {a1, a2} with the base rows, then {a3}
+        assert b.stats()["batches"] - before == calls
         assert [r.sample.completion_ids for r in together] == alone
         assert len(set(alone)) == 4
     finally:

@@ -50,8 +50,8 @@ class InferenceConfig:
     max_parallel_seq: int = 128
     """Requests batched into one generate call at most."""
     max_loras: int = 8
-    """LoRA adapters kept loaded per backend at once (older ones are evicted), and the most one generate
-    call serves (as vLLM's ``max_loras``; a batch with more is generated in parts)."""
+    """LoRA adapters kept loaded per backend at once (older ones are evicted), and, where decoding is
+    compiled (vLLM; transformers on CUDA), the most one batch serves (a batch with more goes in parts)."""
     max_model_len: int = 8192
     """vLLM: the context length the engine reserves memory for."""
     lora_config: dict | None = None

@@ -3,30 +3,31 @@ compiled decoding step can take without recompiling.
 
 PEFT routes a mixed batch's rows to their adapters through forward hooks that it registers anew for
 every ``generate`` call, and keeps each adapter in its own modules: a compiled step would recompile
-for every call and every adapter. Here the routing is a tensor:
+for every call and every adapter. Here each nn.Linear an adapter targets is replaced by a
+:class:`MultiLoraLinear`, and a batch is routed by :meth:`MultiLora.route` in one of two forms:
 
-- each nn.Linear an adapter targets is replaced by a :class:`MultiLoraLinear`, which keeps the
-  adapters of the current batch side by side, each padded to the largest rank ``r`` loaded so far:
-  ``A`` is ``[k * r, in]`` and ``B`` is ``[out, k * r]`` (adapter ``j`` owns columns ``j*r .. j*r+r-1``);
-- a batch's routing is a mask ``[rows, k * r]`` whose row ``i`` is 1 on the columns of row ``i``'s
-  adapter and 0 elsewhere (all 0 for a row on the base weights), so that
+- eagerly (CPU, the dynamic cache, a prefill), each adapter's product is taken on its own rows only,
+  from the adapter's own tensors, as PEFT does: ``y[rows_j] += s_j B_j A_j x[rows_j]``;
+- for a compiled step (``route(..., dense=True)``: the static cache on CUDA), the batch's adapters are
+  copied side by side into stacks, each padded to the largest rank ``r`` so far: ``A`` is
+  ``[k * r, in]`` and ``B`` is ``[out, k * r]`` (adapter ``j`` owns columns ``j*r .. j*r+r-1``), and a
+  mask ``[rows, k * r]`` is 1 on the columns of each row's adapter (all 0 for a row on the base
+  weights), so that
 
       y_i = W x_i + B ((A x_i) * mask_i) = W x_i + s_j B_j A_j x_i
 
-  for row ``i`` on adapter ``j``: PEFT's LoRA forward (``lora_B(lora_A(x)) * scaling``, dropout off),
-  with the scaling ``s_j`` (``lora_alpha / r``, or ``/ sqrt(r)`` with rsLoRA, per module where
-  ``rank_pattern``/``alpha_pattern`` say so) folded into ``B_j`` when the adapter is added.
+  for row ``i`` on adapter ``j``: PEFT's LoRA forward (``lora_B(lora_A(x)) * scaling``, dropout off)
+  as one dense product. The stacks and the mask are rewritten *in place* (nothing is copied when the
+  batch's adapters are those already there, as in mirror self-play), so the tensors a CUDA graph
+  captured keep their addresses from one call to the next. ``k`` is the number of distinct adapters
+  rounded up to a power of two, and ``0`` for a batch on the base weights (the layers then skip the
+  LoRA product): a compiled step is specialised on ``k`` (a handful of variants), and a batch with one
+  adapter pays one adapter's product. A batch with several pays ``k`` products on every row, the
+  price of one dense product instead of per-adapter gathers, small next to the frozen weights at the
+  ranks LoRA uses.
 
-:meth:`MultiLora.route` copies the batch's adapters into those stacks *in place* (nothing is copied when
-they are the adapters already there, as in mirror self-play) and rewrites the mask in place, so the
-tensors a CUDA graph captured keep their addresses from one call to the next. ``k`` is the number of
-distinct adapters in the batch rounded up to a power of two, and ``0`` for a batch on the base weights
-(the layers then skip the LoRA product): a compiled step is specialised on ``k`` (at most a handful of
-variants), and a batch with one adapter pays one adapter's LoRA product, not one per adapter loaded.
-In a compiled step a batch with several adapters pays ``k`` of them on every row: the price of one
-dense product instead of per-adapter gathers (which a compiled graph would specialise on), small next
-to the frozen weights at the ranks LoRA uses. Run eagerly (on CPU, or with the dynamic cache), where
-that price is not worth paying, each adapter's product is taken on its own rows only, as PEFT does.
+The scaling ``s_j`` (``lora_alpha / r``, or ``/ sqrt(r)`` with rsLoRA, per module where
+``rank_pattern``/``alpha_pattern`` say so) is folded into ``B_j`` when the adapter is added.
 
 Only plain LoRA on nn.Linear layers is supported (what the learner trains, and what vLLM serves):
 DoRA, LoRA on embeddings or convolutions, trained biases and ``modules_to_save`` are refused with an
@@ -138,22 +139,24 @@ def _unwrapped(module: nn.Module | None) -> nn.Module | None:
 
 
 class _Routing:
-    """What every :class:`MultiLoraLinear` of a model reads: the stack's used part ``k`` and the rows' mask."""
+    """What every :class:`MultiLoraLinear` of a model reads: each adapter's rows (eager passes); the
+    stack's used part ``k`` and the rows' mask (compiled passes)."""
 
     def __init__(self) -> None:
-        self.k = 0  # adapters stacked for this batch (a power of two), 0: base weights only
+        self.groups: list[tuple[LoraTensors, torch.Tensor | None]] = []  # each adapter and its rows (None: all)
+        self.k = 0  # adapters stacked for this batch (a power of two), 0: none (base weights, or not dense)
         self.rank = 0  # columns per adapter in the stacks
         self.mask = torch.zeros(0, 0)  # [rows capacity, adapters capacity * rank]
-        self.groups: list[tuple[int, torch.Tensor]] = []  # (slot, its rows) of each adapter, for eager passes
 
 
 class MultiLoraLinear(nn.Module):
     """An nn.Linear plus the LoRA products of the current batch's adapters (see the module docstring)."""
 
-    def __init__(self, base_layer: nn.Linear, routing: _Routing) -> None:
+    def __init__(self, base_layer: nn.Linear, routing: _Routing, name: str) -> None:
         super().__init__()
         self.base_layer = base_layer
         self.routing = routing
+        self.name = name  # the module's path in the model: the key of its tensors in each adapter
         self.register_buffer("lora_a", base_layer.weight.new_zeros(0, base_layer.in_features), persistent=False)
         self.register_buffer("lora_b", base_layer.weight.new_zeros(base_layer.out_features, 0), persistent=False)
 
@@ -167,15 +170,19 @@ class MultiLoraLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base_layer(x)
+        if not torch.compiler.is_compiling():  # eager: each adapter on its own rows
+            for tensors, rows in self.routing.groups:
+                pair = tensors.modules.get(self.name)
+                if pair is None:
+                    continue
+                if rows is None:  # every row of the batch
+                    y = y + F.linear(F.linear(x.to(pair[0].dtype), pair[0]), pair[1]).to(y.dtype)
+                else:
+                    h = F.linear(F.linear(x[rows].to(pair[0].dtype), pair[0]), pair[1])
+                    y = y.index_add(0, rows, h.to(y.dtype))
+            return y
         width = self.routing.k * self.routing.rank
         if width == 0:
-            return y
-        if self.routing.k > 1 and not torch.compiler.is_compiling():  # eager: each adapter on its rows only
-            r = self.routing.rank
-            for slot, rows in self.routing.groups:
-                h = F.linear(F.linear(x[rows].to(self.lora_a.dtype), self.lora_a[slot * r: (slot + 1) * r]),
-                             self.lora_b[:, slot * r: (slot + 1) * r])
-                y = y.index_add(0, rows, h.to(y.dtype))
             return y
         mask = self.routing.mask[: x.shape[0], :width].view(x.shape[0], *([1] * (x.dim() - 2)), width)
         h = F.linear(x.to(self.lora_a.dtype), self.lora_a[:width]) * mask
@@ -204,8 +211,6 @@ class MultiLora:
         for module in tensors.modules:
             if module not in self._layers:
                 self._wrap(module)
-        if tensors.rank > self.routing.rank:
-            self._allocate(self._capacity, tensors.rank)
         self.adapters[name] = tensors
 
     def remove(self, name: str) -> None:
@@ -213,15 +218,23 @@ class MultiLora:
         if name in self._stacked:
             self._stacked = ()  # its tensors are still in the stacks: copy afresh for the next batch
 
-    def route(self, row_adapters: list[str | None]) -> None:
-        """Set up the next forward passes: row ``i`` on adapter ``row_adapters[i]`` (``None``: base weights)."""
+    def route(self, row_adapters: list[str | None], dense: bool = False) -> None:
+        """Set up the next forward passes: row ``i`` on adapter ``row_adapters[i]`` (``None``: base
+        weights); ``dense``: also the stacks and mask a compiled pass takes (see the module docstring)."""
         names = tuple(dict.fromkeys(n for n in row_adapters if n is not None))
         unknown = [n for n in names if n not in self.adapters]
         if unknown:
             raise KeyError(f"adapter {unknown[0]!r} is not loaded")
-        k = 1 << (len(names) - 1).bit_length() if names else 0
-        if k > self._capacity or len(row_adapters) > self.routing.mask.shape[0]:
-            self._allocate(max(k, self._capacity), self.routing.rank, rows=len(row_adapters))
+        rows = [[i for i, n in enumerate(row_adapters) if n == name] for name in names]
+        self.routing.groups = [(self.adapters[n], None if len(r) == len(row_adapters) else
+                                torch.tensor(r, device=self.device)) for n, r in zip(names, rows, strict=True)]
+        self.routing.k = 0
+        if not dense or not names:
+            return
+        k = 1 << (len(names) - 1).bit_length()
+        rank = max(self.routing.rank, *(self.adapters[n].rank for n in names))  # stacks only grow
+        if k > self._capacity or rank > self.routing.rank or len(row_adapters) > self.routing.mask.shape[0]:
+            self._allocate(max(k, self._capacity), rank, rows=len(row_adapters))
         if names != self._stacked[: len(names)]:
             self._stack(names)
         r = self.routing.rank
@@ -231,8 +244,6 @@ class MultiLora:
             if name is not None:
                 mask[i, slot[name] * r: (slot[name] + 1) * r] = 1
         self.routing.mask.copy_(mask)
-        rows = [[i for i, n in enumerate(row_adapters) if n == name] for name in names]
-        self.routing.groups = [(j, torch.tensor(r, device=self.device)) for j, r in enumerate(rows)]
         self.routing.k = k
 
     def _stack(self, names: tuple[str, ...]) -> None:
@@ -251,7 +262,7 @@ class MultiLora:
     def _wrap(self, module: str) -> None:
         parent_name, _, child = module.rpartition(".")
         parent = self.model.get_submodule(parent_name) if parent_name else self.model
-        layer = MultiLoraLinear(getattr(parent, child), self.routing)
+        layer = MultiLoraLinear(getattr(parent, child), self.routing, module)
         layer.lora_a = layer.lora_a.new_zeros(self._capacity * self.routing.rank, layer.base_layer.in_features)
         layer.lora_b = layer.lora_b.new_zeros(layer.base_layer.out_features, self._capacity * self.routing.rank)
         setattr(parent, child, layer)

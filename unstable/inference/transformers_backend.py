@@ -67,7 +67,7 @@ class TransformersBackendConfig:
     dtype: str | None = None  # None: bfloat16 on cuda, float32 on cpu
     max_batch_size: int = 32  # rows per generate call
     batch_wait_ms: float = 5.0  # how long the first request of a batch waits for company
-    max_loras: int = 8  # adapters kept loaded (least recently used are evicted), and the most one generate call stacks
+    max_loras: int = 8  # adapters kept loaded (least recently used are evicted); the most a static-cache call stacks
     kv_cache: str = "auto"  # "auto": static (decoding compiled) on cuda, dynamic elsewhere; "static" everywhere
     # (on cpu: not compiled); "dynamic" nowhere
 
@@ -222,8 +222,9 @@ class TransformersBackend:
 
     def generate_outcomes(self, requests: list[GenerationRequest]) -> list[GenerationResult | Exception]:
         """Each request's result, or the error that failed it alone (see the module docstring).
-        Requests are grouped by temperature/top_p into as few ``generate`` calls as possible, each with
-        at most ``max_loras`` adapters (as vLLM's ``max_loras``: the adapters one batch stacks)."""
+        Requests are grouped by temperature/top_p into as few ``generate`` calls as possible; with the
+        static cache, each with at most ``max_loras`` adapters (as vLLM's ``max_loras``: the adapters
+        one compiled batch stacks)."""
         with self._lock:
             outcomes: list[GenerationResult | Exception | None] = [None] * len(requests)
             groups: dict[tuple[float, float], list[_Row]] = {}
@@ -236,7 +237,8 @@ class TransformersBackend:
                     continue
                 groups.setdefault((req.sampling.temperature, req.sampling.top_p), []).append(row)
             for rows in groups.values():
-                for part in _at_most_adapters(rows, self.config.max_loras):
+                static = self._static[any(row.adapter != BASE_ADAPTER for row in rows)]
+                for part in _at_most_adapters(rows, self.config.max_loras) if static else [rows]:
                     self._generate_isolated(part, outcomes)
             self._stats["failed_requests"] += sum(isinstance(o, BaseException) for o in outcomes)
             return outcomes  # type: ignore[return-value]
@@ -317,7 +319,7 @@ class TransformersBackend:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        self._lora.route([None if row.adapter == BASE_ADAPTER else row.adapter for row in padded])
+        self._lora.route([None if row.adapter == BASE_ADAPTER else row.adapter for row in padded], dense=static)
         out = self._generate_call(kwargs, lora, static)
         new_tokens = out.sequences[: len(rows), width:]
         # output_scores are the logits after temperature and top-p (-inf outside the nucleus): the

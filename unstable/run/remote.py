@@ -101,11 +101,40 @@ class RemoteBackend:
 
 
 def actor_name(run_id: str, role: str) -> str:
-    """The Ray name of a run's actor: ``<run_id>/<role>``, ``role`` being ``Tracker``, ``Buffer``
-    (``Buffer-<model>`` with several models) or ``inference-<i>``. ``run_id`` is the run's name and a
+    """The Ray name of a run's actor: ``<run_id>/<role>``, ``role`` being ``Tracker``, ``ModelRegistry``,
+    ``Buffer`` (``Buffer-<model>`` with several models) or ``inference-<i>``. ``run_id`` is the run's name and a
     random suffix (:func:`new_run_id`), so two runs in one Ray cluster never share a name, not even
     with the same run name (two ``runs_dir``, or a resume in the process that just stopped the run)."""
     return f"{run_id}/{role}"
+
+
+class ActorByName:
+    """A Ray actor found by its name when first used: what an actor that Ray may restart
+    (``max_restarts > 0``: the inference actors) takes among its constructor arguments instead of
+    the actor's handle. Ray keeps handles among constructor arguments in its object store, where a
+    restart may no longer find them (ray-project/ray#53727), and logs an error line saying so at
+    every start; a name is a plain string, looked up again after a restart. Its methods are the
+    actor's (``.remote(...)``), so :mod:`unstable.utils.calls` calls it as the handle itself."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._handle: Any = None
+
+    def __getstate__(self) -> dict[str, str]:
+        return {"name": self.name}  # never the handle
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self.name, self._handle = state["name"], None
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        if self._handle is None:
+            self._handle = ray.get_actor(self.name)
+        return getattr(self._handle, method)
+
+    def __repr__(self) -> str:
+        return f"ActorByName({self.name!r})"
 
 
 def new_run_id(run_name: str) -> str:

@@ -46,7 +46,14 @@ from unstable.registry.model_registry import DEFAULT_LINEAGE, fixed_policy_ref
 from unstable.reward_transformations import default_transforms
 from unstable.run.evaluator import CheckpointHooks, start_evaluator
 from unstable.run.league_preset import league_model_sampler, reset_rules
-from unstable.run.remote import ObjectStoreAdapters, actor_class, actor_name, new_run_id, start_inference_backends
+from unstable.run.remote import (
+    ActorByName,
+    ObjectStoreAdapters,
+    actor_class,
+    actor_name,
+    new_run_id,
+    start_inference_backends,
+)
 from unstable.run.resources import amounts as _amounts
 from unstable.run.resources import short_of, wait_for_free_resources
 from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffers, roll_back_registry
@@ -255,7 +262,8 @@ def start_actors(cfg, run_name: str) -> Actors:
         wandb_mode=wandb.mode, config=cfg.to_dict(), config_file=resume is None,
         wandb_id=resume.state["tracker"].get("wandb_id") if resume and resume.state else None)
     run_dir = ray.get(tracker.get_run_dir.remote())
-    registry = actor_class(ModelRegistry).options(**light).remote(tracker=tracker)
+    registry = actor_class(ModelRegistry).options(**light, name=actor_name(run_id, "ModelRegistry")).remote(
+        tracker=tracker)
     in_memory = resolve_transport(cfg.checkpoint_transport) == "object_store"
     if in_memory:  # adapters reach inference through Ray's object store (see unstable.inference.adapters)
         ray.get(registry.set_adapter_store.remote(ObjectStoreAdapters()))
@@ -332,8 +340,10 @@ def start_actors(cfg, run_name: str) -> Actors:
         pending.extend((w, algorithm_kwargs) for w in [learner, *workers[m.name]])
         learners[m.name] = learner
     # after the learners, so they have their place before the inference actors take theirs
+    # by name, not handle: the inference actors may be restarted (see ActorByName)
+    source = ActorByName(actor_name(run_id, "ModelRegistry")) if in_memory else None
     backends, groups, samplings, sleepers = _start_engines(models, lineage, gpus_per_actor, default_actors, run_id,
-                                                           adapter_source=registry if in_memory else None)
+                                                           adapter_source=source)
     if sleepers:  # vLLM's sleep mode on the learner's GPU: the engines sleep while a learner updates
         sleeping = SleepingEngines([b.handle for b in sleepers], lock=turn_lock)
         ray.get([learner.set_turn_lock.remote(sleeping) for learner in learners.values()])
