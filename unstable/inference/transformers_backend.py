@@ -3,14 +3,16 @@
 Like the seed's vLLM actor, requests from many concurrent games are queued and drained every
 few milliseconds into one ``generate`` call. Rows of one call may use different adapters, so the
 current checkpoint, past checkpoints and the base model share a batch: the adapters are held by
-:class:`~unstable.inference.multi_lora.MultiLora`, which routes each row to its adapter through a mask
-rather than PEFT's per-call hooks. Adapters are loaded by path on first use and kept in an LRU cache of
+:class:`~unstable.inference.multi_lora.MultiLora`, not PEFT, whose per-call hooks a compiled step
+would recompile for. Adapters are loaded by path on first use and kept in an LRU cache of
 ``max_loras``; an adapter directory that changes on disk is reloaded, so a stale adapter is never
-served for a path. Generation runs in a worker thread so the event loop keeps accepting requests meanwhile.
+served for a path. Generation runs in a worker thread so the event loop keeps accepting requests
+meanwhile.
 
 On CUDA every batch, with adapters or without, uses a static KV cache (``kv_cache="auto"``), so
-transformers compiles its decoding step (``torch.compile``, CUDA graphs): the adapters' routing is
-tensors updated in place, so a new adapter or a new mix of rows does not recompile. Prompts are
+transformers compiles its decoding step (``torch.compile``, CUDA graphs): the batch's adapters are
+stacked and routed by a mask, tensors updated in place, so a new adapter or a new mix of rows does not
+recompile; such a batch stacks at most ``max_loras`` adapters (more go in another call). Prompts are
 left-padded to a multiple of ``STATIC_WIDTH_STEP`` tokens and batches to a power of two rows (copies
 of the first row, whose outputs are dropped), so that few shapes occur. Elsewhere the cache is dynamic
 and decoding eager (``kv_cache="static"`` forces the static cache, not compiled on CPU). A kind of batch
