@@ -55,10 +55,6 @@ class LoraTensors:
     rank: int  # the largest rank of its modules
     modules: dict[str, tuple[torch.Tensor, torch.Tensor]]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes + b.nbytes for a, b in self.modules.values())
-
 
 def lora_tensors(config: dict[str, Any], state_dict: dict[str, torch.Tensor], model: nn.Module,
                  source: str) -> LoraTensors:
