@@ -156,6 +156,11 @@ class MultiLoraLinear(nn.Module):
         self.register_buffer("lora_a", base_layer.weight.new_zeros(0, base_layer.in_features), persistent=False)
         self.register_buffer("lora_b", base_layer.weight.new_zeros(base_layer.out_features, 0), persistent=False)
 
+    def resize(self, width: int) -> None:
+        """New zero stacks of ``width`` columns (adapters capacity times rank), for :class:`MultiLora`."""
+        self.lora_a = self.lora_a.new_zeros(width, self.base_layer.in_features)
+        self.lora_b = self.lora_b.new_zeros(self.base_layer.out_features, width)
+
     @property
     def weight(self) -> torch.Tensor:  # model code that reads a projection's weight still finds it
         return self.base_layer.weight
@@ -221,9 +226,12 @@ class MultiLora:
         unknown = [n for n in names if n not in self.adapters]
         if unknown:
             raise KeyError(f"adapter {unknown[0]!r} is not loaded")
-        rows = [[i for i, n in enumerate(row_adapters) if n == name] for name in names]
+        rows: dict[str, list[int]] = {name: [] for name in names}
+        for i, name in enumerate(row_adapters):
+            if name is not None:
+                rows[name].append(i)
         self.routing.groups = [(self.adapters[n], None if len(r) == len(row_adapters) else
-                                torch.tensor(r, device=self.device)) for n, r in zip(names, rows, strict=True)]
+                                torch.tensor(r, device=self.device)) for n, r in rows.items()]
         self.routing.k = 0
         if not dense or not names:
             return
@@ -235,10 +243,8 @@ class MultiLora:
             self._stack(names)
         r = self.routing.rank
         mask = torch.zeros(self.routing.mask.shape)  # built here, copied in place: one transfer, same address
-        slot = {n: j for j, n in enumerate(names)}
-        for i, name in enumerate(row_adapters):
-            if name is not None:
-                mask[i, slot[name] * r: (slot[name] + 1) * r] = 1
+        for j, adapter_rows in enumerate(rows.values()):  # adapter j owns columns j*r .. j*r+r-1
+            mask[adapter_rows, j * r: (j + 1) * r] = 1
         self.routing.mask.copy_(mask)
         self.routing.k = k
 
@@ -259,8 +265,7 @@ class MultiLora:
         parent_name, _, child = module.rpartition(".")
         parent = self.model.get_submodule(parent_name) if parent_name else self.model
         layer = MultiLoraLinear(getattr(parent, child), self.routing, module)
-        layer.lora_a = layer.lora_a.new_zeros(self._capacity * self.routing.rank, layer.base_layer.in_features)
-        layer.lora_b = layer.lora_b.new_zeros(layer.base_layer.out_features, self._capacity * self.routing.rank)
+        layer.resize(self._capacity * self.routing.rank)
         setattr(parent, child, layer)
         self._layers[module] = layer
         self._stacked = ()
@@ -271,8 +276,7 @@ class MultiLora:
         rows = max(rows, self.routing.mask.shape[0], 1)
         rows = 1 << (rows - 1).bit_length()
         for layer in self._layers.values():
-            layer.lora_a = layer.lora_a.new_zeros(capacity * rank, layer.base_layer.in_features)
-            layer.lora_b = layer.lora_b.new_zeros(layer.base_layer.out_features, capacity * rank)
+            layer.resize(capacity * rank)
         self.routing.mask = torch.zeros(rows, capacity * rank, device=self.device, dtype=self.dtype)
         self.routing.rank, self._capacity = rank, capacity
         self._stacked = ()

@@ -54,7 +54,6 @@ from unstable.local_models.resolve import resolve_tiny_name
 
 log = logging.getLogger(__name__)
 
-BASE_ADAPTER = "__base__"  # the adapter name of rows on the base weights
 MEMORY_PREFIX = "memory:"  # adapter keys of in-memory adapters (add_adapter) start with it
 STATIC_WIDTH_STEP = 64  # with a static cache, prompts are left-padded to a multiple of this many tokens
 MAX_BROKEN_ADAPTERS = 64  # adapter versions remembered as unloadable (least recently seen are forgotten)
@@ -100,13 +99,14 @@ def _adapter_key(path: str) -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class _Row:
-    """One request, ready to generate: its index in the batch, prompt ids, token limit and adapter name."""
+    """One request, ready to generate: its index in the batch, prompt ids, token limit and adapter name
+    (``None``: the base weights)."""
 
     index: int
     request: GenerationRequest
     prompt_ids: list[int]
     max_new_tokens: int
-    adapter: str
+    adapter: str | None
 
 
 class TransformersBackend:
@@ -154,9 +154,9 @@ class TransformersBackend:
         }
 
     # ------------------------------------------------------------------ adapters
-    def _adapter_name(self, path: str | None, in_use: set[str]) -> str:
+    def _adapter_name(self, path: str | None, in_use: set[str]) -> str | None:
         if path is None:
-            return BASE_ADAPTER
+            return None
         with self._payload_lock:
             payload = self._payloads.get(path)
         memory = (MEMORY_PREFIX + path, 0)
@@ -239,7 +239,7 @@ class TransformersBackend:
                     continue
                 groups.setdefault((req.sampling.temperature, req.sampling.top_p), []).append(row)
             for rows in groups.values():
-                static = self._static[any(row.adapter != BASE_ADAPTER for row in rows)]
+                static = self._static[_has_adapters(rows)]
                 for part in _at_most_adapters(rows, self.config.max_loras) if static else [rows]:
                     self._generate_isolated(part, outcomes)
             self._stats["failed_requests"] += sum(isinstance(o, BaseException) for o in outcomes)
@@ -293,7 +293,7 @@ class TransformersBackend:
     @torch.no_grad()
     def _generate_rows(self, rows: list[_Row]) -> list[GenerationResult]:
         t0 = time.perf_counter()
-        lora = any(row.adapter != BASE_ADAPTER for row in rows)
+        lora = _has_adapters(rows)
         static = self._static[lora]
         width = max(len(row.prompt_ids) for row in rows)
         padded = rows
@@ -321,7 +321,7 @@ class TransformersBackend:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        self._lora.route([None if row.adapter == BASE_ADAPTER else row.adapter for row in padded], dense=static)
+        self._lora.route([row.adapter for row in padded], dense=static)
         out = self._generate_call(kwargs, lora, static)
         new_tokens = out.sequences[: len(rows), width:]
         # output_scores are the logits after temperature and top-p (-inf outside the nucleus): the
@@ -375,9 +375,7 @@ class TransformersBackend:
         """One forward pass of the model (``model_inputs`` as for the HF model) with every row on the
         adapter at ``adapter_path`` (``None``: the base weights), between generate calls."""
         with self._lock:
-            name = self._adapter_name(adapter_path, set())
-            rows = model_inputs["input_ids"].shape[0]
-            self._lora.route([None if name == BASE_ADAPTER else name] * rows)
+            self._lora.route([self._adapter_name(adapter_path, set())] * model_inputs["input_ids"].shape[0])
             return self.model(**model_inputs)
 
     def decoding(self) -> dict[str, str]:
@@ -456,13 +454,24 @@ def _adapter_error(path: str, cause: BaseException) -> RuntimeError:
                         "damaged or it was made for another model: replace it, or stop using it as a policy")
 
 
+def _has_adapters(rows: list[_Row]) -> bool:
+    """Whether any of ``rows`` is on an adapter (the kind of batch whose KV cache ``_static`` says)."""
+    return any(row.adapter is not None for row in rows)
+
+
+def _by_adapter(rows: list[_Row]) -> dict[str | None, list[_Row]]:
+    """``rows`` grouped by adapter (``None``: the base weights), in order of first appearance."""
+    groups: dict[str | None, list[_Row]] = {}
+    for row in rows:
+        groups.setdefault(row.adapter, []).append(row)
+    return groups
+
+
 def _at_most_adapters(rows: list[_Row], limit: int) -> list[list[_Row]]:
     """``rows`` in parts of at most ``limit`` adapters each (base rows go with the first part), keeping
     each adapter's rows together and the parts as few as the first-fit order allows."""
-    by_adapter: dict[str, list[_Row]] = {}
-    for row in rows:
-        by_adapter.setdefault(row.adapter, []).append(row)
-    base = by_adapter.pop(BASE_ADAPTER, [])
+    by_adapter = _by_adapter(rows)
+    base = by_adapter.pop(None, [])
     parts = [base]
     names: list[int] = [0]
     for adapter_rows in by_adapter.values():
@@ -476,9 +485,7 @@ def _at_most_adapters(rows: list[_Row], limit: int) -> list[list[_Row]]:
 
 def _split(rows: list[_Row]) -> list[list[_Row]]:
     """A failed batch in parts: one per adapter if it has several, else two halves."""
-    by_adapter: dict[str, list[_Row]] = {}
-    for row in rows:
-        by_adapter.setdefault(row.adapter, []).append(row)
+    by_adapter = _by_adapter(rows)
     if len(by_adapter) > 1:
         return list(by_adapter.values())
     half = len(rows) // 2
