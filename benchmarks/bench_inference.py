@@ -100,26 +100,18 @@ def make_adapter(model_path: str, out: str, dtype: str | None, seed: int = 0) ->
     return out
 
 
-def measure(backend, prompts: list[str], adapter: str | list[str] | None, batch: int, sampling, min_seconds: float,
-            max_calls: int) -> dict[str, float]:
-    """Repeat one ``generate_batch`` of ``batch`` requests until ``min_seconds`` (at most ``max_calls``);
-    ``adapter`` a list: the requests take its adapters in turn."""
+def measure(backend, prompts: list[str], adapter: str | list[str] | None, batch: int, sampling) -> dict[str, float]:
+    """One ``generate_batch`` of ``batch`` requests: completion tokens, wall and CPU seconds; ``adapter``
+    a list: the requests take its adapters in turn."""
     from unstable.inference.base import GenerationRequest
 
     adapters = adapter if isinstance(adapter, list) else [adapter]
     requests = [GenerationRequest(prompts[i % len(prompts)], adapters[i % len(adapters)], sampling)
                 for i in range(batch)]
-    tokens = calls = 0
-    elapsed = cpu = 0.0
-    while calls < max_calls and (calls == 0 or elapsed < min_seconds):
-        t0, c0 = time.perf_counter(), cpu_seconds()
-        results = backend.generate_batch(requests)
-        elapsed += time.perf_counter() - t0
-        cpu += cpu_seconds() - c0
-        tokens += sum(len(r.sample.completion_ids) for r in results)
-        calls += 1
-    return {"tokens": tokens, "seconds": elapsed, "calls": calls, "tok/s": tokens / elapsed,
-            "tok/CPU-s": tokens / cpu if cpu else None, "mean_len": tokens / (calls * batch)}
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    results = backend.generate_batch(requests)
+    return {"tokens": sum(len(r.sample.completion_ids) for r in results), "seconds": time.perf_counter() - t0,
+            "cpu": cpu_seconds() - c0}
 
 
 def collector_delivery(backend, model_path: str, adapter: str, max_new_tokens: int, seconds: float) -> dict:
@@ -201,6 +193,10 @@ def measure_engines(args, path, arch, adapters, engines, prompts, batches, sampl
     if args.quick and args.backend == "vllm" and adapter:
         modes = [(True, adapter)]
     first, backends, standalone_lora_32 = len(rows), {}, {}
+
+    def wants(calls: list[dict]) -> bool:  # at least one call, then until min_seconds or max_calls
+        return not calls or (len(calls) < max_calls and sum(m["seconds"] for m in calls) < min_seconds)
+
     for enable_lora, adapter_path in modes:
         start_s = {}
         if not backends or args.backend == "vllm":
@@ -214,18 +210,17 @@ def measure_engines(args, path, arch, adapters, engines, prompts, batches, sampl
             if isinstance(adapter_path, list) and batch < len(adapter_path):
                 continue  # too few rows to mix the adapters
             for (_, engine), backend in zip(engines, backends.values(), strict=True):  # adapter load, shapes
-                measure(backend, prompts, adapter_path, batch, sampling if full_warm and engine is None else warm, 0, 1)
+                measure(backend, prompts, adapter_path, batch, sampling if full_warm and engine is None else warm)
             tally = {name: [] for name in backends}
             order = list(backends)
-            while any(len(t) < max_calls and sum(m["seconds"] for m in t) < min_seconds for t in tally.values()):
+            while any(wants(t) for t in tally.values()):
                 for name in order:
-                    if len(tally[name]) < max_calls and (not tally[name] or
-                                                        sum(m["seconds"] for m in tally[name]) < min_seconds):
-                        tally[name].append(measure(backends[name], prompts, adapter_path, batch, sampling, 0, 1))
+                    if wants(tally[name]):
+                        tally[name].append(measure(backends[name], prompts, adapter_path, batch, sampling))
                 order = order[1:] + order[:1]
             for name, calls in tally.items():
                 tokens, seconds = sum(m["tokens"] for m in calls), sum(m["seconds"] for m in calls)
-                cpu = sum(m["tokens"] / m["tok/CPU-s"] for m in calls if m["tok/CPU-s"])
+                cpu = sum(m["cpu"] for m in calls)
                 if adapter_path and not isinstance(adapter_path, list) and batch == 32:
                     standalone_lora_32[name] = tokens / seconds
                 rows.append({"backend": args.backend, "engine": name, "arch": arch, "weights": label,
