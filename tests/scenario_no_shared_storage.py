@@ -57,12 +57,24 @@ def on_actor(ray, handle, fn, *args):
     return ray.get(handle.__ray_call__.remote(fn, *args), timeout=300)
 
 
+def served(ray, handle, request) -> str:
+    """``"ok"`` if the actor completed ``request`` with the adapter it asked for, else what went wrong."""
+    try:
+        result = ray.get(handle.generate.remote(request), timeout=120)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"[:500]
+    if result.adapter_path != request.adapter_path or not result.sample.completion_ids:
+        return f"served with {result.adapter_path!r}, {len(result.sample.completion_ids)} tokens"
+    return "ok"
+
+
 def main(model_dir: str, runs_dir: str, transport: str) -> dict:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
     from ray.cluster_utils import Cluster
 
     import unstable
+    from unstable.inference.base import GenerationRequest, SamplingParams
     from unstable.run.remote import actor_name
 
     temp_dir = tempfile.mkdtemp(prefix="ray-ns-", dir="/tmp")  # short: Ray's socket paths have a length limit
@@ -97,6 +109,14 @@ def main(model_dir: str, runs_dir: str, transport: str) -> dict:
                 out["summary"] = run.summary()
             out["sees_checkpoints"] = {name: on_actor(ray, h, lambda self, p: os.path.isdir(p), checkpoints)
                                        for name, h in actors.items()}
+            # every new checkpoint asked of each actor once the run is done, as a game would ask: which of the
+            # worker's games used which checkpoint depends on the machine's speed, these requests do not
+            sampling = SamplingParams(temperature=0.0, max_new_tokens=4)
+            new = [ckpt for ckpt in out["summary"]["checkpoints"] if ckpt != "base"]
+            out["served_after"] = {
+                name: {ckpt: served(ray, h, GenerationRequest("Hello", os.path.join(checkpoints, ckpt), sampling))
+                       for ckpt in new}
+                for name, h in actors.items()}
             out["inference_stats"] = {name: ray.get(h.stats.remote(), timeout=60) for name, h in actors.items()}
         finally:
             run.stop()

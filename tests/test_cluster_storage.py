@@ -39,7 +39,9 @@ def test_a_node_without_the_run_directory_serves_every_new_checkpoint(tiny_model
     assert out["sees_checkpoints"] == {remote: False, local: True}  # the worker node really has no run directory
     assert out["summary"]["checkpoints"] == ["base", "ckpt-1", "ckpt-2", "ckpt-3"]
     assert out["summary"]["collector"]["failed"] == 0
+    # asked for each new checkpoint, the worker's actor serves it, fetched from the object store
+    assert out["served_after"][remote] == {"ckpt-1": "ok", "ckpt-2": "ok", "ckpt-3": "ok"}
+    assert out["served_after"][local] == {"ckpt-1": "ok", "ckpt-2": "ok", "ckpt-3": "ok"}
     stats = out["inference_stats"][remote]
-    # the games it served used the learner's new checkpoints, fetched from the object store
-    assert stats["adapter_fetches"] >= 1 and stats["adapter_loads"] >= 1
+    assert stats["adapter_fetches"] >= 3 and stats["adapter_loads"] >= 3
     assert stats["requests"] >= 1 and stats["failed_requests"] == 0 and stats["adapter_load_failures"] == 0
