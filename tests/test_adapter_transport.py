@@ -11,7 +11,7 @@ import torch
 from conftest import make_adapter, small_run_kwargs
 
 from unstable.inference.actor import InferenceActor
-from unstable.inference.adapters import AdapterPayload, read_adapter, resolve_transport
+from unstable.inference.adapters import PAYLOADS_PER_LORA, AdapterPayload, read_adapter, resolve_transport
 from unstable.inference.base import GenerationRequest, SamplingParams
 from unstable.inference.transformers_backend import TransformersBackend
 from unstable.registry import ModelRegistry
@@ -69,6 +69,9 @@ def test_an_adapter_served_from_memory_equals_the_same_adapter_loaded_from_disk(
 
 def test_a_full_cache_evicts_the_oldest_adapter_and_reloads_it_from_its_bytes(backend, adapters, moved_adapters,
                                                                                 tiny_model_dir):
+    """One slot: the second adapter evicts the first one's tensors, but its bytes stay (the payloads of
+    ``PAYLOADS_PER_LORA`` adapters a slot), so it is loaded again without a fetch. Payloads go least
+    recently used first; one whose tensors and bytes are both gone must be fetched again."""
     mem = TransformersBackend(tiny_model_dir, batch_wait_ms=0, max_loras=1)
     try:
         first, second = moved_adapters
@@ -77,10 +80,19 @@ def test_a_full_cache_evicts_the_oldest_adapter_and_reloads_it_from_its_bytes(ba
         mem.add_adapter(second.source, second)
         assert same(outputs(mem, second.source), outputs(backend, adapters[1]))
         assert mem.stats()["adapter_evictions"] == 1 and mem.stats()["loaded_adapters"] == 1
-        assert not mem.has_adapter(first.source)  # neither its tensors nor its bytes are left: fetched again
+        assert mem.has_adapter(first.source)  # its tensors are gone, its bytes are not
+        assert same(outputs(mem, first.source), outputs(backend, adapters[0]))  # loaded again from them
+        assert mem.stats()["adapter_loads"] == 3 and mem.stats()["adapter_evictions"] == 2
+        others = [f"other-{i}" for i in range(PAYLOADS_PER_LORA - 1)]
+        for name in others:  # the payloads are now full, and `second` was used least recently
+            mem.add_adapter(name, second)
+        assert not mem.has_adapter(second.source)  # neither its tensors nor its bytes are left: fetched again
+        assert mem.has_adapter(first.source)
+        outputs(mem, others[0])  # evicts the first adapter's tensors
+        mem.add_adapter("one-more", second)
+        assert not mem.has_adapter(first.source)
         mem.add_adapter(first.source, first)
         assert same(outputs(mem, first.source), outputs(backend, adapters[0]))  # and back
-        assert mem.stats()["adapter_loads"] == 3
     finally:
         mem.close()
 

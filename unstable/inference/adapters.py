@@ -5,8 +5,12 @@ read into memory. With ``checkpoint_transport="object_store"`` (see :func:`resol
 learner reads the checkpoint it has just written into one, the run's wiring puts it into Ray's object
 store (owned by the registry actor, so it outlives learner restarts), and an inference actor asked
 for that adapter fetches it from there (see :class:`~unstable.inference.actor.InferenceActor`): the
-transformers backend loads the tensors straight into a PEFT adapter slot, vLLM (which loads LoRA from
-a path) writes the files once into a node-local cache directory. No node needs the run directory.
+transformers backend copies the tensors into its multi-LoRA layers, vLLM (which loads LoRA from a
+path) writes the files once into a node-local cache directory. No node needs the run directory.
+Either engine keeps the payloads of its ``PAYLOADS_PER_LORA * max_loras`` most recently used
+adapters, so an adapter evicted from the engine's ``max_loras`` slots is loaded again from there: a
+league that samples from more past checkpoints than there are slots does not fetch each one again
+from the object store every time it comes back.
 
 Plain Python: the object store is behind the opaque handles the wiring gives the registry and the
 inference actors (:mod:`unstable.run.remote`).
@@ -27,6 +31,9 @@ CHECKPOINT_TRANSPORTS = ("auto", "object_store", "path")
 """``path``: inference actors load adapters from the checkpoint directory (every node needs it: one
 machine, or a shared filesystem). ``object_store``: adapters travel through Ray's object store.
 ``auto``: ``object_store`` (it is cheaper on one machine too; see benchmarks/README.md)."""
+PAYLOADS_PER_LORA = 4
+"""An engine keeps the payloads (files in memory, or their node-local copies) of this many times its
+``max_loras`` adapters: past checkpoints a league comes back to are not fetched again."""
 
 
 @dataclass(frozen=True, slots=True)

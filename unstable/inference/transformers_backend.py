@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from unstable.inference.adapters import AdapterPayload, read_adapter
+from unstable.inference.adapters import PAYLOADS_PER_LORA, AdapterPayload, read_adapter
 from unstable.inference.base import GenerationRequest, GenerationResult, SamplingParams, make_sample
 from unstable.inference.multi_lora import MultiLora
 from unstable.local_models.resolve import resolve_tiny_name
@@ -159,6 +159,8 @@ class TransformersBackend:
             return None
         with self._payload_lock:
             payload = self._payloads.get(path)
+            if payload is not None:  # the payloads are kept least recently used first out
+                self._payloads.move_to_end(path)
         memory = (MEMORY_PREFIX + path, 0)
         key = memory if payload is not None or memory in self._adapters else _adapter_key(path)
         if key in self._adapters:
@@ -188,12 +190,13 @@ class TransformersBackend:
     # ------------------------------------------------------------------ adapters in memory
     def add_adapter(self, source: str, payload: AdapterPayload) -> None:
         """Serve requests for adapter ``source`` from ``payload`` (its files in memory), not from disk.
-        The payloads of the ``max_loras`` most recently added adapters are kept (an adapter evicted
-        meanwhile is loaded again from them); the inference actor fetches an older one again."""
+        The payloads of the ``PAYLOADS_PER_LORA * max_loras`` most recently used adapters are kept (an
+        adapter evicted from the loaded ones is loaded again from them); the inference actor fetches an
+        older one again."""
         with self._payload_lock:  # the event loop adds while the generate thread reads
             self._payloads[source] = payload
             self._payloads.move_to_end(source)
-            while len(self._payloads) > self.config.max_loras:
+            while len(self._payloads) > PAYLOADS_PER_LORA * self.config.max_loras:
                 self._payloads.popitem(last=False)
 
     def has_adapter(self, source: str) -> bool:

@@ -55,7 +55,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from unstable.inference.adapters import AdapterPayload
+from unstable.inference.adapters import PAYLOADS_PER_LORA, AdapterPayload
 from unstable.inference.base import GenerationRequest, GenerationResult, make_sample
 from unstable.inference.transformers_backend import _adapter_key
 from unstable.inference.vllm_cpu import set_cpu_defaults
@@ -198,8 +198,10 @@ class VLLMBackend:
             raise ValueError(f"adapter {path!r} requested but this VLLMBackend was built with enable_lora=False")
         from vllm.lora.request import LoRARequest
 
-        key = _adapter_key(self._local.get(path, path))
         with self._lock:
+            if path in self._local:  # the node-local copies are kept least recently used first out
+                self._local.move_to_end(path)
+            key = _adapter_key(self._local.get(path, path))
             if key in self._adapters:
                 self._adapters.move_to_end(key)
                 return self._adapters[key]
@@ -220,8 +222,8 @@ class VLLMBackend:
     def add_adapter(self, source: str, payload: AdapterPayload) -> None:
         """Serve requests for adapter ``source`` from ``payload``: its files are written once into a
         node-local cache directory (removed by :meth:`close`), which vLLM loads like any adapter. The
-        copies of the ``4 * max_loras`` most recently added adapters are kept; the inference actor
-        fetches an older one again when it is asked for."""
+        copies of the ``PAYLOADS_PER_LORA * max_loras`` most recently used adapters are kept; the
+        inference actor fetches an older one again when it is asked for."""
         if self._cache_dir is None:
             self._cache_dir = tempfile.mkdtemp(prefix="unstable-adapters-")
         import hashlib
@@ -231,7 +233,7 @@ class VLLMBackend:
         with self._lock:
             self._local[source] = str(local)
             self._local.move_to_end(source)
-            while len(self._local) > 4 * self.config.max_loras:
+            while len(self._local) > PAYLOADS_PER_LORA * self.config.max_loras:
                 shutil.rmtree(self._local.popitem(last=False)[1], ignore_errors=True)
 
     def has_adapter(self, source: str) -> bool:
