@@ -1,12 +1,16 @@
 """The command line, as a user runs it."""
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from doc_examples import code_blocks
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import unstable
 from unstable.cli.commands import main
 
 
@@ -121,6 +125,27 @@ def test_quickstart_options_are_the_config_fields_and_their_docs(capsys):
         if name != "out":
             assert docs[name].default == getattr(defaults, name)  # the source's default is the config's
             assert f"(default: {getattr(defaults, name)})" in text
+
+
+def test_the_parser_and_its_help_are_built_without_importing_torch():
+    """The options' docs are read from the configs' source files: building the parser (every command
+    does, ``unstable replay`` and ``unstable dashboard`` included) loads neither torch nor a package
+    whose ``__init__`` does (``importlib.util.find_spec`` of ``unstable.learners.config`` would)."""
+    code = ("import sys; from unstable.cli.commands import build_parser; build_parser().format_help(); "
+            "print(sorted(m for m in ('torch', 'transformers', 'peft', 'unstable.learners') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
+
+
+def test_source_file_finds_a_module_without_importing_it_or_its_package():
+    from unstable.utils.fields import source_file
+
+    assert source_file("unstable.learners.config") == Path(unstable.__file__).parent / "learners" / "config.py"
+    assert source_file("unstable.learners").name == "__init__.py"
+    for missing in ("unstable.no_such_module", "no_such_package.config", "unstable.utils.fields.x"):
+        with pytest.raises(ImportError, match="no module"):
+            source_file(missing)
 
 
 def test_field_options_refuse_undocumented_fields(tmp_path, monkeypatch):

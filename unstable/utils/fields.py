@@ -12,6 +12,7 @@ import argparse
 import ast
 import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 _TYPES = {"int": int, "float": float, "str": str}
@@ -32,13 +33,28 @@ class FieldDoc:
         return " ".join(self.doc.split("\n\n")[0].split())
 
 
-def field_docs(module: str, class_name: str) -> dict[str, FieldDoc]:
-    """The annotated fields of ``module.class_name`` with their defaults (literal ones; else None) and docs."""
-    spec = importlib.util.find_spec(module)
+def source_file(module: str) -> Path:
+    """The source file of ``module``, found without importing it or its parent packages
+    (``importlib.util.find_spec("a.b.c")`` imports ``a.b``, whose ``__init__`` may load torch)."""
+    top, *parts = module.split(".")
+    spec = importlib.util.find_spec(top)
     if spec is None or spec.origin is None:
         raise ImportError(f"no module {module!r}")
-    with open(spec.origin, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read(), filename=spec.origin)
+    path = Path(spec.origin)
+    for part in parts:
+        if path.name != "__init__.py":
+            raise ImportError(f"no module {module!r} ({path} is not a package)")
+        package, plain = path.parent / part / "__init__.py", path.parent / f"{part}.py"
+        path = package if package.is_file() else plain
+        if not path.is_file():
+            raise ImportError(f"no module {module!r}")
+    return path
+
+
+def field_docs(module: str, class_name: str) -> dict[str, FieldDoc]:
+    """The annotated fields of ``module.class_name`` with their defaults (literal ones; else None) and docs."""
+    origin = source_file(module)
+    tree = ast.parse(origin.read_text(encoding="utf-8"), filename=str(origin))
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
     if node is None:
         raise ImportError(f"{module} has no class {class_name!r}")
