@@ -1,7 +1,8 @@
 """The fault table's short version, as CI runs it: ``benchmarks/bench_faults.py --quick`` injects
-each of its faults into a tiny real run (a process and a local Ray of its own), and every row must
-say what the README's fault table says: the run survived (went on, or stopped with its error and
-resumed), its checkpoints load, and no trajectory was lost or doubled on its way to the buffer."""
+each of its faults (those no other test covers in a real driver process: see ``QUICK`` there) into a
+tiny real run (a process and a local Ray of its own), and every row must say what the README's fault
+table says: the run survived (went on, or stopped with its error and resumed), its checkpoints load,
+and no trajectory was lost or doubled on its way to the buffer."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-QUICK_FAULTS = {"inference actor kill -9", "learner kill -9, then resume", "checkpoints dir unwritable",
-                "same run name twice at once"}
+QUICK_FAULTS = {"learner kill -9, then resume", "same run name twice at once"}
 
 
 @pytest.mark.slow
@@ -32,22 +32,17 @@ def test_the_quick_fault_table_survives_each_fault(tmp_path):
     assert set(rows) == QUICK_FAULTS, proc.stdout[-3000:] + proc.stderr[-3000:]
     for fault, r in rows.items():
         assert r["survived"] is True, (fault, r["what happened"])
-        last = 4 if fault == "inference actor kill -9" else 3  # that run needs the restarted actor for 3 steps
-        assert r["checkpoints intact"] is True and r["checkpoints"].startswith(f"ckpt-1..{last}"), (fault, r)
+        assert r["checkpoints intact"] is True and r["checkpoints"].startswith("ckpt-1..3"), (fault, r)
         assert r["trajectories lost"] == 0 and r["duplicated"] == 0, (fault, r)
     assert proc.returncode == 0  # the script's own verdict: every row survived
     assert doc["machine"]["git_commit"] and doc["settings"]["learning_steps"] == 3
 
     # the faults' own marks: what the harness saw happen, not just that the run ended
-    inference = rows["inference actor kill -9"]
-    assert "answered again" in inference["what happened"] and inference["recover (s)"] > 0
-    for fault in ("learner kill -9, then resume", "checkpoints dir unwritable"):  # stopped with its error, resumed
-        happened = rows[fault]["what happened"]
-        assert "stopped: the run stopped" in happened and "resumed from ckpt-" in happened, (fault, happened)
-        assert rows[fault]["recover (s)"] > 0
-    # one clear message each, not Ray's actor-death text or a bare PermissionError
-    assert "died (killed, out of memory, or its node lost)" in rows["learner kill -9, then resume"]["what happened"]
-    assert "could not write" in rows["checkpoints dir unwritable"]["what happened"]
+    learner = rows["learner kill -9, then resume"]  # stopped with its error, resumed
+    assert "stopped: the run stopped" in learner["what happened"] and "resumed from ckpt-" in learner["what happened"]
+    assert learner["recover (s)"] > 0
+    # one clear message, not Ray's actor-death text
+    assert "died (killed, out of memory, or its node lost)" in learner["what happened"]
     twice = rows["same run name twice at once"]
     assert "1 of 2 finished" in twice["what happened"] and "before Ray started" in twice["what happened"]
     assert "is in use by another run" in twice["what happened"]
