@@ -51,7 +51,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from unstable.games.legal_moves import SCRIPTED_POLICIES
+from unstable.games.scripted_names import SCRIPTED_POLICIES
 from unstable.inference.adapters import read_adapter
 from unstable.records import GameRecord, PolicyKind, PolicyRef
 from unstable.utils.calls import call
