@@ -34,6 +34,7 @@ learner's hook, so the run stops with its cause) and by ``finish``.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,7 +119,8 @@ class ExploitabilityEvaluator:
     :class:`~unstable.inference.transformers_backend.TransformersBackend` of ``model_name`` to use
     (default: one of its own on ``device``). ``torch_threads`` and ``nice`` (added to the process's
     niceness, so the OS gives the learner and the inference actors the CPU first) apply to the whole
-    process: the run's evaluator actor, a process of its own, uses one thread and ``nice=10``.
+    process: the run's evaluator actor, a process of its own, uses one thread and ``nice=10`` while
+    the run trains, and every core for what is left once it is done (``finish(every_core=True)``).
     ``action_extractions`` (name -> function): extractions registered in the user's process
     (:func:`~unstable.games.extraction.custom_action_extractions`), which a Ray actor starts without."""
 
@@ -130,8 +132,6 @@ class ExploitabilityEvaluator:
         for name, extraction in (action_extractions or {}).items():
             register_action_extraction(name, extraction, overwrite=True)
         if nice:
-            import os
-
             os.nice(nice)
         if torch_threads:
             import torch
@@ -148,6 +148,7 @@ class ExploitabilityEvaluator:
         self._cond = threading.Condition()
         self._pending: tuple[int, str | None, AdapterPayload | None] | None = None
         self._closed = False
+        self._every_core = False
         self._error: Exception | None = None
         self._thread = threading.Thread(target=self._loop, name="exploitability", daemon=True)
         self._thread.start()
@@ -165,11 +166,14 @@ class ExploitabilityEvaluator:
             self._pending = (version, adapter, payload)
             self._cond.notify_all()
 
-    def finish(self, timeout: float | None = None) -> dict[str, list[int]]:
+    def finish(self, timeout: float | None = None, every_core: bool = False) -> dict[str, list[int]]:
         """Evaluate what is queued, stop the thread, and return the steps ``evaluated`` and ``skipped``;
-        raises an evaluation's error, or ``TimeoutError`` after ``timeout`` seconds."""
+        raises an evaluation's error, or ``TimeoutError`` after ``timeout`` seconds. ``every_core``: an
+        evaluation that starts from now on uses as many torch threads as the process may use cores
+        (a run calls it once its games and updates are done, so the one thread it kept to is free)."""
         with self._cond:
             self._closed = True
+            self._every_core = self._every_core or every_core
             self._cond.notify_all()
         self._thread.join(timeout)
         self._raise()
@@ -206,12 +210,24 @@ class ExploitabilityEvaluator:
                 if self._pending is None:
                     return
                 job, self._pending = self._pending, None
+                every_core = self._every_core
+            if every_core:  # in this thread: torch's thread count is read per thread
+                import torch
+
+                torch.set_num_threads(usable_cores())
             try:
                 self.evaluate(*job)
             except Exception as exc:  # not swallowed: submit() and finish() raise it (see the module docstring)
                 with self._cond:
                     self._error = exc
                 return
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS has one, else every core)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class SubmitCheckpoint:

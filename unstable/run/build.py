@@ -257,7 +257,7 @@ class Run:
         if evaluator is None or self.exploitability is not None:
             return
         print("unstable: waiting for the last checkpoint's exploitability", flush=True)
-        self.exploitability = ray.get(evaluator.finish.remote())
+        self.exploitability = ray.get(evaluator.finish.remote(every_core=True))
 
     def _tracker_write_error(self) -> RunDirUnwritableError | None:
         """The write the Tracker's filesystem refused, if any (``None`` too if it does not answer)."""
