@@ -92,11 +92,14 @@ def test_exact_reading_equals_one_sequence_at_a_time_scoring(answering_model, tt
     backend = TransformersBackend(answering_model)
     try:
         reader = PolicyReader(backend, None, SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=16))
-        boards = [" " * 9, STATE, "OX O X   "]
+        boards = [" " * 9, STATE, "OX O X   ", STATE, " " * 9]
         prompts = [render_prompt("qwen3-board", ttt_states[b].observation) for b in boards]
-        dists = reader.read_exact(prompts, [ttt_states[b].moves for b in boards])
-        for prompt, board, dist in zip(prompts, boards, dists, strict=True):
-            for move in ttt_states[board].moves[:3]:
+        # in one batch: states with every legal move, a lone candidate, and answers of 4 and 8 tokens
+        moves = [ttt_states[b].moves for b in boards[:3]] + [["[4]"], ["[4]", "[3 1 2]", "[8]"]]
+        assert [len(reader.answer_ids(m)) for m in moves[4]] == [4, 8, 4]
+        dists = reader.read_exact(prompts, moves)
+        for prompt, legal, dist in zip(prompts, moves, dists, strict=True):
+            for move in legal[:3]:
                 expected = _independent_logprob(backend, prompt, reader.answer_ids(move), 0.7)
                 assert math.log(dist.probs[move]) == pytest.approx(expected, abs=1e-4)
             assert dist.other == pytest.approx(1 - sum(dist.probs.values()))
