@@ -42,7 +42,7 @@ if [ "$DEVICE" = cpu ]; then  # the rehearsal: tiny models, short steps
   C_ARGS=(--shapes 1m --lens 64,128 --budget-s 20)
   D_ARGS=(--arch 1m --batches 1,8 --max-new-tokens 16 --quick --mixed 2)
   E_CFG="learning_steps: 1\nbatch_size: 32\nmini_batch_size: 16\nnum_collection_workers: 8\neval_games: 10\n"
-  E_CFG+="eval_workers: 1\nnum_eval_workers: 0\nexploitability_eval: \"off\"\n"
+  E_CFG+="eval_workers: 1\nnum_eval_workers: 0\n"
   E_ARGS=(--warm-start-positions 256 --warm-start-max-rounds 1)
 else
   ARCH=${ARCH:-qwen3-0.6b}
@@ -54,11 +54,12 @@ else
   B_ARGS=(--arch qwen3-1.7b --seq-len 4096 --no-before --rounds 2)
   C_ARGS=(--shapes 1.7b,8b --lens 4096,8192 --budget-s 35)
   D_ARGS=(--arch "$ARCH" --batches 1,128 --max-new-tokens 64 --mixed 4)
-  # exploitability_eval off: the in-run reading runs on the CPU (tested there), and its wait for the last
-  # checkpoint's reading (~20 s for the 1M model on TicTacToe, on 2 cores) would eat the step's cap
-  E_CFG="learning_steps: 2\neval_games: 50\neval_workers: 2\nnum_eval_workers: 0\nexploitability_eval: \"off\"\n"
+  E_CFG="learning_steps: 2\neval_games: 50\neval_workers: 2\nnum_eval_workers: 0\n"
   E_ARGS=(--warm-start-positions 2048 --warm-start-max-rounds 1)
 fi
+# the quickstart without the in-run exploitability: that reading runs on the CPU whatever the device (tested
+# there), and its wait for the last checkpoint (~20 s for the 1M model on TicTacToe, 2 cores) eats the cap
+E_CFG+="exploitability_eval: \"off\"\n"
 
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 left() { echo $((BUDGET_S - (SECONDS - START))); }
