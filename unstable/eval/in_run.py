@@ -55,6 +55,7 @@ from unstable.inference.base import SamplingParams
 from unstable.learners.checkpoints import checkpoint_dir
 from unstable.utils.calls import call
 from unstable.utils.checks import check_choice
+from unstable.utils.machine import usable_cores
 
 EXPLOITABILITY_EVAL = ("auto", "off")
 """``exploitability_eval`` settings: ``"auto"`` evaluates every eval env that supports it, ``"off"`` none."""
@@ -221,13 +222,6 @@ class ExploitabilityEvaluator:
                 with self._cond:
                     self._error = exc
                 return
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity where the OS has one, else every core)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 class SubmitCheckpoint:

@@ -6,10 +6,11 @@ refuse it instead, naming what holds the room and what to do.
 
 from __future__ import annotations
 
-import os
 import time
 
 import ray
+
+from unstable.utils.machine import usable_cores
 
 
 def planned_resources(ray_address: str | None) -> dict[str, float] | None:
@@ -30,7 +31,7 @@ def _local_cpus() -> int:
 
         return int(get_num_cpus())
     except (ImportError, AttributeError):
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return usable_cores()
 
 
 def _local_gpus() -> int:
