@@ -88,16 +88,30 @@ def cut_prompt(prompt: str, model_path: str, tokens: int) -> str:
     return tok.decode(tok(prompt, add_special_tokens=False)["input_ids"][-tokens:])
 
 
-def make_adapter(model_path: str, out: str, dtype: str | None, seed: int = 0) -> str:
-    """A random, non-zero LoRA adapter of the run's default shape."""
+def make_adapters(model_path: str, outs: list[str], dtype: str | None, seed: int = 0) -> list[str]:
+    """Random, non-zero LoRA adapters of the run's default shape at ``outs`` (seeds ``seed``, ``seed + 1``, ...)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype or "float32"))
     torch.manual_seed(seed)
-    get_peft_model(base, LoraConfig(**DEFAULT_LORA, init_lora_weights=False)).save_pretrained(out)
-    return out
+    model = get_peft_model(base, LoraConfig(**DEFAULT_LORA, init_lora_weights=False))
+    for i, out in enumerate(outs):
+        if i:
+            torch.manual_seed(seed + i)
+            for layer in model.modules():
+                if hasattr(layer, "reset_lora_parameters") and "default" in getattr(layer, "lora_A", {}):
+                    layer.reset_lora_parameters("default", False)
+        model.save_pretrained(out)
+    return outs
+
+
+def compiled_graphs() -> int:
+    """Graphs torch.compile has made in this process so far (TorchDynamo's counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def measure(backend, prompts: list[str], adapter: str | list[str] | None, batch: int, sampling) -> dict[str, float]:
@@ -108,10 +122,10 @@ def measure(backend, prompts: list[str], adapter: str | list[str] | None, batch:
     adapters = adapter if isinstance(adapter, list) else [adapter]
     requests = [GenerationRequest(prompts[i % len(prompts)], adapters[i % len(adapters)], sampling)
                 for i in range(batch)]
-    t0, c0 = time.perf_counter(), cpu_seconds()
+    g0, t0, c0 = compiled_graphs(), time.perf_counter(), cpu_seconds()
     results = backend.generate_batch(requests)
     return {"tokens": sum(len(r.sample.completion_ids) for r in results), "seconds": time.perf_counter() - t0,
-            "cpu": cpu_seconds() - c0}
+            "cpu": cpu_seconds() - c0, "graphs": compiled_graphs() - g0}
 
 
 def collector_delivery(backend, model_path: str, adapter: str, max_new_tokens: int, seconds: float) -> dict:
@@ -179,17 +193,22 @@ def start_backend(kind: str, model_path: str, args, enable_lora: bool, max_batch
 
 
 def measure_engines(args, path, arch, adapters, engines, prompts, batches, sampling, warm, full_warm: bool,
-                    min_seconds, max_calls, collector_s, max_new, rows: list[dict], save) -> None:
+                    min_seconds, max_calls, collector_s, max_new, rows: list[dict], save,
+                    new_adapters: list[str] = ()) -> None:
     """Append to ``rows`` (and ``save()`` after each batch) the rows of each of ``engines`` (``[(name,
     backend class or None)]``): base weights, then the first LoRA adapter, then all of ``adapters``
     mixed (if more than one), at each batch. With several engines (``--before``) every engine is
     loaded at once and their calls alternate, in an order rotated from call to call, so that a
     drift of the machine's speed during the run reaches all of them alike. ``full_warm``: today's engine
-    warms up with ``sampling`` itself (on CUDA its warm-up call compiles the measured shapes)."""
+    warms up with ``sampling`` itself (on CUDA its warm-up call compiles the measured shapes).
+    ``new_adapters``: after the single-adapter rows of each batch, today's engine serves one of them
+    for the first time, as a new checkpoint arrives (one call: its tok/s and the graphs compiled)."""
+    new_adapters = list(new_adapters)
     # transformers: one backend per engine, base rows before the first adapter is loaded (which
     # wraps the model's layers); vLLM: an engine without LoRA (faster on CPU) and one with it.
     adapter = adapters[0] if adapters else None
-    modes = [(False, None)] + ([(True, adapter)] if adapter else []) + ([(True, adapters)] if len(adapters) > 1 else [])
+    modes = ([] if args.no_base and adapter else [(False, None)]) + ([(True, adapter)] if adapter else []) + \
+        ([(True, adapters)] if len(adapters) > 1 else [])
     if args.quick and args.backend == "vllm" and adapter:
         modes = [(True, adapter)]
     first, backends, standalone_lora_32 = len(rows), {}, {}
@@ -209,8 +228,10 @@ def measure_engines(args, path, arch, adapters, engines, prompts, batches, sampl
         for batch in batches:
             if isinstance(adapter_path, list) and batch < len(adapter_path):
                 continue  # too few rows to mix the adapters
-            for (_, engine), backend in zip(engines, backends.values(), strict=True):  # adapter load, shapes
-                measure(backend, prompts, adapter_path, batch, sampling if full_warm and engine is None else warm)
+            warm_graphs = {}
+            for (name, engine), backend in zip(engines, backends.items(), strict=True):  # adapter load, shapes
+                warm_graphs[name] = measure(backend[1], prompts, adapter_path, batch,
+                                            sampling if full_warm and engine is None else warm)["graphs"]
             tally = {name: [] for name in backends}
             order = list(backends)
             while any(wants(t) for t in tally.values()):
@@ -226,9 +247,16 @@ def measure_engines(args, path, arch, adapters, engines, prompts, batches, sampl
                 rows.append({"backend": args.backend, "engine": name, "arch": arch, "weights": label,
                              "batch": batch, "tok/s": tokens / seconds, "tok/CPU-s": tokens / cpu if cpu else None,
                              "calls": len(calls), "mean_len": tokens / (len(calls) * batch),
-                             "start_s": start_s.get(name) if batch == batches[0] else None})
+                             "start_s": start_s.get(name) if batch == batches[0] else None,
+                             "graphs compiled": warm_graphs[name] + sum(m["graphs"] for m in calls)})
                 if hasattr(backends[name], "decoding"):
                     rows[-1]["kv cache"] = backends[name].decoding()["lora" if adapter_path else "base"]
+            if new_adapters and adapter_path == adapter and "after" in backends:  # a new checkpoint arrives
+                m = measure(backends["after"], prompts, new_adapters.pop(0), batch, sampling)
+                rows.append({"backend": args.backend, "engine": "after", "arch": arch,
+                             "weights": "LoRA r32, a new adapter's first call", "batch": batch,
+                             "tok/s": m["tokens"] / m["seconds"], "calls": 1, "mean_len": m["tokens"] / batch,
+                             "graphs compiled": m["graphs"]})
             save()
     for r in rows[first:]:  # a fallback may have come later
         if hasattr(backends[r["engine"]], "decoding"):
@@ -266,6 +294,7 @@ def main() -> None:
     parser.add_argument("--before", default=None, help="also measure the transformers engine of this git revision "
                                                       "or module file first (see the docstring)")
     parser.add_argument("--no-lora", action="store_true", help="base weights only")
+    parser.add_argument("--no-base", action="store_true", help="LoRA rows only")
     parser.add_argument("--min-seconds", type=float, default=2.0, help="measure each row for at least this long "
                                                                        "(default 2; up to --max-calls calls)")
     parser.add_argument("--max-calls", type=int, default=4, help="at most this many calls a row (default 4)")
@@ -306,6 +335,9 @@ def main() -> None:
              "registry, buffer and tracker.",
              "'in Collector' rows: batch = mean requests per generate call (transformers); calls = LLM turns "
              "in the window; x standalone b32 = delivered tok/s / standalone LoRA tok/s at batch 32.",
+             "graphs compiled: graphs torch.compile made during the row (its warm-up call included); 'a new "
+             "adapter's first call' rows: one call of today's engine with an adapter it has not served before, "
+             "right after the single-adapter rows of that batch (0 graphs: no recompile when a checkpoint arrives).",
              "engine: 'before' = the transformers engine of --before, 'after' = this tree's; x before = after tok/s "
              "/ before tok/s at the same weights and batch; kv cache: what this tree's engine used (static: "
              "decoding compiled by transformers on CUDA)."]
@@ -327,12 +359,13 @@ def main() -> None:
         path = model_dir(arch)
         with tempfile.TemporaryDirectory(prefix="bench-lora-") as tmp:
             dtype = "bfloat16" if arch == "qwen3-0.6b" else None
-            adapters = [] if args.no_lora else [make_adapter(path, os.path.join(tmp, f"lora{i}"), dtype, seed=i)
-                                                for i in range(max(1, args.mixed))]
+            made = [] if args.no_lora else make_adapters(
+                path, [os.path.join(tmp, f"lora{i}") for i in range(max(1, args.mixed) + len(batches))], dtype)
+            adapters, new_adapters = made[: max(1, args.mixed)], made[max(1, args.mixed):]
             # on CUDA today's engine compiles and records the decoding step in its warm-up call, which
             # must then have the measured shapes
             measure_engines(args, path, arch, adapters, engines, prompts, batches, sampling, warm, cuda,
-                            min_seconds, max_calls, collector_s, max_new, rows, save)
+                            min_seconds, max_calls, collector_s, max_new, rows, save, new_adapters)
             if cuda:
                 torch.cuda.empty_cache()
 

@@ -64,6 +64,15 @@ BEFORE = "ca68e4a"  # the last commit whose learner padded micro-batches to thei
 UPDATE, BEFORE_UPDATE, IDEAL, PACKED = ("update", "update, padded (before)", "ideal: bare fwd+bwd, one step a pass",
                                         "bare fwd+bwd, packed rows")
 FP32_LORA = "update, LoRA products in float32 (PEFT's default)"
+FLEX = "flex_attention"
+# --extra: variants that change how the same work runs (attention kernel, compiled decoder layers)
+EXTRA = {
+    "flex": ("update, flex_attention", dict(attn=FLEX)),
+    "flex-compiled": ("update, flex_attention, compiled layers", dict(attn=FLEX, compiled=True)),
+    "compiled": ("update, compiled layers", dict(compiled=True)),
+    "packed-flex": ("bare fwd+bwd, packed rows, flex_attention", dict(packed=True, attn=FLEX)),
+    "ideal-compiled": ("bare fwd+bwd, one step a pass, compiled layers", dict(compiled=True)),
+}
 
 
 # ------------------------------------------------------------------------------------- the batch
@@ -116,15 +125,17 @@ def game_steps(path: str, n: int, seed: int, median_len: float, sigma: float, ma
 
 
 # ------------------------------------------------------------------------------------ variants
-def long_steps(n: int, seq_len: int, vocab: int, seed: int) -> list:
-    """``n`` Steps of ``seq_len`` tokens each, the first half prompt, the second completion (random ids)."""
+def long_steps(n: int, seq_len: int, vocab: int, seed: int, mixed: bool = False) -> list:
+    """``n`` Steps of ``seq_len`` tokens each (``mixed``: of lengths drawn uniformly from
+    ``seq_len / 8`` to ``seq_len``), the first half prompt, the second completion (random ids)."""
     from unstable.records import Sample, Step
 
     rng = random.Random(seed)
-    half = seq_len // 2
     steps = []
     for i in range(n):
-        prompt = tuple(rng.randrange(3, vocab) for _ in range(seq_len - half))
+        length = rng.randint(seq_len // 8, seq_len) if mixed else seq_len
+        half = length // 2
+        prompt = tuple(rng.randrange(3, vocab) for _ in range(length - half))
         completion = tuple(rng.randrange(3, vocab) for _ in range(half))
         sample = Sample(prompt, completion, (-1.0,) * half, "length", 1.0, 1.0, 0)
         steps.append(Step(env_id=ENVS[i % 2], game_id=i, player_id=i % 2, turn_index=0, sample=sample,
@@ -186,7 +197,66 @@ def bare_pass(model, device, micro_rows: list[list[list[int]]], prompt_lens: lis
     return step
 
 
-def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
+def prepare(model, attn: str | None = None, compiled: bool = False):
+    """``model`` (a PEFT model) with the attention kernel ``attn`` and, ``compiled``, each decoder
+    layer compiled on its own (``nn.Module.compile``: regional compilation, one graph all layers
+    share). Returns it."""
+    from unstable.learners import model_utils as mu
+
+    if attn:
+        model.get_base_model().set_attn_implementation(attn)
+    if compiled:
+        for layer in mu.decoder_body(model).layers:
+            layer.compile()
+    return model
+
+
+def profile_call(call, cuda: bool, top: int = 25) -> dict:
+    """One call of ``call`` under ``torch.profiler``: wall seconds, the device's busy seconds (its
+    kernels' self time summed) and the ``top`` operators by self device time (CPU time on a CPU),
+    each with its share, plus the device time by kind of kernel (matmul, attention, other)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        call()
+        if cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    attr = "self_device_time_total" if cuda else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, attr, 0) > 0]
+    if cuda:  # kernels only: the CUDA runtime's CPU-side entries carry no device time
+        events = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(getattr(e, attr) for e in events) / 1e6
+    kinds: dict[str, float] = {}
+    for e in events:
+        kinds[kernel_kind(e.key)] = kinds.get(kernel_kind(e.key), 0.0) + getattr(e, attr) / 1e6
+    events.sort(key=lambda e: getattr(e, attr), reverse=True)
+    return {"wall_s": round(wall, 4), "busy_s": round(busy, 4), "busy_share_of_wall": round(busy / wall, 3),
+            "time_by_kind_s": {k: round(v, 4) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
+            "top": [{"name": e.key[:200], "calls": e.count, "self_s": round(getattr(e, attr) / 1e6, 4),
+                     "share": round(getattr(e, attr) / 1e6 / busy, 4)} for e in events[:top]]}
+
+
+def kernel_kind(name: str) -> str:
+    """A kernel's (or CPU operator's) kind by its name: matmul, attention, copy/cast/fill, or elementwise/other."""
+    import re
+
+    low = name.lower()
+    if re.search(r"flash|fmha|attention|flex|sdpa", low):
+        return "attention"
+    if re.search(r"gemm|xmma|cutlass|nvjet|cublas|matmul|(^|[_:])(add|b)?mm([_\d]|$)|aten::linear", low):
+        return "matmul"
+    if re.search(r"copy|cast|fill", low):
+        return "copy/cast/fill"
+    return "elementwise/other"
+
+
+def measure(args: argparse.Namespace, arch: str, save) -> tuple[list[dict], dict]:
     import torch
     from transformers import AutoConfig
 
@@ -202,7 +272,7 @@ def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
     cuda = device.type == "cuda"
     if args.seq_len:
         steps = long_steps(args.batch, args.seq_len, min(AutoConfig.from_pretrained(path).vocab_size, 2048),
-                           args.seed)
+                           args.seed, mixed=args.mixed_lengths)
     else:
         steps = game_steps(path, args.batch, args.seed, args.completion_median, args.completion_sigma,
                            args.max_new_tokens)
@@ -215,85 +285,137 @@ def measure(args: argparse.Namespace, arch: str) -> tuple[list[dict], dict]:
                 activation_checkpointing=True, seed=0, micro_batching=args.micro_batching,
                 max_tokens_per_micro_batch=args.max_tokens, dtype=args.dtype)
     out = tempfile.TemporaryDirectory(prefix="bench-learner-")
-    learners = {UPDATE: REINFORCELearner(path, output_dir=f"{out.name}/after", **opts)}
+    extra = [EXTRA[k] for k in args.extra.split(",") if k] if args.extra else []
+    learners = {UPDATE: REINFORCELearner(path, output_dir=f"{out.name}/after", **opts)} if not args.no_update else {}
     if dtype == torch.bfloat16 and not args.no_fp32_lora:
         learners[FP32_LORA] = REINFORCELearner(path, output_dir=f"{out.name}/fp32-lora", lora_compute_dtype="float32",
                                                **opts)
     if not args.no_before:
         learners[BEFORE_UPDATE] = learner_before(args.before)(path, output_dir=f"{out.name}/before", **opts)
+    for i, (name, how) in enumerate(extra):
+        if name.startswith("update"):
+            lrn = REINFORCELearner(path, output_dir=f"{out.name}/extra-{i}", **opts)
+            learners[name] = lrn
+            prepare(lrn.model, how.get("attn"), how.get("compiled", False))
     for lrn in learners.values():
         lrn.initialize_algorithm(max_train_len=None, max_generation_len=args.max_new_tokens)
-    torch.manual_seed(0)
-    base = mu.load_base_model(path, device, dtype, False)
-    model = mu.attach_policy_adapter(base, LORA, None).to(device)
-    model.train()
-    cut = learners[UPDATE].micro_batches(steps)  # the bare passes take the update's micro-batches
+
+    def bare_model(attn: str | None = None, compiled: bool = False):
+        torch.manual_seed(0)
+        base = mu.load_base_model(path, device, dtype, False)
+        model = mu.attach_policy_adapter(base, LORA, None).to(device)
+        model.train()
+        return prepare(model, attn, compiled)
+
+    model = bare_model()
+    reference = learners[UPDATE] if UPDATE in learners else REINFORCELearner(path, output_dir=f"{out.name}/cut", **opts)
+    cut = reference.micro_batches(steps)  # the bare passes take the update's micro-batches
     rows = [[list(steps[i].prompt_ids) + list(steps[i].completion_ids) for i in idx] for idx in cut]
     plens = [[len(steps[i].prompt_ids) for i in idx] for idx in cut]
     calls = {name: (lambda lrn=lrn: lrn.update(batch)) for name, lrn in learners.items()}
     calls[IDEAL] = bare_pass(model, device, rows, plens, packed=False, dtype=dtype)
     if not args.no_packed:
         calls[PACKED] = bare_pass(model, device, rows, plens, packed=True, dtype=dtype)
+    for name, how in extra:
+        if not name.startswith("update"):
+            calls[name] = bare_pass(bare_model(how.get("attn"), how.get("compiled", False)), device, rows, plens,
+                                    packed=how.get("packed", False), dtype=dtype)
     names = list(calls)
+    config = AutoConfig.from_pretrained(path)
+    lengths = [kept_length(s, None) for s in steps]
+    rank, targets = LORA["lora_rank"], LORA["target_modules"]
+    flops = {name: update_flops(config, lengths, trained, rank, targets,
+                                gradient_checkpointing=args.gradient_checkpointing and name in learners,
+                                chunked_head=getattr(learners.get(name), "_fused_head", False)) for name in names}
+    peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if cuda else None
     wall: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
     peak: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(args.rounds + 1):  # round 0 warms up
+    warmup_s: dict[str, float] = {}
+    facts = {"real_tokens": real, "trained_tokens": trained,
+             "padded_tokens_one_batch": collate(steps, None, 0).input_ids.numel(),
+             "model_flops_per_update": flops[IDEAL]["model"], "peak_bf16_flops": peak_flops,
+             "packed": reference.packed, "micro_batches_after": [len(c) for c in cut],
+             "step_lengths": sorted(lengths),
+             "prompt_lens": sorted(len(s.prompt_ids) for s in steps),
+             "completion_lens": sorted(len(s.completion_ids) for s in steps)}
+    if UPDATE in flops:
+        facts["hardware_flops_per_update"] = flops[UPDATE]["hardware"]
+
+    def summary() -> list[dict]:
+        rows_out = []
+        for name in names:
+            if not wall[name]:
+                continue
+            ratio = [i / w for i, w in zip(wall[IDEAL], wall[name], strict=True)]
+            ratio_cpu = [i / w for i, w in zip(cpu[IDEAL], cpu[name], strict=True)]
+            q1, _, q3 = quartiles(ratio)
+            c1, _, c3 = quartiles(ratio_cpu)
+            seconds = statistics.median(wall[name])
+            row = {"arch": arch, "variant": name, "s/update": seconds,
+                   "CPU-s/update": statistics.median(cpu[name]),
+                   "real tok/s": real / seconds, "trained tok/s": trained / seconds,
+                   "real tok/CPU-s": real / statistics.median(cpu[name]),
+                   "x ideal (median)": statistics.median(ratio), "x ideal IQR": f"{q1:.2f}-{q3:.2f}",
+                   "x ideal CPU (median)": statistics.median(ratio_cpu), "x ideal CPU IQR": f"{c1:.2f}-{c3:.2f}",
+                   "rounds": len(ratio), "first call s (compiles)": round(warmup_s[name], 2)}
+            if cuda:
+                row["peak over held MiB"] = max(peak[name])
+                row["model TFLOP/s"] = flops[name]["model"] / seconds / 1e12
+                if peak_flops:  # unknown GPU: no MFU rather than a guess
+                    row["MFU"] = flops[name]["model"] / seconds / peak_flops
+                    row["HFU"] = flops[name]["hardware"] / seconds / peak_flops
+            rows_out.append(row)
+        facts["seconds_per_round"] = {n: {"wall": [round(t, 4) for t in wall[n]],
+                                          "cpu": [round(t, 4) for t in cpu[n]]} for n in names}
+        return rows_out
+
+    facts["errors"] = {}
+    for r in range(args.rounds + 1):  # round 0 warms up (and compiles)
         for name in names[r % len(names):] + names[: r % len(names)]:
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
                 held = torch.cuda.memory_allocated()
             t0, c0 = time.perf_counter(), time.process_time()
-            calls[name]()
+            if not r:  # a variant that cannot run here (e.g. flex_attention's backward on a CPU) is left out
+                try:
+                    calls[name]()
+                except Exception as exc:
+                    facts["errors"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    print(f"{arch} {name}: left out, {facts['errors'][name]}", flush=True)
+                    continue
+            else:
+                calls[name]()
             if cuda:
                 torch.cuda.synchronize()
-            if r:
-                wall[name].append(time.perf_counter() - t0)
-                cpu[name].append(time.process_time() - c0)
-                if cuda:
-                    peak[name].append((torch.cuda.max_memory_allocated() - held) / 2**20)
-        print(f"{arch} round {r}: " + ", ".join(f"{n} {wall[n][-1]:.3f}s" for n in names if wall[n]), flush=True)
-    padded = collate(steps, None, 0).input_ids.numel()
-    lengths = [kept_length(s, None) for s in steps]
-    config = AutoConfig.from_pretrained(path)
-    rank, targets = LORA["lora_rank"], LORA["target_modules"]
-    flops = {name: update_flops(config, lengths, trained, rank, targets,
-                                gradient_checkpointing=args.gradient_checkpointing and name in learners,
-                                chunked_head=getattr(learners.get(name), "_fused_head", False)) for name in names}
-    peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if cuda else None
-    rows_out = []
-    for name in names:
-        ratio = [i / w for i, w in zip(wall[IDEAL], wall[name], strict=True)]
-        ratio_cpu = [i / w for i, w in zip(cpu[IDEAL], cpu[name], strict=True)]
-        q1, _, q3 = quartiles(ratio)
-        c1, _, c3 = quartiles(ratio_cpu)
-        row = {"arch": arch, "variant": name, "s/update": statistics.median(wall[name]),
-               "CPU-s/update": statistics.median(cpu[name]),
-               "real tok/s": real / statistics.median(wall[name]),
-               "trained tok/s": trained / statistics.median(wall[name]),
-               "real tok/CPU-s": real / statistics.median(cpu[name]),
-               "x ideal (median)": statistics.median(ratio), "x ideal IQR": f"{q1:.2f}-{q3:.2f}",
-               "x ideal CPU (median)": statistics.median(ratio_cpu), "x ideal CPU IQR": f"{c1:.2f}-{c3:.2f}",
-               "rounds": len(ratio)}
-        if cuda:
-            row["peak over held MiB"] = max(peak[name])
-            seconds = statistics.median(wall[name])
-            row["model TFLOP/s"] = flops[name]["model"] / seconds / 1e12
-            if peak_flops:  # unknown GPU: no MFU rather than a guess
-                row["MFU"] = flops[name]["model"] / seconds / peak_flops
-                row["HFU"] = flops[name]["hardware"] / seconds / peak_flops
-        rows_out.append(row)
-    facts = {"real_tokens": real, "trained_tokens": trained, "padded_tokens_one_batch": padded,
-             "model_flops_per_update": flops[UPDATE]["model"], "hardware_flops_per_update": flops[UPDATE]["hardware"],
-             "peak_bf16_flops": peak_flops, "packed": learners[UPDATE].packed,
-             "micro_batches_after": [len(c) for c in cut],
-             "prompt_lens": sorted(len(s.prompt_ids) for s in steps),
-             "completion_lens": sorted(len(s.completion_ids) for s in steps),
-             "seconds_per_round": {n: {"wall": [round(t, 4) for t in wall[n]], "cpu": [round(t, 4) for t in cpu[n]]}
-                                   for n in names}}
+            if not r:
+                warmup_s[name] = time.perf_counter() - t0
+                continue
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+            if cuda:
+                peak[name].append((torch.cuda.max_memory_allocated() - held) / 2**20)
+        if not r:
+            names = [n for n in names if n not in facts["errors"]]
+            if IDEAL not in names:
+                raise SystemExit(f"the ideal pass failed: {facts['errors'][IDEAL]}")
+        if not r and args.profile:  # right after the warm-up: a profile survives a step's timeout
+            facts["profile"] = {}
+            keys = {"update": UPDATE, "ideal": IDEAL, "packed": PACKED, "fp32-lora": FP32_LORA,
+                    **{k: v[0] for k, v in EXTRA.items()}}
+            wanted = names if args.profile == "all" else [keys.get(k, k) for k in args.profile.split(",")]
+            for name in [n for n in wanted if n in names]:
+                facts["profile"][name] = profile_call(calls[name], cuda)
+                print(f"{arch} profile of {name}: " + json.dumps(
+                    {k: v for k, v in facts["profile"][name].items() if k != "top"}), flush=True)
+            save(summary(), facts)
+        print(f"{arch} round {r}: " + ", ".join(f"{n} {(wall[n] or [warmup_s[n]])[-1]:.3f}s" for n in names),
+              flush=True)
+        if r:
+            save(summary(), facts)
     out.cleanup()
-    return rows_out, facts
+    return summary(), facts
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -307,6 +429,8 @@ def main() -> None:
                         "qwen3-8b (the last three random-init on the device; default 1m,10m)")
     parser.add_argument("--seq-len", type=int, default=None, help="steps of this many tokens (half prompt, half "
                         "completion, random ids) instead of game turns")
+    parser.add_argument("--mixed-lengths", action="store_true", help="with --seq-len: steps of lengths drawn "
+                        "uniformly from seq_len/8 to seq_len")
     parser.add_argument("--micro-batching", default="auto", choices=("auto", "packed", "buckets"),
                         help="the learner's micro_batching (auto: packed on CUDA)")
     parser.add_argument("--max-tokens", type=int, default=8192, help="the learner's max_tokens_per_micro_batch")
@@ -326,6 +450,13 @@ def main() -> None:
     parser.add_argument("--before", default=BEFORE, help="commit of the padded learner compared against")
     parser.add_argument("--no-before", action="store_true", help="leave out the padded learner of --before")
     parser.add_argument("--no-packed", action="store_true", help="leave out the packed-rows bare pass")
+    parser.add_argument("--no-update", action="store_true", help="leave out the update as a run does it")
+    parser.add_argument("--extra", default="", help="comma-separated variants to add: " + ", ".join(
+        f"{k} ({v[0]})" for k, v in EXTRA.items()))
+    parser.add_argument("--profile", default="", help="comma-separated variants (update, ideal, packed, fp32-lora "
+                        "or an --extra key; or 'all') to profile once with torch.profiler after the warm-up round: "
+                        "top kernels by device time")
+    parser.add_argument("--name", default=None, help="result file name (default learner[-cuda])")
     args = parser.parse_args()
     args.batch = args.batch or (4 if args.quick else 16)
     args.mini_batch = args.mini_batch or (2 if args.quick else 4)
@@ -335,13 +466,12 @@ def main() -> None:
         args.completion_median = min(args.completion_median, 16.0)
     if args.batch % args.mini_batch:
         raise SystemExit(f"--batch ({args.batch}) must be a multiple of --mini-batch ({args.mini_batch})")
+    unknown = [k for k in args.extra.split(",") if k and k not in EXTRA]
+    if unknown:
+        raise SystemExit(f"--extra: unknown {unknown}; known: {', '.join(EXTRA)}")
     quiet_libraries()
     archs = (args.arch or ("1m" if args.quick else "1m,10m")).split(",")
     info = machine()
-    rows, facts = [], {}
-    for arch in archs:
-        arch_rows, facts[arch] = measure(args, arch)
-        rows += arch_rows
     settings = {"archs": archs, "batch": args.batch, "mini_batch_size": args.mini_batch, "envs": list(ENVS),
                 "template": "qwen3-zs", "max_new_tokens": args.max_new_tokens,
                 "completion_lengths": f"lognormal(median {args.completion_median}, sigma {args.completion_sigma}), "
@@ -350,18 +480,36 @@ def main() -> None:
                 "gradient_checkpointing": args.gradient_checkpointing, "activation_checkpointing": True,
                 "dtype": args.dtype or "the learner's default (bf16 on cuda, fp32 on cpu)",
                 "micro_batching": args.micro_batching, "max_tokens_per_micro_batch": args.max_tokens,
-                "seq_len": args.seq_len, "torch_threads": args.threads,
-                "device": args.device or ("cuda" if info.get("gpu") else "cpu"), "before_commit": args.before,
-                "batch_facts": facts}
+                "seq_len": args.seq_len, "mixed_lengths": args.mixed_lengths, "extra": args.extra,
+                "torch_threads": args.threads,
+                "device": args.device or ("cuda" if info.get("gpu") else "cpu"), "before_commit": args.before}
     notes = ["real tok/s counts the steps' tokens (prompt + completion, no padding); trained tok/s the completion "
              "tokens only.", "x ideal = s/update of the ideal (each step alone, no padding, no optimiser or "
              "checkpoint) / s/update of the variant, taken within each round, then the median and interquartile "
              "range over the rounds; x ideal CPU the same with CPU seconds.",
              "All variants ran interleaved in one process; the machine may have been shared (see the load "
-             "averages): trust the ratios and CPU-s more than single wall times."]
-    write_result("learner" + (f"-{args.device}" if args.device == "cuda" else ""), args, rows, settings, notes,
-                 info=info)
-    print(json.dumps({a: {k: v for k, v in f.items() if k != "seconds_per_round"} for a, f in facts.items()}))
+             "averages): trust the ratios and CPU-s more than single wall times.",
+             "batch_facts[arch].profile: one call of a variant under torch.profiler after the warm-up round; "
+             "busy_s sums the device kernels' self time (CPU operators' on a CPU), so busy_share_of_wall "
+             "below 1 is time the device waited for the host."]
+    name = args.name or "learner" + (f"-{args.device}" if args.device == "cuda" else "")
+    rows: list[dict] = []
+    facts: dict = {}
+
+    def save(arch_rows: list[dict], arch_facts: dict, arch: str | None = None) -> None:
+        """Write what is measured so far (a step's timeout keeps every finished round)."""
+        facts[arch or current[0]] = arch_facts
+        write_result(name, args, rows + arch_rows, {**settings, "batch_facts": facts}, notes, info=info)
+
+    current = [None]
+    for arch in archs:
+        current[0] = arch
+        arch_rows, arch_facts = measure(args, arch, save)
+        rows += arch_rows
+        facts[arch] = arch_facts
+    write_result(name, args, rows, {**settings, "batch_facts": facts}, notes, info=info)
+    print(json.dumps({a: {k: v for k, v in f.items() if k not in ("seconds_per_round", "profile")}
+                      for a, f in facts.items()}))
 
 
 if __name__ == "__main__":

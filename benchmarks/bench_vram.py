@@ -82,6 +82,8 @@ def main() -> int:
     parser.add_argument("--shapes", default="1.7b,4b,8b", help="comma-separated Qwen3 shapes (1.7b, 4b, 8b, "
                         "tiny-test) or tiny models (1m, 10m)")
     parser.add_argument("--lens", default="2048,4096,8192", help="comma-separated step lengths L (tokens)")
+    parser.add_argument("--settings", default=",".join(name for name, _, _ in SETTINGS),
+                        help="comma-separated settings, in this order (default: all three)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--micro-batching", default="auto", choices=("auto", "packed", "buckets"))
     parser.add_argument("--budget-s", type=float, default=240.0, help="start no new cell after this many seconds")
@@ -94,11 +96,16 @@ def main() -> int:
     info = machine()
     started = time.perf_counter()
     lengths = [int(x) for x in args.lens.split(",")]
+    known = {setting[0]: setting for setting in SETTINGS}
+    unknown = [name for name in args.settings.split(",") if name not in known]
+    if unknown:
+        raise SystemExit(f"--settings: unknown {unknown}; known: {', '.join(known)}")
+    settings = [known[name] for name in args.settings.split(",")]
     rows: list[dict] = []
     try:
         for shape in args.shapes.split(","):
             path = model_dir(shape if shape in ("1m", "10m") else f"qwen3-{shape}")
-            for setting in SETTINGS:
+            for setting in settings:
                 for length in lengths:
                     if time.perf_counter() - started > args.budget_s:
                         rows.append({"shape": shape, "setting": setting[0], "train_len": length, "error": "budget"})
@@ -110,7 +117,8 @@ def main() -> int:
                         break  # longer steps of this setting OOM too
     finally:
         doc = {"benchmark": "vram", "quick": False, "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": info,
-               "settings": {"shapes": args.shapes, "lens": lengths, "device": args.device, "lora": LORA,
+               "settings": {"shapes": args.shapes, "lens": lengths, "settings": args.settings, "device": args.device,
+                            "lora": LORA,
                             "steps_per_update": STEPS_PER_UPDATE, "mini_batch_size": 1,
                             "micro_batching": args.micro_batching, "budget_s": args.budget_s},
                "rows": rows, "notes": [__doc__.split("\n\n")[1].replace("\n", " ")]}

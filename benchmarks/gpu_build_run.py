@@ -2,9 +2,11 @@
 
 TicTacToe mirror self-play, REINFORCE, the learner on ``--device`` and one transformers inference
 actor (on a one-GPU machine build() gives each half of the GPU), ``--steps`` learner steps, no W&B,
-no evaluation games. Writes ``<out>/build_run.json``: the seconds to build, to the first learner step
-and per later step, the checkpoints written, the policy versions the games were played with, and any
-error with its traceback.
+no evaluation games, ``--mode`` async (default) or sync. Writes ``<out>/build_run-<mode>.json``: the
+seconds to build, to the first learner step and per later step; after the first step, learner steps
+per minute, trained tokens/s, generated tokens/s (the inference actors' counters) and the learner's
+wait share (1 - its update seconds / the wall time); the checkpoints written, the policy versions the
+games were played with, and any error with its traceback.
 
     python benchmarks/gpu_build_run.py --device cuda --arch qwen3-0.6b --out $OUT
     python benchmarks/gpu_build_run.py --device cpu --arch 1m --steps 2 --batch 16 --out /tmp/gpu-out
@@ -62,7 +64,24 @@ def read_run(run_dir: str) -> dict:
             policy_versions(record, found)
     checkpoints = sorted(os.path.relpath(p, run_dir) for p in glob.glob(os.path.join(run_dir, "checkpoints", "*"))
                          if os.path.isdir(p))
+    # after the first learner step (start-up and first compiles excluded): the learner's share of the
+    # wall time spent in updates; the rest it waited for data (or wrote checkpoints)
+    later = [m for m in steps[1:] if "time" in m]
+    span = times[-1] - times[0] if len(times) >= 2 else 0.0
+    update_s = sum(m.get(next((k for k in m if k.endswith("train/update_seconds")), ""), 0.0) for m in later)
+    trained = sum(m.get(next((k for k in m if k.endswith("train/tokens")), ""), 0.0) for m in later)
+    def counted(m: dict) -> list[float]:  # the inference actors' completion-token counters in a metrics line
+        return [v for k, v in m.items() if k.startswith("inference/") and k.endswith("/completion_tokens")]
+
+    generated = [(m["time"], sum(counted(m))) for m in metrics if counted(m)]
+    gen_rate = None
+    if len(generated) >= 2 and generated[-1][0] > generated[0][0]:
+        gen_rate = (generated[-1][1] - generated[0][1]) / (generated[-1][0] - generated[0][0])
     return {
+        "learner_steps_per_min": round(60 * (len(times) - 1) / span, 2) if span else None,
+        "trained_tokens_per_s": round(trained / span, 1) if span else None,
+        "generated_tokens_per_s": round(gen_rate, 1) if gen_rate else None,
+        "learner_wait_share": round(1 - update_s / span, 3) if span else None,
         "learner_steps": len(steps),
         "first_learner_step_wall_s": round(steps[0].get("wall_s", 0.0), 2) if steps else None,
         "s_per_learner_step_after_first": round((times[-1] - times[0]) / (len(times) - 1), 2)
@@ -87,6 +106,7 @@ def main() -> int:
     p.add_argument("--mini-batch", type=int, default=16)
     p.add_argument("--gen-len", type=int, default=64, help="max new tokens per turn")
     p.add_argument("--workers", type=int, default=64, help="games in flight")
+    p.add_argument("--mode", default="async", choices=("async", "sync"), help="build(mode=...)")
     p.add_argument("--runs-dir", default="/tmp/gpu-check-runs")
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpu-out"))
     args = p.parse_args()
@@ -120,8 +140,9 @@ def main() -> int:
             num_inference_actors=1,
             use_wandb=False,
             runs_dir=args.runs_dir,
-            run_name=f"gpu-check-{args.arch}-{time.strftime('%H%M%S')}",
+            run_name=f"gpu-check-{args.arch}-{args.mode}-{time.strftime('%H%M%S')}",
             seed=0,
+            mode=args.mode,
         )
         result["build_s"] = round(time.time() - t, 2)
         result["run_dir"] = run.run_dir
@@ -143,11 +164,12 @@ def main() -> int:
         if result.get("run_dir") and os.path.isdir(result["run_dir"]):
             result.update(read_run(result["run_dir"]))
         result["total_s"] = round(time.time() - T0, 2)
-        with open(os.path.join(args.out, "build_run.json"), "w") as f:
+        with open(os.path.join(args.out, f"build_run-{args.mode}.json"), "w") as f:
             json.dump(result, f, indent=1, default=repr)
         brief = {k: result.get(k) for k in ("ok", "error", "build_s", "start_s", "learner_steps",
                                             "first_learner_step_wall_s", "s_per_learner_step_after_first",
-                                            "new_checkpoints_served", "total_s")}
+                                            "learner_steps_per_min", "trained_tokens_per_s", "generated_tokens_per_s",
+                                            "learner_wait_share", "new_checkpoints_served", "total_s")}
         print("BUILD_RUN " + json.dumps(brief), flush=True)
     return 0 if result["ok"] else 1
 

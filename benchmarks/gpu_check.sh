@@ -5,12 +5,15 @@
 #   OUT=/some/dir bash benchmarks/gpu_check.sh                  # on the GPU machine, from the project's root
 #   OUT=/tmp/gpu-check bash benchmarks/gpu_check.sh --device cpu   # the same path on a CPU, tiny models
 #
-# Steps: (a) build_run: unstable.build() through Ray, learner and one transformers inference actor
-# sharing the device (gpu_build_run.py); (b) learner: bench_learner.py (on a GPU the Qwen3-1.7B shape
-# at 4,096-token steps, MFU); (c) vram: bench_vram.py;
-# (d) inference: bench_inference.py, the engine before (.gpu/before/, or git revision BEFORE) and
-# after, side by side; (e) quickstart: `unstable quickstart`, shortened. STEPS=a,d picks steps;
-# CAP_A ... CAP_E override the steps' caps in seconds.
+# Steps, in this order (the GPU issue's priorities, so a budget cut leaves the last): (b) learner:
+# bench_learner.py (on a GPU the Qwen3-1.7B shape at 4,096-token steps: MFU, one update profiled, the
+# attention kernel and compiled decoder layers as variants); (d) inference: bench_inference.py, the engine
+# before (.gpu/before/, or git revision BEFORE) and after, side by side, with the graphs each row compiled;
+# (a) build_async, build_sync: unstable.build() through Ray, learner and one transformers inference actor
+# sharing the device, mode="async" then mode="sync" (gpu_build_run.py); (c) vram: bench_vram.py;
+# (b2) learner_mixed: the bare passes at mixed step lengths; (e) quickstart: `unstable quickstart`,
+# shortened (not in the default STEPS on a GPU). STEPS=b,d picks steps; CAP_A ... CAP_E override caps in
+# seconds (CAP_A each build run, CAP_B2 the mixed-length learner).
 # Each step's status (ok, failed, timeout, missing: its script is not in this tree) goes to
 # $OUT/steps.jsonl; the script itself always exits 0 once the summary is written.
 #
@@ -28,7 +31,6 @@ BUNDLE=${BUNDLE:-$ROOT/.gpu}
 SITE=${SITE:-/tmp/unstable-gpu-site}
 RUNS=${RUNS:-/tmp/unstable-gpu-runs}  # run directories (checkpoints: not under $OUT)
 BUDGET_S=${BUDGET_S:-480}
-STEPS=${STEPS:-a,d,b,c,e}
 START=$SECONDS
 mkdir -p "$OUT"
 rm -f "$OUT/steps.jsonl"
@@ -36,9 +38,14 @@ exec > >(tee -a "$OUT/log.txt") 2>&1
 
 if [ "$DEVICE" = cpu ]; then  # the rehearsal: tiny models, short steps
   ARCH=${ARCH:-1m}
-  CAP_A=${CAP_A:-150} CAP_B=${CAP_B:-60} CAP_C=${CAP_C:-40} CAP_D=${CAP_D:-90} CAP_E=${CAP_E:-150}
+  STEPS=${STEPS:-b,d,a,c,b2,e}
+  CAP_A=${CAP_A:-150} CAP_B=${CAP_B:-60} CAP_B2=${CAP_B2:-40} CAP_C=${CAP_C:-40} CAP_D=${CAP_D:-90} CAP_E=${CAP_E:-150}
   A_ARGS=(--steps 2 --batch 16 --mini-batch 8 --gen-len 16 --workers 8)
-  B_ARGS=(--arch 1m --quick)
+  # flex_attention has no backward on a CPU: its variants are recorded as left out; compiling is left to
+  # the GPU (the 1M model's layers take ~40 s to compile on 2 cores)
+  B_ARGS=(--arch 1m --quick --extra packed-flex --profile update,ideal)
+  B2_ARGS=(--arch 1m --quick --seq-len 256 --mixed-lengths --batch 4 --mini-batch 1 --no-before --no-update
+           --no-fp32-lora --extra packed-flex)
   C_ARGS=(--shapes 1m --lens 64,128 --budget-s 20)
   D_ARGS=(--arch 1m --batches 1,8 --max-new-tokens 16 --quick --mixed 2)
   E_CFG="learning_steps: 1\nbatch_size: 32\nmini_batch_size: 16\nnum_collection_workers: 8\neval_games: 10\n"
@@ -46,14 +53,18 @@ if [ "$DEVICE" = cpu ]; then  # the rehearsal: tiny models, short steps
   E_ARGS=(--warm-start-positions 256 --warm-start-max-rounds 1)
 else
   ARCH=${ARCH:-qwen3-0.6b}
-  # caps from the H100 runs of 2026-11-26 (benchmarks/results/gpu-2026-11-26/): there the learner took 78 s
-  # for 3 rounds, inference 200 s for 11 of 12 rows at batches 1,32,128, and every other step hit a cap
-  # of 30-100 s; the workloads below are cut to fit 480 s with setup (12 s), an estimate until a GPU run
-  CAP_A=${CAP_A:-110} CAP_B=${CAP_B:-75} CAP_C=${CAP_C:-45} CAP_D=${CAP_D:-155} CAP_E=${CAP_E:-70}
-  A_ARGS=(--steps 2 --batch 64 --mini-batch 16 --gen-len 64 --workers 64)
-  B_ARGS=(--arch qwen3-1.7b --seq-len 4096 --no-before --rounds 2)
-  C_ARGS=(--shapes 1.7b,8b --lens 4096,8192 --budget-s 35)
-  D_ARGS=(--arch "$ARCH" --batches 1,128 --max-new-tokens 64 --mixed 4)
+  STEPS=${STEPS:-b,d,a,c,b2}
+  # caps for one device call of 600 s (BUDGET_S=585): the H100 runs of 2026-11-26
+  # (benchmarks/results/gpu-2026-11-26/) took 78 s for the learner's 3 rounds of 16 steps and 200 s for
+  # 11 inference rows; the compiled variants and the engine's compiles are estimates until a GPU run
+  CAP_A=${CAP_A:-80} CAP_B=${CAP_B:-180} CAP_B2=${CAP_B2:-50} CAP_C=${CAP_C:-45} CAP_D=${CAP_D:-130} CAP_E=${CAP_E:-70}
+  A_ARGS=(--steps 4 --batch 64 --mini-batch 16 --gen-len 64 --workers 64)
+  B_ARGS=(--arch qwen3-1.7b --seq-len 4096 --batch 8 --mini-batch 1 --no-before --rounds 2
+          --extra flex,compiled,flex-compiled,packed-flex --profile update,ideal,flex-compiled)
+  B2_ARGS=(--arch qwen3-1.7b --seq-len 4096 --mixed-lengths --batch 8 --mini-batch 1 --no-before --rounds 2
+           --no-update --no-fp32-lora --extra packed-flex)
+  C_ARGS=(--shapes 8b,4b --lens 4096,8192 --settings activation+gradient,activation --budget-s 35)
+  D_ARGS=(--arch "$ARCH" --batches 1,128 --max-new-tokens 64 --mixed 4 --no-base)
   E_CFG="learning_steps: 2\neval_games: 50\neval_workers: 2\nnum_eval_workers: 0\n"
   E_ARGS=(--warm-start-positions 2048 --warm-start-max-rounds 1)
 fi
@@ -126,12 +137,17 @@ print('python', sys.version.split()[0], '| torch', torch.__version__, '| transfo
 print('cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 
 # ------------------------------------------------------------------ the steps
-want a && step build_run "$CAP_A" benchmarks/gpu_build_run.py benchmarks/gpu_build_run.py --device "$DEVICE" --arch "$ARCH" "${A_ARGS[@]}" \
-  --runs-dir "$RUNS" --out "$RES" && stop_ray
+want b && step learner "$CAP_B" benchmarks/bench_learner.py benchmarks/bench_learner.py --device "$DEVICE" "${B_ARGS[@]}" \
+  --name "learner-$DEVICE" --out "$RES"
 want d && step inference "$CAP_D" benchmarks/bench_inference.py benchmarks/bench_inference.py --device "$DEVICE" --before "$BEFORE" \
   --no-collector "${D_ARGS[@]}" --out "$RES"
-want b && step learner "$CAP_B" benchmarks/bench_learner.py benchmarks/bench_learner.py --device "$DEVICE" "${B_ARGS[@]}" --out "$RES"
+for mode in async sync; do
+  want a && step "build_$mode" "$CAP_A" benchmarks/gpu_build_run.py benchmarks/gpu_build_run.py --device "$DEVICE" --arch "$ARCH" \
+    "${A_ARGS[@]}" --mode "$mode" --runs-dir "$RUNS" --out "$RES" && stop_ray
+done
 want c && step vram "$CAP_C" benchmarks/bench_vram.py benchmarks/bench_vram.py --device "$DEVICE" "${C_ARGS[@]}" --out "$RES/vram.json"
+want b2 && step learner_mixed "$CAP_B2" benchmarks/bench_learner.py benchmarks/bench_learner.py --device "$DEVICE" \
+  "${B2_ARGS[@]}" --name "learner-mixed-$DEVICE" --out "$RES"
 if want e; then
   printf "$E_CFG" > "$OUT/quickstart.yaml"
   rm -rf "$RUNS/quickstart"

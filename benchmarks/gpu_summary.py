@@ -4,7 +4,8 @@
     python benchmarks/gpu_summary.py --out /tmp/gpu-check --device cuda --seconds 412
 
 Reads ``<out>/steps.jsonl`` (one line per step, written by gpu_check.sh) and ``<out>/results/``:
-``build_run.json``, ``learner*.json``, ``vram.json``, ``inference-*.json``, ``quickstart_summary.json``.
+``build_run-async.json`` and ``build_run-sync.json``, ``learner*.json`` (with their profiles), ``vram.json``,
+``inference-*.json``, ``quickstart_summary.json``.
 A missing or unreadable file leaves its section empty; the summary is written regardless.
 """
 
@@ -17,9 +18,11 @@ import os
 import time
 from typing import Any
 
-STEPS = ("setup", "build_run", "inference", "learner", "vram", "quickstart")
+STEPS = ("setup", "learner", "learner_mixed", "inference", "build_async", "build_sync", "vram", "quickstart")
 BUILD_KEYS = ("ok", "error", "build_s", "start_s", "learner_steps", "first_learner_step_wall_s",
-              "s_per_learner_step_after_first", "new_checkpoints_served", "total_s")
+              "s_per_learner_step_after_first", "learner_steps_per_min", "trained_tokens_per_s",
+              "generated_tokens_per_s", "learner_wait_share", "new_checkpoints_served", "total_s")
+MODES = ("async", "sync")
 QUICKSTART_KEYS = ("learner_steps", "wall_s", "train_wall_s", "improved", "warnings")
 
 
@@ -66,10 +69,47 @@ def inference_side_by_side(rows: list[dict]) -> list[dict]:
         entry[f"{r['engine']} tok/s"] = r.get("tok/s")
         if r["engine"] == "after":
             entry["kv cache"] = r.get("kv cache")
+            entry["after graphs compiled"] = r.get("graphs compiled")
     for entry in table.values():
         before, after = entry.get("before tok/s"), entry.get("after tok/s")
         entry["x before"] = after / before if before and after else None
     return list(table.values())
+
+
+def builds(res: str) -> list[dict]:
+    """The build() runs, async and sync, and (a third row) async over sync where both have rates."""
+    rows = []
+    for mode in MODES:
+        doc = load(os.path.join(res, f"build_run-{mode}.json"))
+        if isinstance(doc, dict):
+            rows.append({"mode": mode, **{k: doc.get(k) for k in BUILD_KEYS}})
+    both = {r["mode"]: r for r in rows}
+    if len(both) == 2:
+        ratio = {"mode": "async / sync"}
+        for key in ("learner_steps_per_min", "trained_tokens_per_s", "generated_tokens_per_s"):
+            a, b = both["async"].get(key), both["sync"].get(key)
+            ratio[key] = a / b if a and b else None
+        rows.append(ratio)
+    return rows
+
+
+def profiles(res: str, top: int = 12) -> list[dict]:
+    """Per profiled variant of the learner files: the device time by kind of kernel, then its top kernels."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(res, "learner*.json"))):
+        doc = load(path)
+        facts = (doc or {}).get("settings", {}).get("batch_facts", {}) if isinstance(doc, dict) else {}
+        for arch, fact in facts.items():
+            for variant, prof in (fact.get("profile") or {}).items():
+                base = {"file": os.path.basename(path), "arch": arch, "variant": variant}
+                rows.append({**base, "kernel": "(all kernels: busy s / wall s)", "calls": None,
+                             "self_s": prof.get("busy_s"), "share": prof.get("busy_share_of_wall")})
+                rows += [{**base, "kernel": f"(kind) {kind}", "calls": None, "self_s": sec,
+                          "share": sec / prof["busy_s"] if prof.get("busy_s") else None}
+                         for kind, sec in prof.get("time_by_kind_s", {}).items()]
+                rows += [{**base, "kernel": k["name"][:90], "calls": k["calls"], "self_s": k["self_s"],
+                          "share": k["share"]} for k in prof.get("top", [])[:top]]
+    return rows
 
 
 def markdown(rows: list[dict]) -> str:
@@ -100,15 +140,15 @@ def quickstart_brief(quick: dict) -> dict:
 
 def summarise(out: str, device: str, seconds: float | None) -> dict:
     res = os.path.join(out, "results")
-    build = load(os.path.join(res, "build_run.json")) or {}
     quick = load(os.path.join(res, "quickstart_summary.json")) or {}
     return {
         "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": device,
         "seconds": seconds,
         "steps": step_statuses(out),
-        "build_run": {k: build.get(k) for k in BUILD_KEYS} if build else {},
+        "build_run": builds(res),
         "learner": rows_of(os.path.join(res, "learner*.json")),
+        "learner_profile": profiles(res),
         "vram": rows_of(os.path.join(res, "vram*.json")),
         "inference": inference_side_by_side(rows_of(os.path.join(res, "inference-*.json"))),
         "quickstart": quickstart_brief(quick) if isinstance(quick, dict) else {},
@@ -126,8 +166,9 @@ def main() -> None:
         json.dump(doc, f, indent=1, default=repr)
     parts = [f"# GPU check, {doc['time']}, device {doc['device']}, {doc['seconds']} s\n",
              "## Steps\n", markdown(doc["steps"]),
-             "## (a) build() through Ray\n", markdown([doc["build_run"]] if doc["build_run"] else []),
+             "## (a) build() through Ray, async and sync\n", markdown(doc["build_run"]),
              "## (b) Learner\n", markdown(doc["learner"]),
+             "## (b) Learner profile: device time by kind and top kernels\n", markdown(doc["learner_profile"]),
              "## (c) VRAM\n", markdown(doc["vram"]),
              "## (d) Inference, transformers engine before and after\n", markdown(doc["inference"]),
              "## (e) Quickstart\n", markdown([doc["quickstart"]] if doc["quickstart"] else [])]

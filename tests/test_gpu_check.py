@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ("setup", "build_run", "inference", "learner", "vram", "quickstart")
+STEPS = ("setup", "learner", "learner_mixed", "inference", "build_async", "build_sync", "vram", "quickstart")
 
 
 @pytest.mark.slow
 def test_the_gpu_check_rehearses_on_cpu_and_summarises_every_step(tmp_path):
     out = tmp_path / "check"
-    env = dict(os.environ, OUT=str(out), PY=sys.executable, BUDGET_S="210", CAP_A="50", CAP_D="80",
+    env = dict(os.environ, OUT=str(out), PY=sys.executable, BUDGET_S="260", CAP_A="50", CAP_D="80",
                SITE=str(tmp_path / "site"), BUNDLE=str(tmp_path / "no-bundle"), RUNS=str(tmp_path / "runs"))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    # build_run gets 50 s: enough on a quiet machine, a recorded timeout on a loaded one
+    # each build run gets 50 s: enough on a quiet machine, a recorded timeout on a loaded one
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu"], env=env,
                           capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -35,8 +35,17 @@ def test_the_gpu_check_rehearses_on_cpu_and_summarises_every_step(tmp_path):
             assert step == "vram" and not (ROOT / "benchmarks" / "bench_vram.py").exists()
     rows = summary["inference"]
     assert {r["batch"] for r in rows} == {1, 8}
-    assert all(r["before tok/s"] > 0 and r["after tok/s"] > 0 and r["x before"] > 0 for r in rows)
+    paired = [r for r in rows if "before tok/s" in r]
+    assert paired and all(r["before tok/s"] > 0 and r["after tok/s"] > 0 and r["x before"] > 0 for r in paired)
+    arrivals = [r for r in rows if r["weights"] == "LoRA r32, a new adapter's first call"]
+    assert len(arrivals) == 2 and all(r["after tok/s"] > 0 and r["after graphs compiled"] == 0 for r in arrivals)
     md = (out / "summary.md").read_text()
     assert all(step in md for step in STEPS)
-    if status["build_run"] == "ok":
-        assert summary["build_run"]["ok"] is True and summary["build_run"]["learner_steps"] >= 1
+    builds = {row["mode"]: row for row in summary["build_run"]}
+    for mode in ("async", "sync"):
+        if status[f"build_{mode}"] == "ok":
+            assert builds[mode]["ok"] is True and builds[mode]["learner_steps"] >= 1
+    if status["learner"] == "ok":  # one update and one bare pass profiled, flex_attention's CPU refusal recorded
+        profiled = {row["variant"] for row in summary["learner_profile"]}
+        assert {"update", "ideal: bare fwd+bwd, one step a pass"} <= profiled
+        assert any(row["kernel"] == "aten::mm" for row in summary["learner_profile"])
