@@ -400,19 +400,19 @@ def measure(args: argparse.Namespace, arch: str, save) -> tuple[list[dict], dict
             names = [n for n in names if n not in facts["errors"]]
             if IDEAL not in names:
                 raise SystemExit(f"the ideal pass failed: {facts['errors'][IDEAL]}")
-        if not r and args.profile:  # right after the warm-up: a profile survives a step's timeout
-            facts["profile"] = {}
-            keys = {"update": UPDATE, "ideal": IDEAL, "packed": PACKED, "fp32-lora": FP32_LORA,
-                    **{k: v[0] for k, v in EXTRA.items()}}
-            wanted = names if args.profile == "all" else [keys.get(k, k) for k in args.profile.split(",")]
-            for name in [n for n in wanted if n in names]:
-                facts["profile"][name] = profile_call(calls[name], cuda)
-                print(f"{arch} profile of {name}: " + json.dumps(
-                    {k: v for k, v in facts["profile"][name].items() if k != "top"}), flush=True)
-            save(summary(), facts)
         print(f"{arch} round {r}: " + ", ".join(f"{n} {(wall[n] or [warmup_s[n]])[-1]:.3f}s" for n in names),
               flush=True)
         if r:
+            save(summary(), facts)
+    if args.profile:  # after the timed rounds (a step's timeout keeps them): reading a GPU trace takes a while
+        facts["profile"] = {}
+        keys = {"update": UPDATE, "ideal": IDEAL, "packed": PACKED, "fp32-lora": FP32_LORA,
+                **{k: v[0] for k, v in EXTRA.items()}}
+        wanted = names if args.profile == "all" else [keys.get(k, k) for k in args.profile.split(",")]
+        for name in [n for n in wanted if n in names]:
+            facts["profile"][name] = profile_call(calls[name], cuda)
+            print(f"{arch} profile of {name}: " + json.dumps(
+                {k: v for k, v in facts["profile"][name].items() if k != "top"}), flush=True)
             save(summary(), facts)
     out.cleanup()
     return summary(), facts
@@ -454,7 +454,7 @@ def main() -> None:
     parser.add_argument("--extra", default="", help="comma-separated variants to add: " + ", ".join(
         f"{k} ({v[0]})" for k, v in EXTRA.items()))
     parser.add_argument("--profile", default="", help="comma-separated variants (update, ideal, packed, fp32-lora "
-                        "or an --extra key; or 'all') to profile once with torch.profiler after the warm-up round: "
+                        "or an --extra key; or 'all') to profile once with torch.profiler after the timed rounds: "
                         "top kernels by device time")
     parser.add_argument("--name", default=None, help="result file name (default learner[-cuda])")
     args = parser.parse_args()
@@ -489,7 +489,7 @@ def main() -> None:
              "range over the rounds; x ideal CPU the same with CPU seconds.",
              "All variants ran interleaved in one process; the machine may have been shared (see the load "
              "averages): trust the ratios and CPU-s more than single wall times.",
-             "batch_facts[arch].profile: one call of a variant under torch.profiler after the warm-up round; "
+             "batch_facts[arch].profile: one call of a variant under torch.profiler after the timed rounds; "
              "busy_s sums the device kernels' self time (CPU operators' on a CPU), so busy_share_of_wall "
              "below 1 is time the device waited for the host."]
     name = args.name or "learner" + (f"-{args.device}" if args.device == "cuda" else "")

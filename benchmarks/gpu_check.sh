@@ -13,7 +13,7 @@
 # sharing the device, mode="async" then mode="sync" (gpu_build_run.py); (c) vram: bench_vram.py;
 # (b2) learner_mixed: the bare passes at mixed step lengths; (e) quickstart: `unstable quickstart`,
 # shortened (not in the default STEPS on a GPU). STEPS=b,d picks steps; CAP_A ... CAP_E override caps in
-# seconds (CAP_A each build run, CAP_B2 the mixed-length learner).
+# seconds (CAP_A each build run, CAP_B2 the mixed-length learner); ARGS_B ... their arguments.
 # Each step's status (ok, failed, timeout, missing: its script is not in this tree) goes to
 # $OUT/steps.jsonl; the script itself always exits 0 once the summary is written.
 #
@@ -68,6 +68,10 @@ else
   E_CFG="learning_steps: 2\neval_games: 50\neval_workers: 2\nnum_eval_workers: 0\n"
   E_ARGS=(--warm-start-positions 2048 --warm-start-max-rounds 1)
 fi
+# ARGS_A ... ARGS_D, ARGS_B2: a step's arguments instead of the ones above (words split on spaces)
+for x in A B B2 C D; do
+  v="ARGS_$x"; [ -n "${!v:-}" ] && read -ra "${x}_ARGS" <<< "${!v}"
+done
 # the quickstart without the in-run exploitability: that reading runs on the CPU whatever the device (tested
 # there), and its wait for the last checkpoint (~20 s for the 1M model on TicTacToe, 2 cores) eats the cap
 E_CFG+="exploitability_eval: \"off\"\n"
