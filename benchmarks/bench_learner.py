@@ -294,9 +294,10 @@ def measure(args: argparse.Namespace, arch: str, save) -> tuple[list[dict], dict
         learners[BEFORE_UPDATE] = learner_before(args.before)(path, output_dir=f"{out.name}/before", **opts)
     for i, (name, how) in enumerate(extra):
         if name.startswith("update"):
-            lrn = REINFORCELearner(path, output_dir=f"{out.name}/extra-{i}", **opts)
+            lrn = REINFORCELearner(path, output_dir=f"{out.name}/extra-{i}", attn_implementation=how.get("attn"),
+                                   **opts)  # the learner's own setting
             learners[name] = lrn
-            prepare(lrn.model, how.get("attn"), how.get("compiled", False))
+            prepare(lrn.model, None, how.get("compiled", False))
     for lrn in learners.values():
         lrn.initialize_algorithm(max_train_len=None, max_generation_len=args.max_new_tokens)
 

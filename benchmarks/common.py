@@ -79,12 +79,14 @@ def random_init_on_device() -> None:
     if getattr(load, "random_init", False):
         return
 
-    def load_base_model(model_name, device, dtype, gradient_checkpointing):
+    def load_base_model(model_name, device, dtype, gradient_checkpointing, attn_implementation=None):
         if not (Path(model_name) / RANDOM_INIT).is_file():
-            return load(model_name, device, dtype, gradient_checkpointing)
+            return load(model_name, device, dtype, gradient_checkpointing, attn_implementation)
         torch.manual_seed(0)
+        extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_name), dtype=dtype).to(dtype)
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_name), dtype=dtype,
+                                                     **extra).to(dtype)
         model.config.use_cache = False
         model.requires_grad_(False)
         if gradient_checkpointing:

@@ -144,6 +144,9 @@ def main() -> int:
             seed=0,
             mode=args.mode,
         )
+        # ray.init (inside build) installs Ray's own SIGTERM handler, which ends the process without
+        # Python's finally (on the H200, 2026-11-28, both runs cut by their timeouts left no file): ours again
+        signal.signal(signal.SIGTERM, on_term)
         result["build_s"] = round(time.time() - t, 2)
         result["run_dir"] = run.run_dir
         t = time.time()

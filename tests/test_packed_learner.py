@@ -53,6 +53,18 @@ def test_a_steps_logprobs_do_not_change_when_another_step_is_packed_beside_it(mo
     assert not torch.allclose(cross, a, atol=1e-4)
 
 
+def test_the_attention_kernel_setting_reaches_the_model_and_keeps_packed_steps_apart(model_dir, tmp_path):
+    """``attn_implementation="eager"`` (a kernel unlike SDPA's) gives the same packed log-probs."""
+    steps = [step_of(9, 6, seed=1), step_of(14, 5, game=1, seed=2)]
+    sdpa = REINFORCELearner(model_dir, output_dir=str(tmp_path / "sdpa"), batch_size=2, **PACKED)
+    eager = REINFORCELearner(model_dir, output_dir=str(tmp_path / "eager"), batch_size=2,
+                             attn_implementation="eager", **PACKED)
+    assert eager.model.get_base_model().config._attn_implementation == "eager"
+    assert sdpa.model.get_base_model().config._attn_implementation == "sdpa"
+    for a, b in zip(eager._logprobs_no_grad(steps), sdpa._logprobs_no_grad(steps), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 PACKED_CASES = ("reinforce", "reinforce-dapo-kl-entropy", "grpo", "ppo", "a2c")
 
 

@@ -110,7 +110,8 @@ class BaseLearner(DataParallelLearner):
         self.dtype = mu.resolve_dtype(cfg.dtype, self.device)
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed)
-        base = mu.load_base_model(cfg.model_name, self.device, self.dtype, cfg.gradient_checkpointing)
+        base = mu.load_base_model(cfg.model_name, self.device, self.dtype, cfg.gradient_checkpointing,
+                                  cfg.attn_implementation)
         self.model = mu.attach_policy_adapter(base, cfg.lora_cfg, cfg.initial_lora_path)
         self.model.to(self.device)
         self.policy_params = mu.adapter_parameters(self.model, mu.POLICY_ADAPTER)

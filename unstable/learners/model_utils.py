@@ -52,10 +52,13 @@ def lora_config(lora_cfg: dict[str, Any]) -> LoraConfig:
 
 
 def load_base_model(
-    model_name: str, device: torch.device, dtype: torch.dtype, gradient_checkpointing: bool
+    model_name: str, device: torch.device, dtype: torch.dtype, gradient_checkpointing: bool,
+    attn_implementation: str | None = None,
 ) -> PreTrainedModel:
-    """The frozen base model on ``device`` (no KV cache, optional per-layer checkpointing)."""
-    model = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype)
+    """The frozen base model on ``device`` (no KV cache, optional per-layer checkpointing), with the
+    attention kernel ``attn_implementation`` (``None``: transformers' default)."""
+    extra = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    model = AutoModelForCausalLM.from_pretrained(model_name, dtype=dtype, **extra)
     model.to(device)
     model.config.use_cache = False
     model.requires_grad_(False)
