@@ -497,6 +497,12 @@ RANGE_CASES = [
      r"the run asks Ray for 1001 CPU .*would wait forever for CPU: lower num_inference_actors"),
     ("a run directory holding checkpoints", {"run_name": "old"},
      r"runs/old already holds checkpoints of an earlier run: continue it with unstable train --resume"),
+    ("a one-model run into a league run's directory", {"run_name": "league"},
+     r"runs/league already holds checkpoints of an earlier run"),
+    ("a league run into the directory of a run of other models",
+     {"run_name": "pair", "league": {}, "opponent_sampling_strategy": "pfsp",
+      "train_envs": [{**TRAIN, "num_actors": 1}]},
+     r"runs/pair already holds checkpoints of an earlier run"),
     # one setting, two values
     ("temperature and vllm_config['temperature'] differ", {"temperature": 0.7, "vllm_config": {"temperature": 0.5}},
      r"temperature is given twice: as build\(temperature=0.7\) and as vllm_config\['temperature'\]=0.5"),
@@ -626,6 +632,8 @@ def bad_paths(tmp_path_factory) -> str:
             (root / name / file).write_text(text)
     (root / "a-file").write_text("not a directory")
     (root / "runs" / "old" / "checkpoints" / "ckpt-1").mkdir(parents=True)  # an earlier run's, under runs_dir
+    for run, model in (("league", "model"), ("pair", "alice")):  # runs of several models: checkpoints/<model>/
+        (root / "runs" / run / "checkpoints" / model / "ckpt-1").mkdir(parents=True)
     (root / "read-only").mkdir(mode=0o555)
     (root / "binary.yaml").write_bytes(b"\xff\xfe\x00model_name: \x80\x81")
     return str(root)

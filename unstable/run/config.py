@@ -408,8 +408,7 @@ def _check_run_dir(cfg: BuildConfig) -> None:
     if cfg.run_name is None:
         return
     run_dir = os.path.abspath(os.path.join(cfg.runs_dir, cfg.run_name))
-    names = [m.name for m in cfg.models] if len(cfg.models) > 1 else []
-    if has_checkpoints(os.path.join(run_dir, "checkpoints"), names):
+    if has_checkpoints(os.path.join(run_dir, "checkpoints")):
         raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
                          f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
@@ -421,10 +420,12 @@ def _check_run_dir(cfg: BuildConfig) -> None:
                          "pick another run_name, or change its permissions")
 
 
-def has_checkpoints(checkpoints_dir: str, names: list[str]) -> bool:
-    """Whether a run's checkpoints directory (or one of its models' subdirectories, ``names``) holds any."""
+def has_checkpoints(checkpoints_dir: str) -> bool:
+    """Whether a run's checkpoints directory holds any: a one-model run's (``ckpt-N``) or, whatever its
+    models are named, a run of several's (``<model>/ckpt-N``), so neither kind is written over by the other."""
+    names = os.listdir(checkpoints_dir) if os.path.isdir(checkpoints_dir) else []
     return bool(list_checkpoints(checkpoints_dir)) or any(
-        list_checkpoints(os.path.join(checkpoints_dir, n)) for n in names)
+        list_checkpoints(os.path.join(checkpoints_dir, name)) for name in names)
 
 
 def _opponent(spec: Any) -> str:
