@@ -124,6 +124,8 @@ BUILD_CASES = [
     ("pfsp_window 0", {"pfsp_window": 0}, "pfsp_window must be an integer >= 1"),
     ("psro_every 0", {"psro_every": 0}, "psro_every must be an integer >= 1"),
     ("psro_games_per_cell float", {"psro_games_per_cell": 4.0}, "psro_games_per_cell must be an integer"),
+    ("psro_games_per_cell 10**12", {"psro_games_per_cell": 10**12},
+     r"psro_games_per_cell must be an integer >= 1 and <= 1000, got 1000000000000 \(too large\)"),
     ("psro_pool_size 0", {"psro_pool_size": 0}, "psro_pool_size must be an integer >= 1"),
     ("psro_meta_solver unknown", {"psro_meta_solver": "alpharank"},
      r"psro_meta_solver must be one of \['nash', 'alpha-rank'\], got 'alpharank'"),

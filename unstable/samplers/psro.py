@@ -32,10 +32,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from unstable.samplers.config import MAX_PSRO_GAMES_PER_CELL
 from unstable.samplers.league import MixtureModelSampler
 from unstable.samplers.metagame import meta_solver as named_meta_solver
 from unstable.utils.calls import call, fire
@@ -105,18 +106,14 @@ def metagame(results: Mapping[str, Mapping[str, Mapping[str, int]]], pool: Seque
     return payoffs, games
 
 
-def missing_games(pool: Sequence[str], games: Sequence[Sequence[int]], per_cell: int) -> list[MatrixGame]:
+def missing_games(pool: Sequence[str], games: Sequence[Sequence[int]], per_cell: int) -> Iterator[MatrixGame]:
     """The games that bring every pair of ``pool`` to ``per_cell`` games (none for a pair that has
     them), the pairs taken in turn so that a partial matrix is spread evenly; a pair's seats continue
-    the alternation from its ``games`` count."""
+    the alternation from its ``games`` count. Lazy: a game is made when it is handed out."""
     check_int("games_per_cell", per_cell, 1)
     need = {(i, j): max(0, per_cell - games[i][j]) for i in range(len(pool)) for j in range(i + 1, len(pool))}
-    plan = []
-    for k in range(max(need.values(), default=0)):
-        for (i, j), n in need.items():
-            if k < n:
-                plan.append(MatrixGame(pool[i], pool[j], (games[i][j] + k) % 2))
-    return plan
+    return (MatrixGame(pool[i], pool[j], (games[i][j] + k) % 2)
+            for k in range(max(need.values(), default=0)) for (i, j), n in need.items() if k < n)
 
 
 class PSROModelSampler(MixtureModelSampler):
@@ -133,7 +130,7 @@ class PSROModelSampler(MixtureModelSampler):
                  log_path: str | None = None, rng_seed: int = 489):
         super().__init__(model_registry, rng_seed=rng_seed)
         check_int("psro_every", every, 1)
-        check_int("psro_games_per_cell", games_per_cell, 1)
+        check_int("psro_games_per_cell", games_per_cell, 1, maximum=MAX_PSRO_GAMES_PER_CELL)
         check_int("psro_pool_size", pool_size, 1)
         if isinstance(meta_solver, str):
             meta_solver, solver_name = named_meta_solver(meta_solver), solver_name or meta_solver
@@ -179,10 +176,11 @@ class PSROModelSampler(MixtureModelSampler):
             self._start_update(count)
         if self._open is None:
             return None
-        if self._open["plan"]:
+        game = next(self._open["plan"], None)
+        if game is not None:
             self._open["out"] += 1
             self._open["handed"] += 1
-            return self._open["plan"].pop(0)
+            return game
         if self._open["out"] == 0:
             self._solve()
         return None
