@@ -255,6 +255,39 @@ def test_resume_restores_the_matrix_the_mixture_and_an_update_in_progress():
     assert sampler2.probabilities() == pytest.approx({"ckpt-4": 1.0})
 
 
+def test_a_resume_from_an_older_state_takes_the_later_updates_from_the_log(tmp_path):
+    """The run state is saved at checkpoints; a kill after update 3 resumed from a state that held update 1,
+    so psro.jsonl got a second update 2 (another pool) and update 2's matrix games were played again. The
+    log's lines are the updates' saved state: the resumed sampler goes on from update 3."""
+    log = tmp_path / "psro.jsonl"
+    reg = registry_with("ckpt-0", fixed=("random",))
+    sampler = PSROModelSampler(reg, every=1, games_per_cell=2, pool_size=3, fixed_opponents=("random",),
+                               log_path=str(log), rng_seed=0)
+    sched = psro_scheduler(reg, sampler)
+    saved = None
+    for i in (1, 2, 3):
+        serve(sched, stronger, rounds=2)
+        add_checkpoint(reg, i)  # a checkpoint: the state is saved, then the update opens
+        if i == 2:
+            saved = json.loads(json.dumps({"scheduler": sched.state_dict(), "registry": reg.state_dict()}))
+        serve(sched, stronger, rounds=6)
+    assert sampler.last.update == 3 and saved["scheduler"]["samplers"]["model_sampler"]["updates"] == 1
+
+    reg2 = ModelRegistry()  # killed: the resume has the state of ckpt-2 and registers the later checkpoint
+    reg2.load_state_dict(saved["registry"])
+    add_checkpoint(reg2, 3)
+    sampler2 = PSROModelSampler(reg2, every=1, games_per_cell=2, pool_size=3, fixed_opponents=("random",),
+                                log_path=str(log), rng_seed=0)
+    sched2 = psro_scheduler(reg2, sampler2)
+    sched2.load_state_dict(saved["scheduler"])
+    assert sampler2.last == sampler.last and sampler2.probabilities() == sampler.probabilities()
+    assert sum(serve(sched2, stronger, rounds=3).values()) == 0  # no update replayed before a new checkpoint
+    add_checkpoint(reg2, 4)
+    serve(sched2, stronger, rounds=6)
+    assert sampler2.last.update == 4
+    assert [json.loads(x)["update"] for x in log.read_text().splitlines()] == [1, 2, 3, 4]
+
+
 # ----------------------------------------------------------------- real games, real collector
 def test_matrix_games_through_the_collector_reach_the_registry_and_no_buffer():
     """The real collector and scheduler, TextArena TicTacToe with random legal moves in every seat:

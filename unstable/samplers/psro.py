@@ -20,7 +20,8 @@ learner keeps training against the mixture:
   α-Rank as an option) gives the mixture, which becomes the opponent distribution
   (:meth:`~unstable.samplers.league.MixtureModelSampler.set_mixture`) until the next update;
 * each update is logged: a line of :data:`PSRO_LOG_FILE` in the run directory (the pool, the payoff
-  and game-count matrices, the mixture) and ``league/psro/...`` metrics to the tracker.
+  and game-count matrices, the mixture) and ``league/psro/...`` metrics to the tracker. The line is
+  the update's saved state: a resumed run continues from the newest line, one line per update number.
 
 Before the first update the mixture is empty, and the learner plays itself (mirror self-play).
 ``payoffs[i, j] = (wins - losses) / games`` of entry ``i`` against ``j`` (a draw 0), the
@@ -236,7 +237,10 @@ class PSROModelSampler(MixtureModelSampler):
                 "matrix_games_played": self.matrix_games_played}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`: the games an open update had out are gone, so it is planned again."""
+        """Restore :meth:`state_dict`: the games an open update had out are gone, so it is planned again.
+        ``state`` is saved at checkpoints, an update's line of the log when it is solved: the updates
+        solved after ``state`` was saved (a kill between two checkpoints) are taken from the log, so a
+        resumed run neither numbers an update twice nor plays its matrix games again."""
         super().load_state_dict(state)
         self._updates = int(state.get("updates", 0))
         self._checkpoints_seen = state.get("checkpoints_seen")
@@ -244,3 +248,24 @@ class PSROModelSampler(MixtureModelSampler):
         self.matrix_games_played = int(state.get("matrix_games_played", 0))
         self._open = None
         self._reopen = None if state.get("open") is None else int(state["open"])
+        later = self._logged_after(self._updates)
+        if later:
+            self.last = later[-1]
+            self.set_mixture(dict(zip(self.last.pool, self.last.mixture, strict=True)))
+            self._updates, self._checkpoints_seen, self._reopen = self.last.update, self.last.checkpoints, None
+            self.matrix_games_played += sum(u.matrix_games for u in later)
+
+    def _logged_after(self, update: int) -> list[PSROUpdate]:
+        """The updates of the log numbered above ``update``, in order (none without a log)."""
+        if self.log_path is None or not os.path.isfile(self.log_path):
+            return []
+        found = []
+        with open(self.log_path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    entry = PSROUpdate.from_dict(json.loads(line))
+                except (ValueError, KeyError, TypeError):  # a line cut short by a kill: that update is not solved
+                    continue
+                if entry.update > update:
+                    found.append(entry)
+        return found
