@@ -6,7 +6,8 @@ One table, :data:`CASES`: ``(kind, description, value, expected message regex)``
 * ``build``: ``value`` overrides a valid set of build() arguments;
 * ``train_env`` / ``eval_env``: ``value`` overrides one field of a valid spec mapping, passed to build();
 * ``yaml``: ``value`` is ``(config text, --set overrides)``; the config is loaded and built;
-* ``start``: ``value`` is start()'s keyword arguments.
+* ``start``: ``value`` is start()'s keyword arguments;
+* ``quickstart``: ``value`` is the text of a ``unstable quickstart --config`` file, loaded.
 
 ``$MODEL`` stands for the tiny model directory and ``$TMP`` for a folder of broken model and
 adapter directories (see :func:`bad_paths`). The older, shorter tables in ``test_config.py`` and
@@ -384,6 +385,23 @@ YAML_CASES = [
     ("config not UTF-8", ("$BINARY", []), "not UTF-8"),
 ]
 
+QUICKSTART_CASES = [  # before the warm start: each was a traceback, or an error minutes into the job
+    ("non-string keys", "1: 2\nbogus: 3\n", r"unknown quickstart settings \[1, 'bogus'\]"),
+    ("a NUL byte", "seed: 1\x00\n", r"is not valid YAML: unacceptable character #x0000: .* position 7$"),
+    ("warm_start a list", "warm_start: [1, 2]\n", "warm_start must be a mapping of warm-start settings"),
+    ("warm_start a word", "warm_start: abc\n", r"warm_start must be a mapping of warm-start settings .*, got 'abc'"),
+    ("warm_start unknown setting", "warm_start: {bogus: 1}\n", r"unknown warm_start settings \['bogus'\]"),
+    ("league a list", "league: [1]\n", "league must be a mapping of league settings"),
+    ("learner a number", "learner: 5\n", "learner must be a mapping of learner settings"),
+    ("learner setting the algorithm lacks", "learner: {gamma: 0.9}\n",
+     r"unknown learner settings \['gamma'\] for REINFORCELearner"),
+    ("learner minibatches the batch cannot hold", "learner: {minibatches: 4}\n",
+     r"minibatches \(4\) must be at most batch_size // mini_batch_size"),
+    ("algorithm unknown", "algorithm: dqn\n", "algorithm must be one of"),
+    ("fixed_opponents a number", "fixed_opponents: 5\n", "fixed_opponents must be a list of opponent names"),
+    ("out a number", "out: 5\n", "out must be a directory path"),
+]
+
 START_CASES = [
     ("learning_steps 0", {"learning_steps": 0}, "learning_steps must be an integer >= 1"),
     ("learning_steps a string", {"learning_steps": "5"}, "learning_steps must be an integer"),
@@ -573,7 +591,8 @@ def _case(kind: str, row) -> object:
 CASES = [_case(kind, row) for kind, rows in [("build", BUILD_CASES), ("train_env", TRAIN_ENV_CASES),
                                              ("eval_env", EVAL_ENV_CASES), ("yaml", YAML_CASES),
                                              ("start", START_CASES), ("build", RANGE_CASES),
-                                             ("env", ENV_CASES)] for row in rows]
+                                             ("env", ENV_CASES), ("quickstart", QUICKSTART_CASES)]
+         for row in rows]
 
 
 def every_build_setting() -> set[str]:
@@ -673,6 +692,11 @@ def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_di
             unstable.build(**build_kwargs)
         elif kind == "env":
             unstable.build(**{**_fill(VALID, subs), "train_envs": _environment(*value), "eval_envs": []})
+        elif kind == "quickstart":
+            from unstable.cli.quickstart import load_quickstart_config
+
+            (tmp_path / "q.yaml").write_text(value)
+            load_quickstart_config(str(tmp_path / "q.yaml"))
         else:
             Run.start(object.__new__(Run), **value)  # no actors: a check that passed would fail on self.actors
 
