@@ -761,6 +761,21 @@ def test_valid_inputs_still_pass(tiny_model_dir, adapters, bad_paths, tmp_path, 
     assert BuildConfig(**build_kwargs).learning_rate == 1e-3
 
 
+def test_exploitability_eval_off_as_docs_evaluation_md_writes_it(tiny_model_dir, bad_paths, tmp_path, no_ray):
+    """YAML reads an unquoted ``off`` as false: the documented ``exploitability_eval: off`` (and
+    ``--set exploitability_eval=off``, and a quickstart config's) was refused as "got False"."""
+    from unstable.cli.quickstart import load_quickstart_config
+    from unstable.run.config import BuildConfig
+
+    path = tmp_path / "c.yaml"
+    path.write_text(_fill(BASE_YAML, {"$MODEL": tiny_model_dir, "$TMP": bad_paths}) + "exploitability_eval: off\n")
+    for overrides in ([], ["exploitability_eval=off"]):
+        build_kwargs, _ = load_config(str(path), overrides)
+        assert BuildConfig(**build_kwargs).exploitability_eval == "off"
+    path.write_text("exploitability_eval: off\n")
+    assert load_quickstart_config(str(path)).exploitability_eval == "off"
+
+
 @pytest.mark.parametrize("recipe", ["tictactoe-vs-heuristic.yaml", None])
 def test_the_quickstart_seats_the_opponent_its_strategy_draws(recipe, tiny_model_dir, tmp_path, monkeypatch, no_ray):
     """The vs-heuristic recipe (strategy 'fixed') leaves the heuristic a seat; mirror self-play takes both."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable.cli.progress import wait_with_progress
+from unstable.eval.in_run import exploitability_setting
 from unstable.eval.intervals import compare_intervals, comparison_line
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
@@ -123,7 +124,7 @@ class QuickstartConfig:
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_int("max_staleness", self.max_staleness, 0)
         check_choice("mode", self.mode, ("async", "sync"))
-        check_choice("exploitability_eval", self.exploitability_eval, ("auto", "off"))
+        self.exploitability_eval = exploitability_setting(self.exploitability_eval)
         if self.mode == "sync" and self.max_staleness != 0:
             raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
                              f"max_staleness=0, got {self.max_staleness}")

@@ -21,7 +21,7 @@ from typing import Any
 
 from unstable.buffers.config import BufferConfig
 from unstable.collection.failures import FailureBudget
-from unstable.eval.in_run import EXPLOITABILITY_EVAL
+from unstable.eval.in_run import exploitability_setting
 from unstable.games.mixture import EnvironmentMixture, is_environment
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.adapters import resolve_transport
@@ -700,7 +700,8 @@ class BuildConfig:
     """``"auto"``: while the run trains, each new checkpoint's exact exploitability is read on every eval env
     whose game has a solver (TicTacToe, KuhnPoker) and whose template answers directly (``qwen3-board``), and
     logged as ``eval/<env>/exploitability`` at its learner step (about 20-40 s a checkpoint for a tiny model on
-    TicTacToe, on CPU, beside training; see docs/evaluation.md). ``"off"``: never."""
+    TicTacToe, on CPU, beside training; see docs/evaluation.md). ``"off"``: never (YAML's unquoted ``off``,
+    which it reads as false, too)."""
 
     def __init__(self, **arguments: Any) -> None:
         extra = {k: v for k, v in arguments.items() if k not in argument_names()}
@@ -746,7 +747,7 @@ class BuildConfig:
             setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
         check_int("seed", self.seed, 0, maximum=MAX_SEED)
         check_choice("mode", self.mode, RUN_MODES)
-        check_choice("exploitability_eval", self.exploitability_eval, EXPLOITABILITY_EVAL)
+        self.exploitability_eval = exploitability_setting(self.exploitability_eval)
         if self.mode == "sync":
             for i, declaration in enumerate(declarations):
                 _sync_buffer(self.models[i], declaration.get("buffer") or {}, i if "models" in arguments else None)
