@@ -7,7 +7,9 @@ One table, :data:`CASES`: ``(kind, description, value, expected message regex)``
 * ``train_env`` / ``eval_env``: ``value`` overrides one field of a valid spec mapping, passed to build();
 * ``yaml``: ``value`` is ``(config text, --set overrides)``; the config is loaded and built;
 * ``start``: ``value`` is start()'s keyword arguments;
-* ``quickstart``: ``value`` is the text of a ``unstable quickstart --config`` file, loaded.
+* ``quickstart``: ``value`` is the text of a ``unstable quickstart --config`` file, loaded;
+* ``cli``: ``value`` is ``(argv, files)``: the ``unstable`` command ``argv`` on a run directory ``$RUN`` (a
+  valid one, see :data:`RUN_FILES`, with ``files`` written over it), as ``main()`` runs it.
 
 ``$MODEL`` stands for the tiny model directory and ``$TMP`` for a folder of broken model and
 adapter directories (see :func:`bad_paths`). The older, shorter tables in ``test_config.py`` and
@@ -385,6 +387,35 @@ YAML_CASES = [
     ("config not UTF-8", ("$BINARY", []), "not UTF-8"),
 ]
 
+REGISTRY = "registry/registry.json"
+RUN_FILES = {  # a one-model run's, with one checkpoint (not there: every case stops before it is read)
+    "config.json": json.dumps({"model_name": "$MODEL", "train_envs": [TRAIN]}),
+    REGISTRY: json.dumps({"models": [{"uid": "ckpt-1", "fixed": False, "iteration": 1, "mu": 25.0, "sigma": 8.3,
+                                      "path_or_name": "checkpoints/ckpt-1"}]}),
+}
+NO_FIXED = json.dumps({"models": [{"uid": "ckpt-1", "iteration": 1, "mu": 25.0, "sigma": 8.3, "path_or_name": None}]})
+CLI_CASES = [  # damaged run files and results with nowhere to go: tracebacks, or errors after every game
+    ("league-table: registry a list", (["league-table", "$RUN"], {REGISTRY: "[]"}),
+     r"run/registry: registry.json must hold a JSON object"),
+    ("eval --run: registry without models", (["eval", "--run", "$RUN"], {REGISTRY: "{}"}),
+     r"run/registry/registry.json is damaged: 'models' must be a list of registry entries"),
+    ("eval --all-checkpoints: an entry without fixed",
+     (["eval", "--exploitability", "--run", "$RUN", "--all-checkpoints"], {REGISTRY: NO_FIXED}),
+     r"registry.json is damaged: its entry models\[0\] has no valid fixed"),
+    ("league-table: config a list", (["league-table", "$RUN"], {"config.json": "[1, 2]"}),
+     r"run: config.json must hold a JSON object"),
+    ("eval --run: registry not JSON", (["eval", "--run", "$RUN"], {REGISTRY: "{not json"}),
+     r"run/registry: registry.json cannot be read as JSON \(Expecting property name"),
+    ("eval --all-checkpoints: no checkpoint",
+     (["eval", "--exploitability", "--run", "$RUN", "--all-checkpoints"], {REGISTRY: '{"models": []}'}),
+     r"registry.json holds no checkpoint of 'model': the run stopped before its first"),
+    ("league-table: no checkpoint", (["league-table", "$RUN"], {REGISTRY: '{"models": []}'}),
+     r"registry.json holds no checkpoint"),
+    ("eval --exploitability: a damaged adapter",
+     (["eval", "--exploitability", "--model", "$MODEL", "--adapter", "$TMP/garbage-adapter"], {}),
+     r"--adapter .*garbage-adapter.*: adapter_model.safetensors is not a readable safetensors file"),
+]
+
 QUICKSTART_CASES = [  # before the warm start: each was a traceback, or an error minutes into the job
     ("non-string keys", "1: 2\nbogus: 3\n", r"unknown quickstart settings \[1, 'bogus'\]"),
     ("a NUL byte", "seed: 1\x00\n", r"is not valid YAML: unacceptable character #x0000: .* position 7$"),
@@ -591,7 +622,8 @@ def _case(kind: str, row) -> object:
 CASES = [_case(kind, row) for kind, rows in [("build", BUILD_CASES), ("train_env", TRAIN_ENV_CASES),
                                              ("eval_env", EVAL_ENV_CASES), ("yaml", YAML_CASES),
                                              ("start", START_CASES), ("build", RANGE_CASES),
-                                             ("env", ENV_CASES), ("quickstart", QUICKSTART_CASES)]
+                                             ("env", ENV_CASES), ("quickstart", QUICKSTART_CASES),
+                                             ("cli", CLI_CASES)]
          for row in rows]
 
 
@@ -646,6 +678,9 @@ def bad_paths(tmp_path_factory) -> str:
         "adapter-no-weights": {"adapter_config.json": "{}"},
         "list-adapter": {"adapter_config.json": "[1]", "adapter_model.bin": ""},
         "yaml-dir": {"x": ""},
+        "garbage-adapter": {"adapter_config.json": json.dumps({"peft_type": "LORA", "r": 4,
+                                                               "target_modules": ["q_proj"]}),
+                            "adapter_model.safetensors": "not a safetensors file"},
     }
     for name, content in files.items():
         (root / name).mkdir()
@@ -692,6 +727,15 @@ def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_di
             unstable.build(**build_kwargs)
         elif kind == "env":
             unstable.build(**{**_fill(VALID, subs), "train_envs": _environment(*value), "eval_envs": []})
+        elif kind == "cli":
+            from unstable.cli.commands import build_parser
+
+            argv, files = value
+            for name, text in {**RUN_FILES, **files}.items():
+                (tmp_path / "run" / name).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / "run" / name).write_text(_fill(text, subs))
+            args = build_parser().parse_args([a.replace("$RUN", str(tmp_path / "run")) for a in argv])
+            args.fn(args)  # what main() runs, and answers a ValueError of in one line
         elif kind == "quickstart":
             from unstable.cli.quickstart import load_quickstart_config
 

@@ -134,6 +134,7 @@ def _cmd_task_quickstart(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from unstable.eval.evaluation import evaluate
     from unstable.inference.base import SamplingParams
+    from unstable.models.checks import check_adapter
     from unstable.tracking.run_dir import atomic_write_json
 
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
@@ -158,6 +159,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError("--checkpoint names a checkpoint of a run: give --run RUN_DIR too")
     if not model:
         raise ValueError("give --model (a HF id, a local path or tiny), or --run RUN_DIR")
+    if adapter is not None:  # a damaged one: said now, not as a loader's traceback
+        check_adapter(adapter, "--adapter" if args.adapter else f"the checkpoint of {args.run}")
     if template is None:
         from unstable.models.warmstart import warm_start_template
 
@@ -194,24 +197,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def run_checkpoint(run_dir: str, uid: str | None = None) -> tuple[str, str | None, str | None]:
     """(base model, adapter directory, prompt template) of the checkpoint ``uid`` of a run: any
     model's in a run with several (``bob-ckpt-3``); ``None``: the first model's newest."""
-    import json
     from pathlib import Path
 
-    from unstable.run.resume import resolve_registry_paths
+    from unstable.run.resume import REGISTRY_FILE, read_run_files
 
-    root = Path(run_dir)
-    paths = {name: root / name for name in ("config.json", "registry/registry.json")}
-    missing = [str(p) for p in paths.values() if not p.is_file()]
-    if missing:
-        raise ValueError(f"{run_dir} is not a run directory with checkpoints (missing {', '.join(missing)})")
-    config = json.loads(paths["config.json"].read_text())
-    registry = json.loads(paths["registry/registry.json"].read_text())
-    resolve_registry_paths(registry, run_dir)  # relative to the run directory, wherever it is now
+    config, registry = read_run_files(run_dir)
     entries = {m["uid"]: m for m in registry["models"] if not m.get("fixed")}
     models = config.get("models") or [{"name": "model", "model_name": config.get("model_name")}]
     if uid is None:
         first = models[0].get("name", "model")
         mine = [m for m in entries.values() if (m.get("lineage") or "model") in (first, "model")]
+        if not mine:
+            raise ValueError(f"{Path(run_dir) / REGISTRY_FILE} holds no checkpoint of {first!r}: the run stopped "
+                             "before its first")
         uid = max(mine, key=lambda m: m["iteration"])["uid"]
     if uid not in entries:
         raise ValueError(f"{uid!r} is not a checkpoint of {run_dir}; its checkpoints: {sorted(entries)}")
