@@ -414,6 +414,13 @@ CLI_CASES = [  # damaged run files and results with nowhere to go: tracebacks, o
     ("eval --exploitability: a damaged adapter",
      (["eval", "--exploitability", "--model", "$MODEL", "--adapter", "$TMP/garbage-adapter"], {}),
      r"--adapter .*garbage-adapter.*: adapter_model.safetensors is not a readable safetensors file"),
+    ("league-table --out an existing file", (["league-table", "$RUN", "--out", "$TMP/a-file"], {}),
+     r"--out .*a-file' is a file, not a directory"),
+    ("eval --out in a missing folder",
+     (["eval", "--model", "$MODEL", "--games", "1", "--out", "$TMP/no/such/r.json"], {}),
+     r"--out .*: the folder .*no/such does not exist"),
+    ("eval --exploitability --out a directory",
+     (["eval", "--exploitability", "--model", "$MODEL", "--out", "$TMP/empty"], {}), r"--out .*empty' is a directory"),
 ]
 
 QUICKSTART_CASES = [  # before the warm start: each was a traceback, or an error minutes into the job

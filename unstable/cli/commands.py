@@ -136,6 +136,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from unstable.inference.base import SamplingParams
     from unstable.models.checks import check_adapter
     from unstable.tracking.run_dir import atomic_write_json
+    from unstable.utils.paths import check_writable_file
 
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
     done = []
@@ -145,6 +146,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if len(done) % max(1, args.games // 10) == 0 or len(done) == args.games:
             print(f"  {len(done)}/{args.games} games", flush=True)
 
+    if args.out:  # before the first game: the results must have somewhere to go
+        check_writable_file("--out", args.out)
     model, adapter, template = args.model, args.adapter, args.template
     env_id, num_players = args.env or "TicTacToe-v0-train", 2 if args.num_players is None else args.num_players
     if args.run:

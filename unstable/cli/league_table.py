@@ -110,10 +110,13 @@ def run_league_table(args: argparse.Namespace) -> int:
     from unstable.eval.league import analyse_league, crossplay_dict
     from unstable.inference.base import SamplingParams
     from unstable.tracking.run_dir import atomic_write_json
+    from unstable.utils.paths import check_writable_dir
 
     def say(line: str) -> None:
         print(line, flush=True)
 
+    out = Path(args.out or os.path.join(args.run_dir, LEAGUE_DIR))
+    check_writable_dir("--out" if args.out else "the run's league folder", out)  # before the first game
     pool = read_run_pool(args.run_dir, args.checkpoints, args.baselines, args.env)
     n = len(pool.players)
     cells = n * (n - 1) // 2
@@ -130,7 +133,6 @@ def run_league_table(args: argparse.Namespace) -> int:
                              "max_new_tokens": sampling.max_new_tokens},
                 "greedy": args.greedy, "seed": args.seed, "checkpoints": args.checkpoints, "workers": args.workers,
                 "adapters": {p.uid: p.adapter_path for p in pool.players if p.kind == "checkpoint"}}
-    out = Path(args.out or os.path.join(args.run_dir, LEAGUE_DIR))
     out.mkdir(parents=True, exist_ok=True)
     try:
         table = analyse_league(crossplay, pool.env_id, pool.trueskill, alpha=args.alpha,
