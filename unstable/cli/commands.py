@@ -138,7 +138,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from unstable.tracking.run_dir import atomic_write_json
     from unstable.utils.paths import check_writable_file
 
-    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
+    given = {k: v for k, v in (("temperature", args.temperature), ("top_p", args.top_p)) if v is not None}
+    sampling = SamplingParams(**given, max_new_tokens=args.max_new_tokens)  # games: 0.6 and 0.95 unless given
     done = []
 
     def progress(record) -> None:
@@ -446,8 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-players", type=int, default=None, help="players per game (default: the run's, else 2)")
     p.add_argument("--template", default=None, help="prompt template (default: the run's, else the one a "
                    "warm-started --model was trained with, else qwen3-zs)")
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default 0.6; with --exploitability 1, as "
+                        "unstable.evaluate_exploitability reads: the model's own distribution)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="nucleus (default 0.95; with --exploitability 1, as unstable.evaluate_exploitability reads)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     add_field_options(p, "unstable.policies.api", "APIOpponentConfig", API_OPTIONS, prefix="api_")
