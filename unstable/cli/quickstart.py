@@ -134,7 +134,7 @@ class QuickstartConfig:
         _check_learner_settings(self)
         if league_config(self.league) is not None:  # a mapping of league settings, then with the job's strategy
             league_config({"main_opponents": self._league_opponents(), **self.league})
-        elif (self.opponent_sampling_strategy == "mirror"
+        elif (self.opponent_sampling_strategy == "mirror" and self.fixed_opponents
               and tuple(self.fixed_opponents) != SamplerConfig().fixed_opponents):
             # build() refuses this too (its default is the reference there as here), but only after the warm start
             raise ValueError(f"fixed_opponents {list(self.fixed_opponents)} would never play: "
