@@ -6,7 +6,10 @@ One table, :data:`CASES`: ``(kind, description, value, expected message regex)``
 * ``build``: ``value`` overrides a valid set of build() arguments;
 * ``train_env`` / ``eval_env``: ``value`` overrides one field of a valid spec mapping, passed to build();
 * ``yaml``: ``value`` is ``(config text, --set overrides)``; the config is loaded and built;
-* ``start``: ``value`` is start()'s keyword arguments.
+* ``start``: ``value`` is start()'s keyword arguments;
+* ``quickstart``: ``value`` is the text of a ``unstable quickstart --config`` file, loaded;
+* ``cli``: ``value`` is ``(argv, files)``: the ``unstable`` command ``argv`` on a run directory ``$RUN`` (a
+  valid one, see :data:`RUN_FILES`, with ``files`` written over it), as ``main()`` runs it.
 
 ``$MODEL`` stands for the tiny model directory and ``$TMP`` for a folder of broken model and
 adapter directories (see :func:`bad_paths`). The older, shorter tables in ``test_config.py`` and
@@ -124,6 +127,8 @@ BUILD_CASES = [
     ("pfsp_window 0", {"pfsp_window": 0}, "pfsp_window must be an integer >= 1"),
     ("psro_every 0", {"psro_every": 0}, "psro_every must be an integer >= 1"),
     ("psro_games_per_cell float", {"psro_games_per_cell": 4.0}, "psro_games_per_cell must be an integer"),
+    ("psro_games_per_cell 10**12", {"psro_games_per_cell": 10**12},
+     r"psro_games_per_cell must be an integer >= 1 and <= 1000, got 1000000000000 \(too large\)"),
     ("psro_pool_size 0", {"psro_pool_size": 0}, "psro_pool_size must be an integer >= 1"),
     ("psro_meta_solver unknown", {"psro_meta_solver": "alpharank"},
      r"psro_meta_solver must be one of \['nash', 'alpha-rank'\], got 'alpharank'"),
@@ -382,6 +387,59 @@ YAML_CASES = [
     ("config not UTF-8", ("$BINARY", []), "not UTF-8"),
 ]
 
+REGISTRY = "registry/registry.json"
+RUN_FILES = {  # a one-model run's, with one checkpoint (not there: every case stops before it is read)
+    "config.json": json.dumps({"model_name": "$MODEL", "train_envs": [TRAIN]}),
+    REGISTRY: json.dumps({"models": [{"uid": "ckpt-1", "fixed": False, "iteration": 1, "mu": 25.0, "sigma": 8.3,
+                                      "path_or_name": "checkpoints/ckpt-1"}]}),
+}
+NO_FIXED = json.dumps({"models": [{"uid": "ckpt-1", "iteration": 1, "mu": 25.0, "sigma": 8.3, "path_or_name": None}]})
+CLI_CASES = [  # damaged run files and results with nowhere to go: tracebacks, or errors after every game
+    ("league-table: registry a list", (["league-table", "$RUN"], {REGISTRY: "[]"}),
+     r"run/registry: registry.json must hold a JSON object"),
+    ("eval --run: registry without models", (["eval", "--run", "$RUN"], {REGISTRY: "{}"}),
+     r"run/registry/registry.json is damaged: 'models' must be a list of registry entries"),
+    ("eval --all-checkpoints: an entry without fixed",
+     (["eval", "--exploitability", "--run", "$RUN", "--all-checkpoints"], {REGISTRY: NO_FIXED}),
+     r"registry.json is damaged: its entry models\[0\] has no valid fixed"),
+    ("league-table: config a list", (["league-table", "$RUN"], {"config.json": "[1, 2]"}),
+     r"run: config.json must hold a JSON object"),
+    ("eval --run: registry not JSON", (["eval", "--run", "$RUN"], {REGISTRY: "{not json"}),
+     r"run/registry: registry.json cannot be read as JSON \(Expecting property name"),
+    ("eval --all-checkpoints: no checkpoint",
+     (["eval", "--exploitability", "--run", "$RUN", "--all-checkpoints"], {REGISTRY: '{"models": []}'}),
+     r"registry.json holds no checkpoint of 'model': the run stopped before its first"),
+    ("league-table: no checkpoint", (["league-table", "$RUN"], {REGISTRY: '{"models": []}'}),
+     r"registry.json holds no checkpoint"),
+    ("eval --exploitability: a damaged adapter",
+     (["eval", "--exploitability", "--model", "$MODEL", "--adapter", "$TMP/garbage-adapter"], {}),
+     r"--adapter .*garbage-adapter.*: adapter_model.safetensors is not a readable safetensors file"),
+    ("league-table --out an existing file", (["league-table", "$RUN", "--out", "$TMP/a-file"], {}),
+     r"--out .*a-file' is a file, not a directory"),
+    ("eval --out in a missing folder",
+     (["eval", "--model", "$MODEL", "--games", "1", "--out", "$TMP/no/such/r.json"], {}),
+     r"--out .*: the folder .*no/such does not exist"),
+    ("eval --exploitability --out a directory",
+     (["eval", "--exploitability", "--model", "$MODEL", "--out", "$TMP/empty"], {}), r"--out .*empty' is a directory"),
+]
+
+QUICKSTART_CASES = [  # before the warm start: each was a traceback, or an error minutes into the job
+    ("non-string keys", "1: 2\nbogus: 3\n", r"unknown quickstart settings \[1, 'bogus'\]"),
+    ("a NUL byte", "seed: 1\x00\n", r"is not valid YAML: unacceptable character #x0000: .* position 7$"),
+    ("warm_start a list", "warm_start: [1, 2]\n", "warm_start must be a mapping of warm-start settings"),
+    ("warm_start a word", "warm_start: abc\n", r"warm_start must be a mapping of warm-start settings .*, got 'abc'"),
+    ("warm_start unknown setting", "warm_start: {bogus: 1}\n", r"unknown warm_start settings \['bogus'\]"),
+    ("league a list", "league: [1]\n", "league must be a mapping of league settings"),
+    ("learner a number", "learner: 5\n", "learner must be a mapping of learner settings"),
+    ("learner setting the algorithm lacks", "learner: {gamma: 0.9}\n",
+     r"unknown learner settings \['gamma'\] for REINFORCELearner"),
+    ("learner minibatches the batch cannot hold", "learner: {minibatches: 4}\n",
+     r"minibatches \(4\) must be at most batch_size // mini_batch_size"),
+    ("algorithm unknown", "algorithm: dqn\n", "algorithm must be one of"),
+    ("fixed_opponents a number", "fixed_opponents: 5\n", "fixed_opponents must be a list of opponent names"),
+    ("out a number", "out: 5\n", "out must be a directory path"),
+]
+
 START_CASES = [
     ("learning_steps 0", {"learning_steps": 0}, "learning_steps must be an integer >= 1"),
     ("learning_steps a string", {"learning_steps": "5"}, "learning_steps must be an integer"),
@@ -501,6 +559,12 @@ RANGE_CASES = [
      r"the run asks Ray for 1001 CPU .*would wait forever for CPU: lower num_inference_actors"),
     ("a run directory holding checkpoints", {"run_name": "old"},
      r"runs/old already holds checkpoints of an earlier run: continue it with unstable train --resume"),
+    ("a one-model run into a league run's directory", {"run_name": "league"},
+     r"runs/league already holds checkpoints of an earlier run"),
+    ("a league run into the directory of a run of other models",
+     {"run_name": "pair", "league": {}, "opponent_sampling_strategy": "pfsp",
+      "train_envs": [{**TRAIN, "num_actors": 1}]},
+     r"runs/pair already holds checkpoints of an earlier run"),
     # one setting, two values
     ("temperature and vllm_config['temperature'] differ", {"temperature": 0.7, "vllm_config": {"temperature": 0.5}},
      r"temperature is given twice: as build\(temperature=0.7\) and as vllm_config\['temperature'\]=0.5"),
@@ -569,7 +633,9 @@ def _case(kind: str, row) -> object:
 CASES = [_case(kind, row) for kind, rows in [("build", BUILD_CASES), ("train_env", TRAIN_ENV_CASES),
                                              ("eval_env", EVAL_ENV_CASES), ("yaml", YAML_CASES),
                                              ("start", START_CASES), ("build", RANGE_CASES),
-                                             ("env", ENV_CASES)] for row in rows]
+                                             ("env", ENV_CASES), ("quickstart", QUICKSTART_CASES),
+                                             ("cli", CLI_CASES)]
+         for row in rows]
 
 
 def every_build_setting() -> set[str]:
@@ -623,6 +689,9 @@ def bad_paths(tmp_path_factory) -> str:
         "adapter-no-weights": {"adapter_config.json": "{}"},
         "list-adapter": {"adapter_config.json": "[1]", "adapter_model.bin": ""},
         "yaml-dir": {"x": ""},
+        "garbage-adapter": {"adapter_config.json": json.dumps({"peft_type": "LORA", "r": 4,
+                                                               "target_modules": ["q_proj"]}),
+                            "adapter_model.safetensors": "not a safetensors file"},
     }
     for name, content in files.items():
         (root / name).mkdir()
@@ -630,6 +699,8 @@ def bad_paths(tmp_path_factory) -> str:
             (root / name / file).write_text(text)
     (root / "a-file").write_text("not a directory")
     (root / "runs" / "old" / "checkpoints" / "ckpt-1").mkdir(parents=True)  # an earlier run's, under runs_dir
+    for run, model in (("league", "model"), ("pair", "alice")):  # runs of several models: checkpoints/<model>/
+        (root / "runs" / run / "checkpoints" / model / "ckpt-1").mkdir(parents=True)
     (root / "read-only").mkdir(mode=0o555)
     (root / "binary.yaml").write_bytes(b"\xff\xfe\x00model_name: \x80\x81")
     return str(root)
@@ -667,6 +738,20 @@ def test_bad_input_is_a_clear_error_before_ray(kind, value, match, tiny_model_di
             unstable.build(**build_kwargs)
         elif kind == "env":
             unstable.build(**{**_fill(VALID, subs), "train_envs": _environment(*value), "eval_envs": []})
+        elif kind == "cli":
+            from unstable.cli.commands import build_parser
+
+            argv, files = value
+            for name, text in {**RUN_FILES, **files}.items():
+                (tmp_path / "run" / name).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / "run" / name).write_text(_fill(text, subs))
+            args = build_parser().parse_args([a.replace("$RUN", str(tmp_path / "run")) for a in argv])
+            args.fn(args)  # what main() runs, and answers a ValueError of in one line
+        elif kind == "quickstart":
+            from unstable.cli.quickstart import load_quickstart_config
+
+            (tmp_path / "q.yaml").write_text(value)
+            load_quickstart_config(str(tmp_path / "q.yaml"))
         else:
             Run.start(object.__new__(Run), **value)  # no actors: a check that passed would fail on self.actors
 
@@ -729,6 +814,21 @@ def test_valid_inputs_still_pass(tiny_model_dir, adapters, bad_paths, tmp_path, 
     build_kwargs, _ = load_config(str(path), ["temperature=5e-1"])
     assert build_kwargs["learning_rate"] == 1e-3 and build_kwargs["temperature"] == 0.5
     assert BuildConfig(**build_kwargs).learning_rate == 1e-3
+
+
+def test_exploitability_eval_off_as_docs_evaluation_md_writes_it(tiny_model_dir, bad_paths, tmp_path, no_ray):
+    """YAML reads an unquoted ``off`` as false: the documented ``exploitability_eval: off`` (and
+    ``--set exploitability_eval=off``, and a quickstart config's) was refused as "got False"."""
+    from unstable.cli.quickstart import load_quickstart_config
+    from unstable.run.config import BuildConfig
+
+    path = tmp_path / "c.yaml"
+    path.write_text(_fill(BASE_YAML, {"$MODEL": tiny_model_dir, "$TMP": bad_paths}) + "exploitability_eval: off\n")
+    for overrides in ([], ["exploitability_eval=off"]):
+        build_kwargs, _ = load_config(str(path), overrides)
+        assert BuildConfig(**build_kwargs).exploitability_eval == "off"
+    path.write_text("exploitability_eval: off\n")
+    assert load_quickstart_config(str(path)).exploitability_eval == "off"
 
 
 @pytest.mark.parametrize("recipe", ["tictactoe-vs-heuristic.yaml", None])

@@ -332,6 +332,32 @@ def test_eval_of_a_warm_start_uses_the_template_it_was_trained_with(tiny_model_d
     assert "prompt template 'qwen3-board': the one" in capsys.readouterr().out
 
 
+def test_eval_exploitability_reads_at_the_defaults_of_evaluate_exploitability(tiny_model_dir, monkeypatch):
+    """``unstable eval --exploitability`` read at T=0.6, top_p=0.95 (the game defaults) and
+    ``unstable.evaluate_exploitability`` at 1, 1, and exploitability depends on both. Now both read at the
+    API's defaults unless told; games keep 0.6 and 0.95."""
+    import inspect
+
+    import unstable.eval.evaluation as evaluation
+    import unstable.eval.exploitability as exploitability
+
+    defaults = inspect.signature(exploitability.evaluate_exploitability).parameters
+    assert (defaults["temperature"].default, defaults["top_p"].default) == (1.0, 1.0)
+    seen = []
+
+    def record(*args, **kwargs):
+        seen.append((kwargs["temperature"], kwargs["top_p"]) if "top_p" in kwargs else
+                    (kwargs["sampling"].temperature, kwargs["sampling"].top_p))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(exploitability, "evaluate_exploitability", record)
+    monkeypatch.setattr(evaluation, "evaluate", record)
+    for argv in (["--exploitability"], ["--exploitability", "--temperature", "0.5", "--top-p", "0.9"], []):
+        with pytest.raises(RuntimeError, match="stop here"):
+            main(["eval", "--model", tiny_model_dir, "--template", "qwen3-board", *argv])
+    assert seen == [(1.0, 1.0), (0.5, 0.9), (0.6, 0.95)]
+
+
 def test_progress_prints_a_line_per_learner_step_and_a_last_one_for_the_last_reading():
     """The quickstart's progress: a line when the learner step moves; once the run has ended, one more if the
     last checkpoint's exploitability landed after its step's line (it used to end on an older checkpoint's

@@ -120,10 +120,33 @@ def test_metagame_and_missing_games_known_answers():
     assert payoffs[0][1] == pytest.approx(-0.3, abs=1e-15) and payoffs[1][0] == -payoffs[0][1]
     assert payoffs[0][2] == payoffs[2][0] == payoffs[1][2] == payoffs[0][0] == 0.0
     assert games == [[0, 10, 0], [10, 0, 0], [0, 0, 0]]
-    plan = missing_games(["a", "b", "c"], [[0, 11, 1], [11, 0, 0], [1, 0, 0]], per_cell=2)
+    plan = list(missing_games(["a", "b", "c"], [[0, 11, 1], [11, 0, 0], [1, 0, 0]], per_cell=2))
     assert Counter((g.row, g.col) for g in plan) == {("a", "c"): 1, ("b", "c"): 2}
     assert [g.row_seat for g in plan if (g.row, g.col) == ("b", "c")] == [0, 1]  # the seats alternate
     assert plan[0] == MatrixGame("a", "c", 1)  # a's second game against c: the other seat
+
+
+def test_an_update_makes_its_matrix_games_as_it_hands_them_out():
+    """The plan of an update was a list built whole and consumed with list.pop(0): 10**5 games per cell took
+    19 s and 10**7 never returned. 40 checkpoints at the bound (1000 games per cell, 780,000 games) now hand
+    out their first games at once, holding no list of them."""
+    import tracemalloc
+
+    reg = registry_with(*(f"ckpt-{i}" for i in range(40)))
+    sampler = PSROModelSampler(reg, every=1, games_per_cell=1000, pool_size=40)
+    assert sampler.next_matrix_game() is None  # counts the checkpoints from here
+    add_checkpoint(reg, 40)
+    tracemalloc.start()
+    try:
+        first = [sampler.next_matrix_game() for _ in range(3)]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert first == [MatrixGame("ckpt-1", "ckpt-2", 0), MatrixGame("ckpt-1", "ckpt-3", 0),
+                     MatrixGame("ckpt-1", "ckpt-4", 0)]
+    assert peak < 2_000_000, f"{peak} bytes to hand out 3 games"
+    with pytest.raises(ValueError, match=r"psro_games_per_cell must be an integer >= 1 and <= 1000"):
+        PSROModelSampler(reg, games_per_cell=1001)
 
 
 # ----------------------------------------------------------------- when it updates, what it plays
@@ -225,11 +248,44 @@ def test_resume_restores_the_matrix_the_mixture_and_an_update_in_progress():
     # the 5 games out were lost with the old run: the new one plans all of the update's games again
     pool = ("ckpt-0", "ckpt-1", "ckpt-2", "ckpt-3", "ckpt-4", "random")
     _, games = metagame(reg2.match_results(), pool)
-    expected = len(missing_games(pool, games, 2))
+    expected = len(list(missing_games(pool, games, 2)))
     replayed = serve(sched2, stronger, rounds=8)
     assert sum(replayed.values()) == expected > 5
     assert sampler2.last.update == 2 and sampler2.last.pool == pool
     assert sampler2.probabilities() == pytest.approx({"ckpt-4": 1.0})
+
+
+def test_a_resume_from_an_older_state_takes_the_later_updates_from_the_log(tmp_path):
+    """The run state is saved at checkpoints; a kill after update 3 resumed from a state that held update 1,
+    so psro.jsonl got a second update 2 (another pool) and update 2's matrix games were played again. The
+    log's lines are the updates' saved state: the resumed sampler goes on from update 3."""
+    log = tmp_path / "psro.jsonl"
+    reg = registry_with("ckpt-0", fixed=("random",))
+    sampler = PSROModelSampler(reg, every=1, games_per_cell=2, pool_size=3, fixed_opponents=("random",),
+                               log_path=str(log), rng_seed=0)
+    sched = psro_scheduler(reg, sampler)
+    saved = None
+    for i in (1, 2, 3):
+        serve(sched, stronger, rounds=2)
+        add_checkpoint(reg, i)  # a checkpoint: the state is saved, then the update opens
+        if i == 2:
+            saved = json.loads(json.dumps({"scheduler": sched.state_dict(), "registry": reg.state_dict()}))
+        serve(sched, stronger, rounds=6)
+    assert sampler.last.update == 3 and saved["scheduler"]["samplers"]["model_sampler"]["updates"] == 1
+
+    reg2 = ModelRegistry()  # killed: the resume has the state of ckpt-2 and registers the later checkpoint
+    reg2.load_state_dict(saved["registry"])
+    add_checkpoint(reg2, 3)
+    sampler2 = PSROModelSampler(reg2, every=1, games_per_cell=2, pool_size=3, fixed_opponents=("random",),
+                                log_path=str(log), rng_seed=0)
+    sched2 = psro_scheduler(reg2, sampler2)
+    sched2.load_state_dict(saved["scheduler"])
+    assert sampler2.last == sampler.last and sampler2.probabilities() == sampler.probabilities()
+    assert sum(serve(sched2, stronger, rounds=3).values()) == 0  # no update replayed before a new checkpoint
+    add_checkpoint(reg2, 4)
+    serve(sched2, stronger, rounds=6)
+    assert sampler2.last.update == 4
+    assert [json.loads(x)["update"] for x in log.read_text().splitlines()] == [1, 2, 3, 4]
 
 
 # ----------------------------------------------------------------- real games, real collector

@@ -527,6 +527,10 @@ def test_quickstart_config_files_load_and_misspelt_settings_are_refused(tmp_path
     bad.write_text("opponent_sampling_strategy: league\n")
     with pytest.raises(ValueError, match="opponent_sampling_strategy must be one of"):
         load_quickstart_config(str(bad), out=str(tmp_path / "x"))
+    # one name as a string is that name, as build() reads it (it was split into letters and refused 101 s in)
+    one = tmp_path / "one.yaml"
+    one.write_text("opponent_sampling_strategy: fixed\nfixed_opponents: random\n")
+    assert load_quickstart_config(str(one)).fixed_opponents == ["random"]
 
 
 def test_the_recommended_algorithm_recipe_loads(tmp_path):

@@ -112,7 +112,7 @@ def test_known_answers_uniform_heuristic_optimal():
 
 
 def test_invalid_mass_counts_as_a_loss():
-    always_invalid = tictactoe_exploitability({board: {} for board in reachable_boards()})
+    always_invalid = tictactoe_exploitability({board: {} for board in reachable_boards()}, allow_invalid_mass=True)
     assert always_invalid.exploitability == 1.0
     assert always_invalid.vs_optimal_first == (0.0, 0.0, 1.0)
     assert always_invalid.invalid_vs_best_response_first == 1.0 == always_invalid.invalid_vs_best_response_second
@@ -121,7 +121,7 @@ def test_invalid_mass_counts_as_a_loss():
     # when the policy errs in one of its 5 moves (first) or 4 moves (second).
     optimal = tictactoe_table(tictactoe_optimal_cells)
     leaky = {board: {c: 0.9 * p for c, p in probs.items()} for board, probs in optimal.items()}
-    result = tictactoe_exploitability(leaky)
+    result = tictactoe_exploitability(leaky, allow_invalid_mass=True)
     assert result.best_response_first == pytest.approx(1 - 0.9**5, abs=1e-12)
     assert result.best_response_second == pytest.approx(1 - 0.9**4, abs=1e-12)
     assert result.exploitability == pytest.approx(0.376705, abs=1e-12)
@@ -189,11 +189,25 @@ def test_kuhn_known_answers():
 
 
 def test_kuhn_invalid_mass_is_a_fold():
-    always_invalid = kuhn_exploitability({key: {} for key in INFO_SETS})
+    always_invalid = kuhn_exploitability({key: {} for key in INFO_SETS}, allow_invalid_mass=True)
     assert always_invalid.exploitability == 1.0 == always_invalid.textarena_exploitability
     # Nash that answers invalidly with probability 0.1 everywhere gives the best response more.
     leaky = {k: {a: 0.9 * p for a, p in v.items()} for k, v in kuhn_nash_table().items()}
-    assert 0 < kuhn_exploitability(leaky).exploitability < 0.2
+    assert 0 < kuhn_exploitability(leaky, allow_invalid_mass=True).exploitability < 0.2
+
+
+def test_a_table_that_sums_below_one_is_refused_unless_invalid_mass_is_meant():
+    """A hand-written table whose probabilities sum below 1 was scored without a word, the rest counted as a
+    loss (TicTacToe) or a fold (Kuhn). A reading's other answers are invalid moves, and say so."""
+    ttt = tictactoe_table(tictactoe_optimal_cells)
+    short = {**ttt, " " * 9: {c: 0.5 * p for c, p in ttt[" " * 9].items()}}
+    with pytest.raises(ValueError, match=r"board ' {9}': probabilities sum to 0.5 < 1; .* allow_invalid_mass=True"):
+        tictactoe_exploitability(short)
+    assert tictactoe_exploitability(short, allow_invalid_mass=True).best_response_first == pytest.approx(0.5)
+    kuhn = {**kuhn_nash_table(), "K:": {"bet": 0.6}}
+    with pytest.raises(ValueError, match=r"Kuhn table 'K:': probabilities sum to 0.6 < 1; .* invalid answer"):
+        kuhn_exploitability(kuhn)
+    assert kuhn_exploitability(kuhn, allow_invalid_mass=True).exploitability > 0
 
 
 def test_kuhn_bad_tables_are_refused_with_the_key_named():

@@ -134,9 +134,12 @@ def _cmd_task_quickstart(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from unstable.eval.evaluation import evaluate
     from unstable.inference.base import SamplingParams
+    from unstable.models.checks import check_adapter
     from unstable.tracking.run_dir import atomic_write_json
+    from unstable.utils.paths import check_writable_file
 
-    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
+    given = {k: v for k, v in (("temperature", args.temperature), ("top_p", args.top_p)) if v is not None}
+    sampling = SamplingParams(**given, max_new_tokens=args.max_new_tokens)  # games: 0.6 and 0.95 unless given
     done = []
 
     def progress(record) -> None:
@@ -144,6 +147,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if len(done) % max(1, args.games // 10) == 0 or len(done) == args.games:
             print(f"  {len(done)}/{args.games} games", flush=True)
 
+    if args.out:  # before the first game: the results must have somewhere to go
+        check_writable_file("--out", args.out)
     model, adapter, template = args.model, args.adapter, args.template
     env_id, num_players = args.env or "TicTacToe-v0-train", 2 if args.num_players is None else args.num_players
     if args.run:
@@ -158,6 +163,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError("--checkpoint names a checkpoint of a run: give --run RUN_DIR too")
     if not model:
         raise ValueError("give --model (a HF id, a local path or tiny), or --run RUN_DIR")
+    if adapter is not None:  # a damaged one: said now, not as a loader's traceback
+        check_adapter(adapter, "--adapter" if args.adapter else f"the checkpoint of {args.run}")
     if template is None:
         from unstable.models.warmstart import warm_start_template
 
@@ -194,24 +201,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def run_checkpoint(run_dir: str, uid: str | None = None) -> tuple[str, str | None, str | None]:
     """(base model, adapter directory, prompt template) of the checkpoint ``uid`` of a run: any
     model's in a run with several (``bob-ckpt-3``); ``None``: the first model's newest."""
-    import json
     from pathlib import Path
 
-    from unstable.run.resume import resolve_registry_paths
+    from unstable.run.resume import REGISTRY_FILE, read_run_files
 
-    root = Path(run_dir)
-    paths = {name: root / name for name in ("config.json", "registry/registry.json")}
-    missing = [str(p) for p in paths.values() if not p.is_file()]
-    if missing:
-        raise ValueError(f"{run_dir} is not a run directory with checkpoints (missing {', '.join(missing)})")
-    config = json.loads(paths["config.json"].read_text())
-    registry = json.loads(paths["registry/registry.json"].read_text())
-    resolve_registry_paths(registry, run_dir)  # relative to the run directory, wherever it is now
+    config, registry = read_run_files(run_dir)
     entries = {m["uid"]: m for m in registry["models"] if not m.get("fixed")}
     models = config.get("models") or [{"name": "model", "model_name": config.get("model_name")}]
     if uid is None:
         first = models[0].get("name", "model")
         mine = [m for m in entries.values() if (m.get("lineage") or "model") in (first, "model")]
+        if not mine:
+            raise ValueError(f"{Path(run_dir) / REGISTRY_FILE} holds no checkpoint of {first!r}: the run stopped "
+                             "before its first")
         uid = max(mine, key=lambda m: m["iteration"])["uid"]
     if uid not in entries:
         raise ValueError(f"{uid!r} is not a checkpoint of {run_dir}; its checkpoints: {sorted(entries)}")
@@ -445,8 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-players", type=int, default=None, help="players per game (default: the run's, else 2)")
     p.add_argument("--template", default=None, help="prompt template (default: the run's, else the one a "
                    "warm-started --model was trained with, else qwen3-zs)")
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default 0.6; with --exploitability 1, as "
+                        "unstable.evaluate_exploitability reads: the model's own distribution)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="nucleus (default 0.95; with --exploitability 1, as unstable.evaluate_exploitability reads)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     add_field_options(p, "unstable.policies.api", "APIOpponentConfig", API_OPTIONS, prefix="api_")

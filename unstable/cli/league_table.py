@@ -9,7 +9,6 @@ analyses the meta-game (:mod:`unstable.eval.league`), prints the matrix and the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -60,22 +59,16 @@ def read_run_pool(run_dir: str, checkpoints: str = "all", baselines: str | None 
     """The pool of ``run_dir``: its checkpoints chosen by ``checkpoints`` (:func:`select_checkpoints`) and the
     scripted baselines ``baselines`` (comma-separated; ``None``: every baseline the game has; ``"none"``)."""
     from unstable.games.legal_moves import scripted_baselines
-    from unstable.run.resume import resolve_registry_paths
+    from unstable.run.resume import REGISTRY_FILE, read_run_files
 
-    root = Path(run_dir)
-    files = {name: root / name for name in ("config.json", "registry/registry.json")}
-    missing = [str(p) for p in files.values() if not p.is_file()]
-    if missing:
-        raise ValueError(f"{run_dir} is not a run directory with checkpoints (missing {', '.join(missing)}; the "
-                         "registry is written at each checkpoint and when the run stops)")
-    config = json.loads(files["config.json"].read_text())
-    registry = json.loads(files["registry/registry.json"].read_text())
-    resolve_registry_paths(registry, run_dir)
+    config, registry = read_run_files(run_dir)
     models = config.get("models") or [{"name": "model", "model_name": config.get("model_name")}]
     base_of = {m.get("name", "model"): m.get("model_name") for m in models}
     entries = sorted((m for m in registry["models"] if not m.get("fixed")),
                      key=lambda m: (list(base_of).index(m.get("lineage") or "model") if (m.get("lineage") or "model")
                                     in base_of else 0, m["iteration"]))
+    if not entries:
+        raise ValueError(f"{Path(run_dir) / REGISTRY_FILE} holds no checkpoint: the run stopped before its first")
     chosen = select_checkpoints([m["uid"] for m in entries], checkpoints)
     by_uid = {m["uid"]: m for m in entries}
     bases = {base_of.get(by_uid[u].get("lineage") or "model") for u in chosen}
@@ -92,7 +85,8 @@ def read_run_pool(run_dir: str, checkpoints: str = "all", baselines: str | None 
         () if baselines.strip() == "none" else tuple(b.strip() for b in baselines.split(",") if b.strip())
     players = [PolicyRef(u, "checkpoint", by_uid[u].get("path_or_name"), version=by_uid[u]["iteration"])
                for u in chosen] + [PolicyRef(name, "scripted") for name in names]
-    trueskill = {m["uid"]: (float(m["mu"]), float(m["sigma"])) for m in registry["models"]}
+    trueskill = {m["uid"]: (float(m["mu"]), float(m["sigma"])) for m in registry["models"]
+                 if "mu" in m and "sigma" in m}  # the rated ones
     return RunPool(bases.pop(), template, env, tuple(players), trueskill)
 
 
@@ -116,10 +110,13 @@ def run_league_table(args: argparse.Namespace) -> int:
     from unstable.eval.league import analyse_league, crossplay_dict
     from unstable.inference.base import SamplingParams
     from unstable.tracking.run_dir import atomic_write_json
+    from unstable.utils.paths import check_writable_dir
 
     def say(line: str) -> None:
         print(line, flush=True)
 
+    out = Path(args.out or os.path.join(args.run_dir, LEAGUE_DIR))
+    check_writable_dir("--out" if args.out else "the run's league folder", out)  # before the first game
     pool = read_run_pool(args.run_dir, args.checkpoints, args.baselines, args.env)
     n = len(pool.players)
     cells = n * (n - 1) // 2
@@ -136,7 +133,6 @@ def run_league_table(args: argparse.Namespace) -> int:
                              "max_new_tokens": sampling.max_new_tokens},
                 "greedy": args.greedy, "seed": args.seed, "checkpoints": args.checkpoints, "workers": args.workers,
                 "adapters": {p.uid: p.adapter_path for p in pool.players if p.kind == "checkpoint"}}
-    out = Path(args.out or os.path.join(args.run_dir, LEAGUE_DIR))
     out.mkdir(parents=True, exist_ok=True)
     try:
         table = analyse_league(crossplay, pool.env_id, pool.trueskill, alpha=args.alpha,

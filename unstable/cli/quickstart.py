@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from unstable.cli.progress import wait_with_progress
+from unstable.eval.in_run import exploitability_setting
 from unstable.eval.intervals import compare_intervals, comparison_line
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
 from unstable.run.league_preset import DEFAULT_MODEL_NAME, league_config
-from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig
-from unstable.utils.checks import check_choice, check_int, check_positive
+from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig, opponent_names
+from unstable.utils.checks import check_choice, check_int, check_positive, check_str
 
 Printer = Callable[[str], None]
 
@@ -110,6 +111,8 @@ class QuickstartConfig:
     def __post_init__(self) -> None:
         if self.out is None:
             self.out = default_out_dir()
+        check_str("out", self.out, what="a directory path")
+        self.fixed_opponents = list(opponent_names(self.fixed_opponents))  # one name may be a string, as in build()
         for name in ("learning_steps", "batch_size", "mini_batch_size", "num_collection_workers", "eval_games",
                      "eval_workers", "max_new_tokens", "lora_rank", "lora_alpha"):
             check_int(name, getattr(self, name), 1)
@@ -121,16 +124,17 @@ class QuickstartConfig:
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         check_int("max_staleness", self.max_staleness, 0)
         check_choice("mode", self.mode, ("async", "sync"))
-        check_choice("exploitability_eval", self.exploitability_eval, ("auto", "off"))
+        self.exploitability_eval = exploitability_setting(self.exploitability_eval)
         if self.mode == "sync" and self.max_staleness != 0:
             raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
                              f"max_staleness=0, got {self.max_staleness}")
         check_choice("opponent_sampling_strategy", self.opponent_sampling_strategy,
                      tuple(s for s in OPPONENT_SAMPLING_STRATEGIES if s != "none"))
         _check_sampler_settings(self)
-        if self.league is not None:
+        _check_learner_settings(self)
+        if league_config(self.league) is not None:  # a mapping of league settings, then with the job's strategy
             league_config({"main_opponents": self._league_opponents(), **self.league})
-        elif (self.opponent_sampling_strategy == "mirror"
+        elif (self.opponent_sampling_strategy == "mirror" and self.fixed_opponents
               and tuple(self.fixed_opponents) != SamplerConfig().fixed_opponents):
             # build() refuses this too (its default is the reference there as here), but only after the warm start
             raise ValueError(f"fixed_opponents {list(self.fixed_opponents)} would never play: "
@@ -174,25 +178,44 @@ def _check_sampler_settings(cfg: QuickstartConfig) -> None:
                   fixed_opponents=tuple(cfg.fixed_opponents), **cfg.samplers)
 
 
+def _check_learner_settings(cfg: QuickstartConfig) -> None:
+    """``algorithm`` and ``learner`` as build() checks them, with the job's batch sizes and learning rate:
+    said now, not after the warm start and the first evaluation."""
+    from unstable.run.config import ModelConfig
+
+    if not isinstance(cfg.learner, dict):
+        raise ValueError(f"learner must be a mapping of learner settings (e.g. {{'beta': 0.05}}), got {cfg.learner!r}")
+    job = {"batch_size": cfg.batch_size, "mini_batch_size": cfg.mini_batch_size, "learning_rate": cfg.learning_rate,
+           "lr_schedule": cfg.lr_schedule, "max_generation_len": cfg.max_new_tokens}
+    ModelConfig(model_name="tiny", algorithm=cfg.algorithm, learner={**job, **cfg.learner})
+
+
 def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
     """A :class:`QuickstartConfig` from a YAML file of its fields (``warm_start`` as a mapping of
     :class:`~unstable.models.warmstart.WarmStartConfig`'s), with ``overrides`` on top."""
-    import yaml
+    from unstable.run.config_file import read_config_file
 
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+    data = read_config_file(path) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a quickstart config is a mapping of QuickstartConfig fields")
     known = set(QuickstartConfig.__dataclass_fields__)
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - known, key=str)
     if unknown:
         raise ValueError(f"{path}: unknown quickstart settings {unknown}; known: {sorted(known)}")
     data.update(overrides)
     if not isinstance(data.get("warm_start"), WarmStartConfig):
-        warm_start = dict(data.get("warm_start") or {})
+        warm_start = data.get("warm_start") or {}
+        if not isinstance(warm_start, dict):
+            raise ValueError(f"{path}: warm_start must be a mapping of warm-start settings (e.g. {{max_rounds: 20}}), "
+                             f"got {warm_start!r}")
+        warm_start = dict(warm_start)
         for key in ("env_id", "prompt_template"):  # the warm start is for the job's game, unless it says otherwise
             if key in data:
                 warm_start.setdefault(key, data[key])
+        fields = set(WarmStartConfig.__dataclass_fields__)
+        unknown = sorted(set(warm_start) - fields, key=str)
+        if unknown:
+            raise ValueError(f"{path}: unknown warm_start settings {unknown}; known: {sorted(fields)}")
         data["warm_start"] = WarmStartConfig(**warm_start)
     return QuickstartConfig(**data)
 

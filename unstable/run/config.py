@@ -21,7 +21,7 @@ from typing import Any
 
 from unstable.buffers.config import BufferConfig
 from unstable.collection.failures import FailureBudget
-from unstable.eval.in_run import EXPLOITABILITY_EVAL
+from unstable.eval.in_run import exploitability_setting
 from unstable.games.mixture import EnvironmentMixture, is_environment
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.adapters import resolve_transport
@@ -408,8 +408,7 @@ def _check_run_dir(cfg: BuildConfig) -> None:
     if cfg.run_name is None:
         return
     run_dir = os.path.abspath(os.path.join(cfg.runs_dir, cfg.run_name))
-    names = [m.name for m in cfg.models] if len(cfg.models) > 1 else []
-    if has_checkpoints(os.path.join(run_dir, "checkpoints"), names):
+    if has_checkpoints(os.path.join(run_dir, "checkpoints")):
         raise ValueError(f"{run_dir} already holds checkpoints of an earlier run: continue it with "
                          f"unstable train --resume {run_dir} (build(resume_from=...)), or pick another run_name")
     run_dir = os.path.join(cfg.runs_dir, cfg.run_name)
@@ -421,10 +420,12 @@ def _check_run_dir(cfg: BuildConfig) -> None:
                          "pick another run_name, or change its permissions")
 
 
-def has_checkpoints(checkpoints_dir: str, names: list[str]) -> bool:
-    """Whether a run's checkpoints directory (or one of its models' subdirectories, ``names``) holds any."""
+def has_checkpoints(checkpoints_dir: str) -> bool:
+    """Whether a run's checkpoints directory holds any: a one-model run's (``ckpt-N``) or, whatever its
+    models are named, a run of several's (``<model>/ckpt-N``), so neither kind is written over by the other."""
+    names = os.listdir(checkpoints_dir) if os.path.isdir(checkpoints_dir) else []
     return bool(list_checkpoints(checkpoints_dir)) or any(
-        list_checkpoints(os.path.join(checkpoints_dir, n)) for n in names)
+        list_checkpoints(os.path.join(checkpoints_dir, name)) for name in names)
 
 
 def _opponent(spec: Any) -> str:
@@ -699,7 +700,8 @@ class BuildConfig:
     """``"auto"``: while the run trains, each new checkpoint's exact exploitability is read on every eval env
     whose game has a solver (TicTacToe, KuhnPoker) and whose template answers directly (``qwen3-board``), and
     logged as ``eval/<env>/exploitability`` at its learner step (about 20-40 s a checkpoint for a tiny model on
-    TicTacToe, on CPU, beside training; see docs/evaluation.md). ``"off"``: never."""
+    TicTacToe, on CPU, beside training; see docs/evaluation.md). ``"off"``: never (YAML's unquoted ``off``,
+    which it reads as false, too)."""
 
     def __init__(self, **arguments: Any) -> None:
         extra = {k: v for k, v in arguments.items() if k not in argument_names()}
@@ -745,7 +747,7 @@ class BuildConfig:
             setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
         check_int("seed", self.seed, 0, maximum=MAX_SEED)
         check_choice("mode", self.mode, RUN_MODES)
-        check_choice("exploitability_eval", self.exploitability_eval, EXPLOITABILITY_EVAL)
+        self.exploitability_eval = exploitability_setting(self.exploitability_eval)
         if self.mode == "sync":
             for i, declaration in enumerate(declarations):
                 _sync_buffer(self.models[i], declaration.get("buffer") or {}, i if "models" in arguments else None)

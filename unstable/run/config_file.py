@@ -137,7 +137,9 @@ def _floats(data: dict) -> None:
             where[key] = float(where[key])
 
 
-def _read(path: str) -> Any:
+def read_config_file(path: str) -> Any:
+    """The YAML document of ``path`` (``None`` for an empty file), read as :class:`_UniqueKeyLoader` reads it;
+    a file that cannot be read or parsed is a :class:`ConfigError` naming it."""
     try:
         with open(path, encoding="utf-8") as fh:
             return yaml.load(fh, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
@@ -151,8 +153,8 @@ def _read(path: str) -> Any:
         raise ConfigError(f"config file {path!r} is not UTF-8 text (is it a YAML file?)") from None
     except _ExpansionError as exc:
         raise ConfigError(f"config file {path!r} {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path!r} is not valid YAML: {exc}") from None
+    except yaml.YAMLError as exc:  # its message on one line: where, then what
+        raise ConfigError(f"config file {path!r} is not valid YAML: {' '.join(str(exc).split())}") from None
 
 
 def _apply_override(data: dict, item: Any) -> None:
@@ -192,7 +194,7 @@ def _check_keys(data: dict, where: str) -> None:
 
 def load_config(path: str, overrides: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read ``path`` and apply ``key=value`` overrides; returns (build kwargs, start kwargs)."""
-    data = _read(path)
+    data = read_config_file(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):

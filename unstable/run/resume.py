@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from unstable.learners import checkpoints as ckpt
+from unstable.local_models.resolve import read_json
 from unstable.registry.model_registry import DEFAULT_LINEAGE
 from unstable.tracking.run_dir import CONFIG_FILE, atomic_write_json
 from unstable.utils.calls import call
@@ -104,6 +105,38 @@ def resolve_registry_paths(registry_state: dict[str, Any], run_dir: str | os.Pat
         path = m.get("path_or_name")
         if not m["fixed"] and path and not os.path.isabs(path):
             m["path_or_name"] = os.path.join(str(run_dir), path)
+
+
+def read_run_files(run_dir: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run's ``config.json`` and registry snapshot (its learner paths under ``run_dir``, wherever it is now),
+    as the commands that read its checkpoints take them (``unstable eval --run``, ``unstable league-table``).
+    A file that is missing, not JSON, or not of the shape a run writes is a ``ValueError`` naming it."""
+    paths = [Path(run_dir) / CONFIG_FILE, Path(run_dir) / REGISTRY_FILE]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ValueError(f"{run_dir} is not a run directory with checkpoints (missing {', '.join(missing)}; the "
+                         "registry is written at each checkpoint and when the run stops)")
+    config, registry = (read_json(str(p), str(p.parent)) for p in paths)
+    models = config.get("models") or [config]
+    envs = [config.get(key) or [] for key in ("train_envs", "eval_envs")]
+    if not (isinstance(models, list) and all(isinstance(m, dict) and isinstance(m.get("model_name"), str)
+                                             for m in models)):
+        raise ValueError(f"{paths[0]} is damaged: it names no model_name for each model")
+    if not all(isinstance(e, list) and all(isinstance(spec, dict) for spec in e) for e in envs):
+        raise ValueError(f"{paths[0]} is damaged: train_envs and eval_envs must be lists of env settings")
+    entries = registry.get("models")
+    if not (isinstance(entries, list) and all(isinstance(m, dict) for m in entries)):
+        raise ValueError(f"{paths[1]} is damaged: 'models' must be a list of registry entries")
+    for i, m in enumerate(entries):
+        fields = {"uid": isinstance(m.get("uid"), str), "fixed": isinstance(m.get("fixed"), bool),
+                  "iteration": m.get("fixed") is True or type(m.get("iteration")) is int,
+                  "path_or_name": isinstance(m.get("path_or_name"), str | None),
+                  **{k: k not in m or type(m[k]) in (int, float) for k in ("mu", "sigma")}}  # a rating, if rated
+        bad = [name for name, ok in fields.items() if not ok]
+        if bad:
+            raise ValueError(f"{paths[1]} is damaged: its entry models[{i}] has no valid {', '.join(bad)}")
+    resolve_registry_paths(registry, run_dir)
+    return config, registry
 
 
 def lineage_versions(registry_state: dict[str, Any]) -> dict[str, int]:

@@ -11,6 +11,9 @@ from unstable.utils.checks import check_choice, check_int, check_number
 
 ENV_SAMPLING_STRATEGIES = ("random", "curriculum")
 OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality", "pool", "pfsp", "psro")
+MAX_PSRO_GAMES_PER_CELL = 1000
+"""The most ``psro_games_per_cell``: an update plays its matrix games before any train game, so with a pool of
+10 checkpoints and 1 fixed opponent (55 pairs) training waits for up to 55,000 games at this bound."""
 
 
 @dataclass
@@ -48,7 +51,8 @@ class SamplerConfig:
     checkpoints (Lanctot et al. 2017); until the first update the learner plays itself."""
     psro_games_per_cell: int = 8
     """For ``"psro"``: each pair of the pool is filled to this many recorded games; the registry's train
-    and eval games count, the rest are played as matrix games (rated, never trained on)."""
+    and eval games count, the rest are played as matrix games (rated, never trained on), before any train
+    game: at most :data:`MAX_PSRO_GAMES_PER_CELL`."""
     psro_pool_size: int = 10
     """For ``"psro"``: the meta-game holds the learner's this many newest checkpoints (and the fixed
     opponents): the games an update may need grow with its square."""
@@ -82,7 +86,7 @@ class SamplerConfig:
         check_number("pfsp_prior", self.pfsp_prior, 0.0, low_open=True)
         check_int("pfsp_window", self.pfsp_window, 1)
         check_int("psro_every", self.psro_every, 1)
-        check_int("psro_games_per_cell", self.psro_games_per_cell, 1)
+        check_int("psro_games_per_cell", self.psro_games_per_cell, 1, maximum=MAX_PSRO_GAMES_PER_CELL)
         check_int("psro_pool_size", self.psro_pool_size, 1)
         check_choice("psro_meta_solver", self.psro_meta_solver, META_SOLVERS)
         check_number("rating_curriculum", self.rating_curriculum, 0.0, 1.0)

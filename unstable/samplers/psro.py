@@ -20,7 +20,8 @@ learner keeps training against the mixture:
   α-Rank as an option) gives the mixture, which becomes the opponent distribution
   (:meth:`~unstable.samplers.league.MixtureModelSampler.set_mixture`) until the next update;
 * each update is logged: a line of :data:`PSRO_LOG_FILE` in the run directory (the pool, the payoff
-  and game-count matrices, the mixture) and ``league/psro/...`` metrics to the tracker.
+  and game-count matrices, the mixture) and ``league/psro/...`` metrics to the tracker. The line is
+  the update's saved state: a resumed run continues from the newest line, one line per update number.
 
 Before the first update the mixture is empty, and the learner plays itself (mirror self-play).
 ``payoffs[i, j] = (wins - losses) / games`` of entry ``i`` against ``j`` (a draw 0), the
@@ -32,10 +33,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from unstable.samplers.config import MAX_PSRO_GAMES_PER_CELL
 from unstable.samplers.league import MixtureModelSampler
 from unstable.samplers.metagame import meta_solver as named_meta_solver
 from unstable.utils.calls import call, fire
@@ -105,18 +107,14 @@ def metagame(results: Mapping[str, Mapping[str, Mapping[str, int]]], pool: Seque
     return payoffs, games
 
 
-def missing_games(pool: Sequence[str], games: Sequence[Sequence[int]], per_cell: int) -> list[MatrixGame]:
+def missing_games(pool: Sequence[str], games: Sequence[Sequence[int]], per_cell: int) -> Iterator[MatrixGame]:
     """The games that bring every pair of ``pool`` to ``per_cell`` games (none for a pair that has
     them), the pairs taken in turn so that a partial matrix is spread evenly; a pair's seats continue
-    the alternation from its ``games`` count."""
+    the alternation from its ``games`` count. Lazy: a game is made when it is handed out."""
     check_int("games_per_cell", per_cell, 1)
     need = {(i, j): max(0, per_cell - games[i][j]) for i in range(len(pool)) for j in range(i + 1, len(pool))}
-    plan = []
-    for k in range(max(need.values(), default=0)):
-        for (i, j), n in need.items():
-            if k < n:
-                plan.append(MatrixGame(pool[i], pool[j], (games[i][j] + k) % 2))
-    return plan
+    return (MatrixGame(pool[i], pool[j], (games[i][j] + k) % 2)
+            for k in range(max(need.values(), default=0)) for (i, j), n in need.items() if k < n)
 
 
 class PSROModelSampler(MixtureModelSampler):
@@ -133,7 +131,7 @@ class PSROModelSampler(MixtureModelSampler):
                  log_path: str | None = None, rng_seed: int = 489):
         super().__init__(model_registry, rng_seed=rng_seed)
         check_int("psro_every", every, 1)
-        check_int("psro_games_per_cell", games_per_cell, 1)
+        check_int("psro_games_per_cell", games_per_cell, 1, maximum=MAX_PSRO_GAMES_PER_CELL)
         check_int("psro_pool_size", pool_size, 1)
         if isinstance(meta_solver, str):
             meta_solver, solver_name = named_meta_solver(meta_solver), solver_name or meta_solver
@@ -179,10 +177,11 @@ class PSROModelSampler(MixtureModelSampler):
             self._start_update(count)
         if self._open is None:
             return None
-        if self._open["plan"]:
+        game = next(self._open["plan"], None)
+        if game is not None:
             self._open["out"] += 1
             self._open["handed"] += 1
-            return self._open["plan"].pop(0)
+            return game
         if self._open["out"] == 0:
             self._solve()
         return None
@@ -238,7 +237,10 @@ class PSROModelSampler(MixtureModelSampler):
                 "matrix_games_played": self.matrix_games_played}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`: the games an open update had out are gone, so it is planned again."""
+        """Restore :meth:`state_dict`: the games an open update had out are gone, so it is planned again.
+        ``state`` is saved at checkpoints, an update's line of the log when it is solved: the updates
+        solved after ``state`` was saved (a kill between two checkpoints) are taken from the log, so a
+        resumed run neither numbers an update twice nor plays its matrix games again."""
         super().load_state_dict(state)
         self._updates = int(state.get("updates", 0))
         self._checkpoints_seen = state.get("checkpoints_seen")
@@ -246,3 +248,24 @@ class PSROModelSampler(MixtureModelSampler):
         self.matrix_games_played = int(state.get("matrix_games_played", 0))
         self._open = None
         self._reopen = None if state.get("open") is None else int(state["open"])
+        later = self._logged_after(self._updates)
+        if later:
+            self.last = later[-1]
+            self.set_mixture(dict(zip(self.last.pool, self.last.mixture, strict=True)))
+            self._updates, self._checkpoints_seen, self._reopen = self.last.update, self.last.checkpoints, None
+            self.matrix_games_played += sum(u.matrix_games for u in later)
+
+    def _logged_after(self, update: int) -> list[PSROUpdate]:
+        """The updates of the log numbered above ``update``, in order (none without a log)."""
+        if self.log_path is None or not os.path.isfile(self.log_path):
+            return []
+        found = []
+        with open(self.log_path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    entry = PSROUpdate.from_dict(json.loads(line))
+                except (ValueError, KeyError, TypeError):  # a line cut short by a kill: that update is not solved
+                    continue
+                if entry.update > update:
+                    found.append(entry)
+        return found

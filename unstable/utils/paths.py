@@ -58,3 +58,17 @@ def check_writable_dir(name: str, path: str | os.PathLike) -> None:
         made = "" if existing == target else f" (it would be created in {existing})"
         raise ValueError(f"{name} {os.fspath(path)!r} is not writable by this user{made}; give a directory "
                          "you can write to, or change its permissions")
+
+
+def check_writable_file(name: str, path: str | os.PathLike) -> None:
+    """``path`` must be a file this process can write (create, or replace): not a directory, in an existing
+    directory it can write to. Checked before the work whose results it will hold."""
+    target = os.path.abspath(os.fspath(path))
+    if os.path.isdir(target):
+        raise ValueError(f"{name} {os.fspath(path)!r} is a directory; give a file path")
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise ValueError(f"{name} {os.fspath(path)!r}: the folder {folder} does not exist; create it first, or give "
+                         "a file in an existing folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {os.fspath(path)!r}: the folder {folder} is not writable by this user")

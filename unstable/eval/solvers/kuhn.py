@@ -7,7 +7,8 @@ keys are ``J:``, ``J:check``, ``J:bet``, ``J:check,bet``, then the same for ``Q`
 the probability of each legal action, named as TextArena 0.7.4's ``KuhnPoker`` names them: ``check``
 and ``bet`` with no bet on the table, ``fold`` and ``call`` facing one (any other action is invalid there).
 
-**Invalid mass.** ``1 - sum(probabilities)`` is the chance of an invalid answer. It is treated as a
+**Invalid mass.** ``1 - sum(probabilities)`` is the chance of an invalid answer, in a model's reading
+(``allow_invalid_mass=True``; a table without it must sum to 1 at each key). It is treated as a
 fold: the player gives up the hand and loses the chip it put in (its ante). (In a real ``unstable``
 game, ``error_allowance=0``, an invalid move loses the whole match; see ``kuhn_match``.)
 
@@ -63,9 +64,10 @@ def hand_result(history: str, first_wins_showdown: bool, stakes: str = "kuhn") -
     return stake if first_wins_showdown else -stake
 
 
-def check_kuhn_table(table: KuhnTable) -> None:
+def check_kuhn_table(table: KuhnTable, allow_invalid_mass: bool = False) -> None:
     """Raise (naming the key) unless ``table`` has the 12 keys, each with legal actions only and
-    probabilities in [0, 1] summing to at most 1."""
+    probabilities in [0, 1] summing to 1 (at most 1 with ``allow_invalid_mass``: the rest is an invalid
+    answer, a fold)."""
     for key in INFO_SETS:
         if key not in table:
             raise ValueError(f"Kuhn table has no entry for information set {key!r}; give all 12: {list(INFO_SETS)}")
@@ -80,6 +82,10 @@ def check_kuhn_table(table: KuhnTable) -> None:
                 raise ValueError(f"Kuhn table {key!r}: probability of {action!r} is {p}, not in [0, 1]")
         if sum(probs.values()) > 1 + 1e-6:
             raise ValueError(f"Kuhn table {key!r}: probabilities sum to {sum(probs.values())} > 1")
+        if sum(probs.values()) < 1 - 1e-6 and not allow_invalid_mass:
+            raise ValueError(f"Kuhn table {key!r}: probabilities sum to {sum(probs.values()):.6g} < 1; the rest "
+                             "would count as an invalid answer (a fold): give each information set a distribution, "
+                             "or pass allow_invalid_mass=True if the rest is meant as invalid answers")
 
 
 def action_probabilities(probs: Mapping[str, float]) -> dict[str, float]:
@@ -110,7 +116,8 @@ def _extend(history: str, action: str) -> str:
     return f"{history},{action}" if history else action
 
 
-def best_response_value(table: KuhnTable, responder_first: bool, stakes: str = "kuhn") -> float:
+def best_response_value(table: KuhnTable, responder_first: bool, stakes: str = "kuhn", *,
+                        allow_invalid_mass: bool = False) -> float:
     """Best response's expected chips per hand against ``table`` (the responder acts first or second).
 
     The responder's card is private to it, so its best response is a best pure plan per card: a plan
@@ -119,7 +126,7 @@ def best_response_value(table: KuhnTable, responder_first: bool, stakes: str = "
     """
     if stakes not in STAKES:
         raise ValueError(f"stakes must be one of {STAKES}, got {stakes!r}")
-    check_kuhn_table(table)
+    check_kuhn_table(table, allow_invalid_mass)
     mine = _FIRST_HISTORIES if responder_first else _SECOND_HISTORIES
     total = 0.0
     for card in CARDS:
@@ -150,9 +157,11 @@ class KuhnExploitability:
         return asdict(self)
 
 
-def kuhn_exploitability(table: KuhnTable) -> KuhnExploitability:
-    """Per-hand exploitability of ``table`` (see the module docstring), in both stakes."""
-    values = {(stakes, policy_first): best_response_value(table, not policy_first, stakes)
+def kuhn_exploitability(table: KuhnTable, *, allow_invalid_mass: bool = False) -> KuhnExploitability:
+    """Per-hand exploitability of ``table`` (see the module docstring), in both stakes; ``allow_invalid_mass``:
+    an information set's probabilities may sum below 1 (a model's reading), else that is refused."""
+    values = {(stakes, policy_first): best_response_value(table, not policy_first, stakes,
+                                                          allow_invalid_mass=allow_invalid_mass)
               for stakes in STAKES for policy_first in (True, False)}
     return KuhnExploitability(
         best_response_first=values["kuhn", True],

@@ -14,7 +14,8 @@ is the centre), each ``"X"``, ``"O"`` or ``" "``. **TextArena's player 0 plays `
 key matches. A table that writes the first mover as ``X`` fails with a message saying so.
 
 Invalid moves: ``1 - sum(probabilities)`` at a board is the chance the policy answers with no legal
-cell. In TextArena an invalid move gets one retry by default (``TwoPlayerState(error_allowance=1)``),
+cell, in a model's reading (``allow_invalid_mass=True``; a table without it must sum to 1 at each
+board). In TextArena an invalid move gets one retry by default (``TwoPlayerState(error_allowance=1)``),
 but ``unstable`` plays with ``error_allowance=0`` (``TrainEnvSpec``/``EvalEnvSpec``; set in
 ``collection/rollout.py``): the first invalid move loses the game. So it counts as a loss here.
 """
@@ -133,7 +134,7 @@ class TicTacToeExploitability:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
-def _check_table(table: TicTacToeTable) -> None:
+def _check_table(table: TicTacToeTable, allow_invalid_mass: bool) -> None:
     reachable = _reachable()
     for board, probs in table.items():
         if board not in reachable:
@@ -151,6 +152,10 @@ def _check_table(table: TicTacToeTable) -> None:
                 raise ValueError(f"board {board!r}: probability of cell {cell} is {p}, not in [0, 1]")
         if sum(probs.values()) > 1 + 1e-6:
             raise ValueError(f"board {board!r}: probabilities sum to {sum(probs.values())} > 1")
+        if sum(probs.values()) < 1 - 1e-6 and not allow_invalid_mass:
+            raise ValueError(f"board {board!r}: probabilities sum to {sum(probs.values()):.6g} < 1; the rest would "
+                             "count as an invalid move (a loss): give every board a distribution, or pass "
+                             "allow_invalid_mass=True if the rest is meant as invalid answers")
 
 
 class _Solver:
@@ -222,15 +227,17 @@ class _Solver:
         return win, draw, loss
 
 
-def tictactoe_exploitability(table: TicTacToeTable) -> TicTacToeExploitability:
+def tictactoe_exploitability(table: TicTacToeTable, *, allow_invalid_mass: bool = False) -> TicTacToeExploitability:
     """Exact best-response and minimax results of ``table`` in both seats (see the module docstring).
 
     ``table`` maps every board of :func:`reachable_boards` (the policy plays both seats, so it is to
-    move on each) to ``{cell: probability}`` over legal cells; missing mass is an invalid move (a loss).
-    Boards the policy's own moves cannot lead to (only through a cell it gives probability 0) may be
-    left out; any other missing board raises, naming it.
+    move on each) to ``{cell: probability}`` over legal cells, summing to 1. With ``allow_invalid_mass``
+    they may sum below 1 and the missing mass is an invalid move (a loss): a model's reading, whose other
+    answers are invalid; without it such a board raises, as a mistyped table. Boards the policy's own
+    moves cannot lead to (only through a cell it gives probability 0) may be left out; any other missing
+    board raises, naming it.
     """
-    _check_table(table)
+    _check_table(table, allow_invalid_mass)
     solver = _Solver(table)
     first = solver.best_response(EMPTY_BOARD, FIRST)
     second = solver.best_response(EMPTY_BOARD, SECOND)
