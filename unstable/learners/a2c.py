@@ -188,6 +188,6 @@ class A2CLearner(REINFORCELearner):
         return groups
 
     def _write_checkpoint(self, directory: Path) -> None:
-        self.model.save_pretrained(str(directory), selected_adapters=[mu.POLICY_ADAPTER, CRITIC_ADAPTER])
+        self.model.save_pretrained(str(directory), selected_adapters=[*self._saved_adapters(), CRITIC_ADAPTER])
         state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
         save_file(state, str(directory / CRITIC_ADAPTER / VALUE_HEAD_FILE))

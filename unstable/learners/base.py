@@ -208,6 +208,7 @@ class BaseLearner(DataParallelLearner):
             self._zero_grad()
             metrics = {"train/stopped_nonfinite": 1.0}
         self.version += 1
+        self._on_new_version()
         if self.data_parallel is not None and self.data_parallel.rank > 0:  # rank 0 writes the checkpoint
             return UpdateResult(self.version, None, self._step_metrics(metrics, steps, trained_version, start))
         target = ckpt.checkpoint_dir(self.config.output_dir, self.version)
@@ -271,9 +272,16 @@ class BaseLearner(DataParallelLearner):
         """Metric name of the pre-clip gradient norm -> (optimiser, its parameters)."""
         return {"train/grad_norm": (self.optimizer, self.policy_params)}
 
+    def _on_new_version(self) -> None:
+        """Called once the weights of ``self.version`` are final, before its checkpoint is written."""
+
+    def _saved_adapters(self) -> list[str]:
+        """The adapters a checkpoint holds: the policy at the root, any other in a subfolder of its name."""
+        return [mu.POLICY_ADAPTER]
+
     def _write_checkpoint(self, directory: Path) -> None:
         """Write the adapter(s) into ``directory`` (standard PEFT layout at the root)."""
-        self.model.save_pretrained(str(directory), selected_adapters=[mu.POLICY_ADAPTER])
+        self.model.save_pretrained(str(directory), selected_adapters=self._saved_adapters())
 
     def _write_all(self, directory: Path) -> None:
         self._write_checkpoint(directory)

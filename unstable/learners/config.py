@@ -182,8 +182,19 @@ class LearnerConfig:
     reference_adapter: str | None = None
     """The KL reference: ``None`` is the base model with the adapter disabled (the warm start when
     the base is a warm-started model); a PEFT adapter directory is loaded frozen and used instead."""
+    magnet_every: int | None = None
+    """Magnet-regularised self-play: every ``magnet_every`` updates the KL reference (the "magnet") becomes a
+    frozen copy of the current policy, so ``beta``'s pull moves with the policy instead of holding it at
+    its start (Magnetic Mirror Descent, Sokota et al. 2023, arXiv 2206.05825; R-NaD's regularisation
+    policy, Perolat et al. 2022, arXiv 2206.15378). The first magnet is the starting policy; checkpoints
+    carry it (``reference/``) so a resumed run keeps it; ``train/magnet_version`` is the version of the
+    magnet an update was pulled towards. Needs ``beta > 0``. ``None``: the reference stays fixed (the
+    base model, or ``reference_adapter``)."""
     entropy_coef: float = 0.0
-    """Weight of the entropy bonus (subtracted from the loss); 0: entropy is only measured."""
+    """Weight of the entropy bonus (subtracted from the loss); 0: entropy is only measured. The entropy is
+    the next-token entropy over the whole vocabulary at every completion token, which rewards illegal
+    answers as much as legal ones; to keep a game policy stochastic over its moves, prefer ``beta`` with a
+    magnet (the KL to a policy that spreads over the legal moves)."""
 
     def __post_init__(self) -> None:
         check_field_types(self)  # first: the checks below compare the values
@@ -272,6 +283,15 @@ class LearnerConfig:
             raise ValueError(f"beta must be >= 0, got {self.beta!r}")
         if self.reference_adapter is not None and self.beta == 0:
             raise ValueError("reference_adapter is only read for the KL penalty; set beta > 0 or drop it")
+        if self.magnet_every is not None:
+            if self.magnet_every < 1:
+                raise ValueError(f"magnet_every must be >= 1 or None, got {self.magnet_every}")
+            if self.beta == 0:
+                raise ValueError("magnet_every moves the KL reference; with beta = 0 there is no KL penalty: set "
+                                 "beta > 0 (e.g. 0.1) or drop magnet_every")
+            if self.reference_adapter is not None:
+                raise ValueError("magnet_every makes the KL reference a copy of the policy; drop reference_adapter "
+                                 "(the first magnet is the starting policy)")
         if not self.entropy_coef >= 0:
             raise ValueError(f"entropy_coef must be >= 0, got {self.entropy_coef!r}")
 

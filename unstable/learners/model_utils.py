@@ -74,6 +74,20 @@ def attach_policy_adapter(base: PreTrainedModel, lora_cfg: dict[str, Any], initi
     return get_peft_model(base, lora_config(lora_cfg))
 
 
+@torch.no_grad()
+def copy_adapter(model: nn.Module, source: str, target: str) -> None:
+    """Copy the LoRA weights of adapter ``source`` into adapter ``target`` (same shapes), in place."""
+    copied = 0
+    for module in model.modules():
+        for kind in ("lora_A", "lora_B"):
+            layers = getattr(module, kind, None)
+            if isinstance(layers, nn.ModuleDict) and source in layers and target in layers:
+                layers[target].weight.copy_(layers[source].weight)
+                copied += 1
+    if not copied:
+        raise ValueError(f"no LoRA layers hold both adapter {source!r} and {target!r}")
+
+
 def adapter_parameters(model: nn.Module, adapter_name: str) -> list[nn.Parameter]:
     """The LoRA parameters of one adapter (matched by name: ``...lora_A.<adapter>.weight``)."""
     params = []

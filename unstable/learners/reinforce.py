@@ -22,9 +22,11 @@ and writes the checkpoint. GRPO, GSPO, A2C and PPO change the advantages and the
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -49,7 +51,7 @@ from unstable.learners.batching import (
 )
 from unstable.records import Step, TrainBatch
 
-REFERENCE_ADAPTER = "reference"  # a frozen adapter loaded from config.reference_adapter
+REFERENCE_ADAPTER = "reference"  # the frozen KL reference: config.reference_adapter, or the magnet
 
 
 @dataclass
@@ -97,16 +99,35 @@ class REINFORCELearner(BaseLearner):
 
     def __init__(self, model_name: str, **kwargs) -> None:
         super().__init__(model_name, **kwargs)
-        if self.config.reference_adapter is not None:
-            self.model.load_adapter(self.config.reference_adapter, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
-            self.model.set_adapter(mu.POLICY_ADAPTER)
         cfg = self.config
+        if cfg.reference_adapter is not None:
+            self.model.load_adapter(cfg.reference_adapter, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+        elif cfg.magnet_every is not None:  # the magnet: a checkpoint's own, else the starting policy
+            saved = Path(cfg.initial_lora_path or "") / REFERENCE_ADAPTER
+            if cfg.initial_lora_path and saved.is_dir():
+                self.model.load_adapter(str(saved), adapter_name=REFERENCE_ADAPTER, is_trainable=False)
+            else:
+                self.model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(self.model.peft_config[mu.POLICY_ADAPTER]))
+                mu.copy_adapter(self.model, mu.POLICY_ADAPTER, REFERENCE_ADAPTER)
+        self.model.set_adapter(mu.POLICY_ADAPTER)  # PEFT: only the active adapter is trainable
+        self.magnet_version = cfg.initial_version - cfg.initial_version % cfg.magnet_every if cfg.magnet_every else None
         self.packed = cfg.micro_batching == "packed" or (cfg.micro_batching == "auto" and self.device.type == "cuda")
         self._fused_head = cfg.activation_checkpointing and mu.plain_lm_head(self.model)
 
     def _update(self, batch: TrainBatch) -> dict[str, float]:
         advantages = torch.tensor([s.reward for s in batch.steps], dtype=torch.float32)
         return self.policy_gradient(batch.steps, advantages)
+
+    # ------------------------------------------------------------------------ the magnet
+    def _on_new_version(self) -> None:
+        """Every ``magnet_every`` versions the magnet becomes the policy just trained (MMD's magnet update)."""
+        every = self.config.magnet_every
+        if every is not None and self.version % every == 0:
+            mu.copy_adapter(self.model, mu.POLICY_ADAPTER, REFERENCE_ADAPTER)
+            self.magnet_version = self.version
+
+    def _saved_adapters(self) -> list[str]:
+        return [*super()._saved_adapters(), *([REFERENCE_ADAPTER] if self.config.magnet_every is not None else [])]
 
     # ------------------------------------------------------------------------ the shared update
     def policy_gradient(self, steps: Sequence[Step], advantages: Tensor) -> dict[str, float]:
@@ -238,6 +259,8 @@ class REINFORCELearner(BaseLearner):
         }
         if "kl_ref_sum" in totals.sums:
             metrics["train/kl_ref"] = totals.get("kl_ref_sum") / tokens
+        if self.magnet_version is not None:
+            metrics["train/magnet_version"] = float(self.magnet_version)
         if "is_ratio_sum" in totals.sums:
             metrics["train/is_ratio_mean"] = totals.get("is_ratio_sum") / tokens
             metrics["train/is_ratio_max"] = totals.maxima["is_ratio_max"]
@@ -337,7 +360,7 @@ class REINFORCELearner(BaseLearner):
 
     def _reference_policy(self):
         """Context in which the model is the KL reference."""
-        if self.config.reference_adapter is None:
+        if self.config.reference_adapter is None and self.config.magnet_every is None:
             return self.model.disable_adapter()
         return self._adapter(REFERENCE_ADAPTER)
 

@@ -1,0 +1,245 @@
+"""The learning signal, tested where the answer is known: a contextual bandit on Kuhn poker's opening.
+
+The first player of ``KuhnPoker-v0-chips`` opens with its card (J, Q or K; the ``qwen3-hand`` prompt
+``Card: J``, ``Moves: [check] [bet]``) against a fixed opponent that folds a Jack to a bet, calls with
+a Queen or a King, and checks behind. The reward is the hand's chips, the opponent's card drawn from
+the other two. Expected chips:
+
+=====  ==========================  ===========================
+card   ``[check]`` (showdown, 1)   ``[bet]`` (fold +1, call 2)
+=====  ==========================  ===========================
+J      -1                          -2 (both other cards call)
+Q      0 (beats J, loses to K)     -0.5 (J folds +1, K calls -2)
+K      +1                          +1.5 (J folds +1, Q calls +2)
+=====  ==========================  ===========================
+
+So the best move reads the card: check a Jack or a Queen, bet a King. A card-blind policy cannot do
+better than 1/3 of the moves wrong. An answer that is not a legal move scores ``invalid_penalty``.
+
+:func:`run_bandit` trains one of the library's learners (the same ``update`` a run makes) on
+batches of these openings sampled through the transformers engine from its latest checkpoint,
+and reads the exact probability of each move per card after every update
+(:class:`~unstable.eval.policy_reading.PolicyReader`). :func:`run_tabular` applies the same
+algorithm's update to a softmax table over the three cards: the curve the algorithm itself allows
+on the same number of games.
+
+    .venv/bin/python benchmarks/learning_signal.py --algorithm reinforce --steps 30
+    .venv/bin/python benchmarks/learning_signal.py --algorithm grpo --tabular   # and the tabular twin
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ENV_ID = "KuhnPoker-v0-chips-train"
+TEMPLATE = "qwen3-hand"
+CARDS = ("J", "Q", "K")
+MOVES = ("[check]", "[bet]")
+BEST = {"J": "[check]", "Q": "[check]", "K": "[bet]"}
+RANK = {"J": 0, "Q": 1, "K": 2}
+
+
+def chips(card: str, move: str, other: str) -> float:
+    """The first player's chips for opening ``move`` with ``card`` against the fixed opponent holding ``other``."""
+    wins = RANK[card] > RANK[other]
+    if move == "[check]":  # the opponent checks behind: showdown for the antes
+        return 1.0 if wins else -1.0
+    if other == "J":  # a bet: the opponent folds a Jack ...
+        return 1.0
+    return 2.0 if wins else -2.0  # ... and calls with a Queen or a King
+
+
+def expected_chips(card: str, move: str) -> float:
+    others = [c for c in CARDS if c != card]
+    return sum(chips(card, move, o) for o in others) / len(others)
+
+
+def opening_prompts() -> dict[str, str]:
+    """The ``qwen3-hand`` prompt of the first player's opening with each card."""
+    from unstable.eval.game_states import kuhn_states
+    from unstable.games.templates import render_prompt
+
+    states = kuhn_states(ENV_ID)
+    return {card: render_prompt(TEMPLATE, states[(card, ())].observation) for card in CARDS}
+
+
+def warm_start_model(positions: int = 2560, max_rounds: int = 4, seed: int = 0) -> str:
+    """The 1M model warm-started on legal Kuhn moves only (uniform over them: card-blind), cached."""
+    from unstable.local_models.tiny import tiny_model_path
+    from unstable.models.warmstart import WarmStartConfig, warm_start_path
+
+    cfg = WarmStartConfig(env_id=ENV_ID, prompt_template=TEMPLATE, positions=positions, max_rounds=max_rounds,
+                          seed=seed)
+    return str(warm_start_path(tiny_model_path("1m"), cfg)[0])
+
+
+def make_learner(algorithm: str, model: str, out: str, batch: int, learning_rate: float, seed: int,
+                 **settings: Any):
+    from unstable.learners.catalog import resolve_learner
+
+    cls = resolve_learner(algorithm)
+    learner = cls(model, output_dir=out, batch_size=batch, mini_batch_size=batch, learning_rate=learning_rate,
+                  device="cpu", seed=seed, keep_last=2, gradient_checkpointing=False, **settings)
+    learner.initialize_algorithm(max_train_len=None, max_generation_len=settings.get("max_generation_len", 16))
+    return learner
+
+
+def read_policy(backend, adapter: str | None, prompts: dict[str, str]) -> dict[str, dict[str, float]]:
+    """The exact probability of each opening move per card (``other``: anything else)."""
+    from unstable.eval.policy_reading import PolicyReader
+    from unstable.inference.base import SamplingParams
+
+    reader = PolicyReader(backend, adapter, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=16))
+    dists = reader.read_exact([prompts[c] for c in CARDS], [MOVES] * len(CARDS))
+    return {c: {**d.probs, "other": d.other} for c, d in zip(CARDS, dists, strict=True)}
+
+
+def best_share(policy: dict[str, dict[str, float]]) -> dict[str, float]:
+    return {c: policy[c][BEST[c]] for c in CARDS}
+
+
+def run_bandit(algorithm: str = "reinforce", steps: int = 30, batch: int = 64, learning_rate: float = 1e-3,
+               seed: int = 0, invalid_penalty: float = -4.0, target: float = 0.9, model: str | None = None,
+               log: Callable[[str], None] = print, expected: bool = False, **settings: Any) -> dict[str, Any]:
+    """Train ``algorithm`` on the bandit for at most ``steps`` updates of ``batch`` openings; stop once every
+    card's best move has probability >= ``target``. ``expected``: the reward is the move's expected chips
+    (no noise from the opponent's card). Returns the per-update readings and the games played."""
+    from unstable.games.extraction import get_action_extraction
+    from unstable.inference.base import GenerationRequest, SamplingParams
+    from unstable.inference.transformers_backend import TransformersBackend
+    from unstable.records import Step, TrainBatch
+
+    model = model or warm_start_model()
+    prompts = opening_prompts()
+    rng = random.Random(seed)
+    extract = get_action_extraction("default")
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=16)
+    backend = TransformersBackend(model, device="cpu", max_batch_size=batch)
+    curve: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bandit-") as out:
+        learner = make_learner(algorithm, model, out, batch, learning_rate, seed, **settings)
+        adapter = None
+        policy = read_policy(backend, adapter, prompts)
+        curve.append({"update": 0, "games": 0, "best": best_share(policy), "policy": policy})
+        log(f"{algorithm} update 0: best {fmt(best_share(policy))}")
+        for update in range(1, steps + 1):
+            cards = [rng.choice(CARDS) for _ in range(batch)]
+            results = backend.generate_batch([GenerationRequest(prompts[c], adapter, sampling) for c in cards])
+            batch_steps, rewards = [], []
+            for i, (card, result) in enumerate(zip(cards, results, strict=True)):
+                move = extract(result.sample.text).action
+                legal = move in MOVES
+                other = rng.choice([o for o in CARDS if o != card])
+                if not legal:
+                    reward = invalid_penalty
+                else:
+                    reward = expected_chips(card, move) if expected else chips(card, move, other)
+                rewards.append(reward)
+                batch_steps.append(Step(env_id=ENV_ID, game_id=update * batch + i, player_id=0, turn_index=0,
+                                        sample=result.sample, reward=reward, final_reward=reward,
+                                        policy_version=learner.version, format_ok=legal, invalid=not legal,
+                                        is_last=True, prompt=prompts[card]))
+            adapter = learner.update(TrainBatch.from_steps(batch_steps)).adapter_path
+            policy = read_policy(backend, adapter, prompts)
+            best = best_share(policy)
+            curve.append({"update": update, "games": update * batch, "best": best, "policy": policy,
+                          "reward_mean": sum(rewards) / len(rewards)})
+            log(f"{algorithm} update {update}: best {fmt(best)} reward {sum(rewards) / len(rewards):+.3f}")
+            if min(best.values()) >= target:
+                break
+    backend.close()
+    return {"algorithm": algorithm, "learning_rate": learning_rate, "batch": batch, "seed": seed,
+            "settings": settings, "reached": min(curve[-1]["best"].values()) >= target,
+            "updates": curve[-1]["update"], "games": curve[-1]["games"],
+            "seconds": round(time.perf_counter() - started, 1), "curve": curve}
+
+
+def run_tabular(algorithm: str = "reinforce", steps: int = 30, batch: int = 64, learning_rate: float = 0.1,
+                seed: int = 0, start: dict[str, float] | None = None, target: float = 0.9) -> dict[str, Any]:
+    """The same bandit and batches for a softmax table ``theta[card, move]`` stepped by Adam on the
+    algorithm's loss (REINFORCE: advantage = reward; GRPO: reward minus the batch mean over the std,
+    one group as in a run's seat). ``start``: each card's initial P(bet) (default 0.5, card-blind)."""
+    import torch
+
+    rng = random.Random(seed)
+    p_bet = start or {c: 0.5 for c in CARDS}
+    theta = torch.tensor([[0.0, math.log(p_bet[c] / (1 - p_bet[c]))] for c in CARDS], requires_grad=True)
+    opt = torch.optim.Adam([theta], lr=learning_rate)
+    curve = []
+
+    def best() -> dict[str, float]:
+        probs = theta.detach().softmax(-1)
+        return {c: float(probs[i, MOVES.index(BEST[c])]) for i, c in enumerate(CARDS)}
+
+    curve.append({"update": 0, "games": 0, "best": best()})
+    gen = torch.Generator().manual_seed(seed)
+    for update in range(1, steps + 1):
+        cards = [rng.randrange(3) for _ in range(batch)]
+        probs = theta.detach().softmax(-1)
+        moves = [int(torch.multinomial(probs[c], 1, generator=gen)) for c in cards]
+        rewards = torch.tensor([chips(CARDS[c], MOVES[m], rng.choice([o for o in CARDS if o != CARDS[c]]))
+                                for c, m in zip(cards, moves, strict=True)])
+        adv = rewards if algorithm == "reinforce" else (rewards - rewards.mean()) / (rewards.std() + 1e-8)
+        logp = theta.log_softmax(-1)[torch.tensor(cards), torch.tensor(moves)]
+        loss = -(adv * logp).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        curve.append({"update": update, "games": update * batch, "best": best()})
+        if min(curve[-1]["best"].values()) >= target:
+            break
+    return {"algorithm": f"{algorithm}, tabular", "learning_rate": learning_rate, "batch": batch, "seed": seed,
+            "reached": min(curve[-1]["best"].values()) >= target, "updates": curve[-1]["update"],
+            "games": curve[-1]["games"], "curve": curve}
+
+
+def fmt(best: dict[str, float]) -> str:
+    return " ".join(f"{c} {p:.2f}" for c, p in best.items())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--algorithm", default="reinforce", help="reinforce, grpo, ppo, ...")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", action="append", default=[], help="a learner setting, key=value (JSON value)")
+    p.add_argument("--tabular", action="store_true", help="also run the tabular twin on the same budget")
+    p.add_argument("--tabular-lr", type=float, default=0.1)
+    p.add_argument("--out", default=None, help="JSON result file")
+    args = p.parse_args()
+    settings = {}
+    for item in args.set:
+        key, value = item.split("=", 1)
+        try:
+            settings[key] = json.loads(value)
+        except ValueError:
+            settings[key] = value
+    import torch
+
+    torch.set_num_threads(1)
+    results = [run_bandit(args.algorithm, args.steps, args.batch, args.lr, args.seed, **settings)]
+    if args.tabular:
+        results.append(run_tabular(args.algorithm, args.steps, args.batch, args.tabular_lr, args.seed))
+    for r in results:
+        print(f"{r['algorithm']}: reached {r['reached']} after {r['updates']} updates ({r['games']} games); "
+              f"best {fmt(r['curve'][-1]['best'])}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
