@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import sys
 import tempfile
@@ -87,8 +86,9 @@ def make_learner(algorithm: str, model: str, out: str, batch: int, learning_rate
     from unstable.learners.catalog import resolve_learner
 
     cls = resolve_learner(algorithm)
-    learner = cls(model, output_dir=out, batch_size=batch, mini_batch_size=batch, learning_rate=learning_rate,
-                  device="cpu", seed=seed, keep_last=2, gradient_checkpointing=False, **settings)
+    settings = {"mini_batch_size": batch, **settings}
+    learner = cls(model, output_dir=out, batch_size=batch, learning_rate=learning_rate, device="cpu", seed=seed,
+                  keep_last=2, gradient_checkpointing=False, **settings)
     learner.initialize_algorithm(max_train_len=None, max_generation_len=settings.get("max_generation_len", 16))
     return learner
 
@@ -104,14 +104,19 @@ def read_policy(backend, adapter: str | None, prompts: dict[str, str]) -> dict[s
 
 
 def best_share(policy: dict[str, dict[str, float]]) -> dict[str, float]:
-    return {c: policy[c][BEST[c]] for c in CARDS}
+    """Each card's probability of its best move among the legal moves (the exact reading's ``other``, answers
+    spelled otherwise than the canonical ``\\boxed{check}``, left out; the sampled invalid rate is reported
+    beside it)."""
+    return {c: policy[c][BEST[c]] / max(1e-12, sum(policy[c][m] for m in MOVES)) for c in CARDS}
 
 
 def run_bandit(algorithm: str = "reinforce", steps: int = 30, batch: int = 64, learning_rate: float = 1e-3,
                seed: int = 0, invalid_penalty: float = -4.0, target: float = 0.9, model: str | None = None,
-               log: Callable[[str], None] = print, expected: bool = False, **settings: Any) -> dict[str, Any]:
+               log: Callable[[str], None] = print, expected: bool = False, max_invalid: float = 0.05,
+               **settings: Any) -> dict[str, Any]:
     """Train ``algorithm`` on the bandit for at most ``steps`` updates of ``batch`` openings; stop once every
-    card's best move has probability >= ``target``. ``expected``: the reward is the move's expected chips
+    card's best move has probability >= ``target`` among the legal moves and at most ``max_invalid`` of the
+    batch's answers were invalid. ``expected``: the reward is the move's expected chips
     (no noise from the opponent's card). Returns the per-update readings and the games played."""
     from unstable.games.extraction import get_action_extraction
     from unstable.inference.base import GenerationRequest, SamplingParams
@@ -149,56 +154,121 @@ def run_bandit(algorithm: str = "reinforce", steps: int = 30, batch: int = 64, l
                                         sample=result.sample, reward=reward, final_reward=reward,
                                         policy_version=learner.version, format_ok=legal, invalid=not legal,
                                         is_last=True, prompt=prompts[card]))
-            adapter = learner.update(TrainBatch.from_steps(batch_steps)).adapter_path
+            batch_of = TrainBatch.from_steps(batch_steps, group_episodes=learner.needs_episodes)  # PPO, A2C: episodes
+            adapter = learner.update(batch_of).adapter_path
             policy = read_policy(backend, adapter, prompts)
             best = best_share(policy)
+            invalid = sum(s.invalid for s in batch_steps) / len(batch_steps)
             curve.append({"update": update, "games": update * batch, "best": best, "policy": policy,
-                          "reward_mean": sum(rewards) / len(rewards)})
-            log(f"{algorithm} update {update}: best {fmt(best)} reward {sum(rewards) / len(rewards):+.3f}")
-            if min(best.values()) >= target:
+                          "reward_mean": sum(rewards) / len(rewards), "invalid": invalid})
+            log(f"{algorithm} update {update}: best {fmt(best)} reward {sum(rewards) / len(rewards):+.3f} "
+                f"invalid {invalid:.2f}")
+            if min(best.values()) >= target and invalid <= max_invalid:
                 break
     backend.close()
     return {"algorithm": algorithm, "learning_rate": learning_rate, "batch": batch, "seed": seed,
-            "settings": settings, "reached": min(curve[-1]["best"].values()) >= target,
+            "settings": settings,
+            "reached": min(curve[-1]["best"].values()) >= target and curve[-1].get("invalid", 0.0) <= max_invalid,
             "updates": curve[-1]["update"], "games": curve[-1]["games"],
             "seconds": round(time.perf_counter() - started, 1), "curve": curve}
 
 
-def run_tabular(algorithm: str = "reinforce", steps: int = 30, batch: int = 64, learning_rate: float = 0.1,
-                seed: int = 0, start: dict[str, float] | None = None, target: float = 0.9) -> dict[str, Any]:
-    """The same bandit and batches for a softmax table ``theta[card, move]`` stepped by Adam on the
-    algorithm's loss (REINFORCE: advantage = reward; GRPO: reward minus the batch mean over the std,
-    one group as in a run's seat). ``start``: each card's initial P(bet) (default 0.5, card-blind)."""
+def exact_updates(model: str, mode: str = "policy_gradient", steps: int = 60, learning_rate: float = 1e-3,
+                  entropy: float = 0.0, seed: int = 0) -> list[dict[str, float]]:
+    """The learner's LoRA adapter (the run default) on ``model``, trained without sampling: each step takes
+    the exact gradient over the three openings and the two moves (the move token after ``\\boxed{``), Adam
+    at ``learning_rate``. ``mode="policy_gradient"``: ``-sum_card sum_move pi (Q - V) log pi`` with each
+    card's own baseline ``V = sum pi Q`` (expected chips), plus ``entropy`` times the entropy of the two
+    moves; ``"supervised"``: cross-entropy to each card's best move. Returns each card's probability of its
+    best move (among the two) after every step, the start first."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from unstable.learners import model_utils as mu
+    from unstable.learners.config import DEFAULT_LORA_CFG
+
+    if mode not in ("policy_gradient", "supervised"):
+        raise ValueError(f"mode must be 'policy_gradient' or 'supervised', got {mode!r}")
+    tok = AutoTokenizer.from_pretrained(model)
+    torch.manual_seed(seed)
+    lora = mu.attach_policy_adapter(AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32),
+                                    DEFAULT_LORA_CFG, None)
+    move_ids = [tok("\\boxed{" + m[1:-1] + "}", add_special_tokens=False).input_ids[2] for m in MOVES]
+    prompts = opening_prompts()
+    ids = {c: tok(prompts[c] + "\\boxed{", add_special_tokens=False, return_tensors="pt").input_ids for c in CARDS}
+    q = {c: torch.tensor([expected_chips(c, m) for m in MOVES]) for c in CARDS}
+    best = {c: MOVES.index(BEST[c]) for c in CARDS}
+    opt = torch.optim.Adam([p for p in lora.parameters() if p.requires_grad], lr=learning_rate)
+    curve = []
+    for step in range(steps + 1):
+        logp = {c: lora(ids[c]).logits[0, -1, move_ids].log_softmax(-1) for c in CARDS}
+        curve.append({c: float(logp[c][best[c]].detach().exp()) for c in CARDS})
+        if step == steps:
+            break
+        loss = torch.zeros(())
+        for c in CARDS:
+            pi = logp[c].exp()
+            if mode == "supervised":
+                loss = loss - logp[c][best[c]]
+            else:
+                weight = (pi * (q[c] - (pi * q[c]).sum())).detach()
+                loss = loss - (weight * logp[c]).sum() - entropy * -(pi * logp[c]).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return curve
+
+
+def run_tabular(algorithm: str = "grpo", steps: int = 300, batch: int = 64, learning_rate: float = 0.05,
+                seed: int = 0, target: float = 0.9, beta: float = 0.0, magnet_every: int | None = None,
+                group_by: tuple[str, ...] = ("env_id", "player_id"), expected: bool = False) -> dict[str, Any]:
+    """The tabular twin: the same bandit, batches and loss (:func:`unstable.algorithms.policy_loss`, with the
+    KL to a magnet at ``beta``) for a softmax table ``theta[card, move]`` that starts uniform, stepped by
+    Adam. Advantages as the algorithm takes them: ``"reinforce"`` the reward, ``"grpo"`` the reward minus
+    its group's mean over its std (``group_by``: ``("env_id", "player_id")`` is one group for the whole
+    batch, ``("env_id", "prompt")`` one per card). ``learning_rate`` is the table's own (a table needs a
+    larger one than a LoRA adapter); the curve is what the algorithm allows when every card has its own
+    parameters."""
     import torch
 
+    from unstable.algorithms import group_advantages, policy_loss
+
     rng = random.Random(seed)
-    p_bet = start or {c: 0.5 for c in CARDS}
-    theta = torch.tensor([[0.0, math.log(p_bet[c] / (1 - p_bet[c]))] for c in CARDS], requires_grad=True)
+    gen = torch.Generator().manual_seed(seed)
+    theta = torch.zeros(len(CARDS), len(MOVES), requires_grad=True)
+    magnet = theta.detach().log_softmax(-1)
     opt = torch.optim.Adam([theta], lr=learning_rate)
-    curve = []
 
     def best() -> dict[str, float]:
         probs = theta.detach().softmax(-1)
         return {c: float(probs[i, MOVES.index(BEST[c])]) for i, c in enumerate(CARDS)}
 
-    curve.append({"update": 0, "games": 0, "best": best()})
-    gen = torch.Generator().manual_seed(seed)
+    curve = [{"update": 0, "games": 0, "best": best()}]
     for update in range(1, steps + 1):
-        cards = [rng.randrange(3) for _ in range(batch)]
-        probs = theta.detach().softmax(-1)
-        moves = [int(torch.multinomial(probs[c], 1, generator=gen)) for c in cards]
-        rewards = torch.tensor([chips(CARDS[c], MOVES[m], rng.choice([o for o in CARDS if o != CARDS[c]]))
-                                for c, m in zip(cards, moves, strict=True)])
-        adv = rewards if algorithm == "reinforce" else (rewards - rewards.mean()) / (rewards.std() + 1e-8)
-        logp = theta.log_softmax(-1)[torch.tensor(cards), torch.tensor(moves)]
-        loss = -(adv * logp).mean()
+        cards = torch.tensor([rng.randrange(len(CARDS)) for _ in range(batch)])
+        logp_all = theta.log_softmax(-1)
+        moves = torch.multinomial(logp_all.detach().exp()[cards], 1, generator=gen)[:, 0]
+        rewards = torch.tensor([expected_chips(CARDS[c], MOVES[m]) if expected else
+                                chips(CARDS[c], MOVES[m], rng.choice([o for o in CARDS if o != CARDS[c]]))
+                                for c, m in zip(cards.tolist(), moves.tolist(), strict=True)])
+        if algorithm == "reinforce":
+            adv = rewards
+        else:
+            adv = group_advantages(rewards, [int(c) if "prompt" in group_by else 0 for c in cards.tolist()])
+        logp = logp_all[cards, moves][:, None]
+        loss, _ = policy_loss(logp, logp.detach(), adv, torch.ones_like(logp, dtype=torch.bool),
+                              max_generation_len=1, batch_sequences=batch, batch_tokens=batch,
+                              ref_logp=magnet[cards, moves][:, None] if beta else None, beta=beta)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if magnet_every and update % magnet_every == 0:
+            magnet = theta.detach().log_softmax(-1)
         curve.append({"update": update, "games": update * batch, "best": best()})
         if min(curve[-1]["best"].values()) >= target:
             break
     return {"algorithm": f"{algorithm}, tabular", "learning_rate": learning_rate, "batch": batch, "seed": seed,
+            "settings": {"beta": beta, "magnet_every": magnet_every, "group_by": list(group_by)},
             "reached": min(curve[-1]["best"].values()) >= target, "updates": curve[-1]["update"],
             "games": curve[-1]["games"], "curve": curve}
 
@@ -216,7 +286,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--set", action="append", default=[], help="a learner setting, key=value (JSON value)")
     p.add_argument("--tabular", action="store_true", help="also run the tabular twin on the same budget")
-    p.add_argument("--tabular-lr", type=float, default=0.1)
+    p.add_argument("--tabular-lr", type=float, default=0.05)
     p.add_argument("--out", default=None, help="JSON result file")
     args = p.parse_args()
     settings = {}
@@ -231,7 +301,8 @@ def main() -> int:
     torch.set_num_threads(1)
     results = [run_bandit(args.algorithm, args.steps, args.batch, args.lr, args.seed, **settings)]
     if args.tabular:
-        results.append(run_tabular(args.algorithm, args.steps, args.batch, args.tabular_lr, args.seed))
+        tab = {k: settings[k] for k in ("beta", "magnet_every", "group_by") if k in settings}
+        results.append(run_tabular(args.algorithm, args.steps, args.batch, args.tabular_lr, args.seed, **tab))
     for r in results:
         print(f"{r['algorithm']}: reached {r['reached']} after {r['updates']} updates ({r['games']} games); "
               f"best {fmt(r['curve'][-1]['best'])}")

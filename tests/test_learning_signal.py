@@ -1,0 +1,57 @@
+"""The learning signal on a known answer: Kuhn poker's opening as a contextual bandit
+(``benchmarks/learning_signal.py``: check a Jack or a Queen, bet a King, against a fixed opponent).
+
+From the warm start that teaches the legal moves only (uniform over them, so card-blind), the exact
+policy gradient of the learner's LoRA adapter, with each card's own baseline and no sampling noise,
+goes to "always check" (in 40 steps): with parameters shared between the cards, the Jack's and the Queen's gradient
+moves the King's policy too, and once the King checks almost always its own gradient, proportional to
+its probability of betting, vanishes (the softmax policy-gradient plateau: Mei et al. 2020, "On the
+Global Convergence Rates of Softmax Policy Gradient Methods", arXiv 2005.06392, section 4). An entropy
+term over the moves keeps that gradient alive (``benchmarks/results/learning-signal-2026-11-28/``: every
+card learned, after a plateau whose length varies). It is not that the adapter cannot tell the cards apart:
+cross-entropy to each card's best move learns all three from the same start.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import learning_signal as ls
+
+sys.path.pop(0)
+
+
+@pytest.fixture(scope="module")
+def card_blind_start(tiny_model_dir, tmp_path_factory) -> str:
+    """A short warm start on legal Kuhn answers (one round of 1,024 positions, ~10 s): it answers legally and
+    plays every card alike."""
+    from unstable.models.warmstart import WarmStartConfig, warm_start
+
+    cfg = WarmStartConfig(env_id=ls.ENV_ID, prompt_template=ls.TEMPLATE, positions=1024, max_rounds=1)
+    return str(warm_start(tiny_model_dir, tmp_path_factory.mktemp("kuhn") / "warm", cfg))
+
+
+@pytest.mark.slow
+def test_the_exact_policy_gradient_is_trapped_card_blind_though_the_adapter_can_learn_every_card(card_blind_start):
+    start = ls.exact_updates(card_blind_start, steps=0)[0]
+    p_check = {c: start[c] if ls.BEST[c] == "[check]" else 1 - start[c] for c in ls.CARDS}
+    assert max(p_check.values()) - min(p_check.values()) < 0.02, start  # the same policy for every card
+    plain = ls.exact_updates(card_blind_start, steps=40)[-1]
+    assert plain["J"] > 0.95 and plain["Q"] > 0.95 and plain["K"] < 0.05, plain  # always check
+    supervised = ls.exact_updates(card_blind_start, mode="supervised", steps=50)[-1]
+    assert min(supervised.values()) >= 0.95, supervised
+
+
+def test_the_bandit_pays_what_its_table_says():
+    assert {c: ls.expected_chips(c, "[check]") for c in ls.CARDS} == {"J": -1.0, "Q": 0.0, "K": 1.0}
+    assert {c: ls.expected_chips(c, "[bet]") for c in ls.CARDS} == {"J": -2.0, "Q": -0.5, "K": 1.5}
+    assert all(ls.expected_chips(c, ls.BEST[c]) > ls.expected_chips(c, m) for c in ls.CARDS for m in ls.MOVES
+               if m != ls.BEST[c])
+
+
+def test_the_tabular_twin_learns_the_bandit_quickly():
+    """What the algorithm allows when every card has its own parameters: GRPO on a table, a few thousand hands."""
+    result = ls.run_tabular("grpo", steps=200)
+    assert result["reached"] and result["games"] <= 6400, (result["updates"], result["curve"][-1])
