@@ -415,12 +415,12 @@ def test_a_model_can_start_from_its_warm_start(tiny_model_dir, tmp_path, monkeyp
 def test_the_two_model_config_declares_two_warm_started_bases(tiny_model_dir, monkeypatch):
     """configs/two-models-tictactoe.yaml reads and validates (its warm starts are too long for a
     test: here they are not built, only checked)."""
-    import unstable.run.config as run_config
+    import unstable.run.preflight as preflight
     from unstable.run.config_file import load_config
 
     built = []
-    monkeypatch.setattr(run_config, "_apply_warm_start", lambda model: built.append((model.name, model.warm_start)))
-    monkeypatch.setattr(run_config, "resolve_model_name", lambda name, seed=0: tiny_model_dir)
+    monkeypatch.setattr(preflight, "_apply_warm_start", lambda model: built.append((model.name, model.warm_start)))
+    monkeypatch.setattr(preflight, "resolve_model_name", lambda name, seed=0: tiny_model_dir)
     build, start = load_config("configs/two-models-tictactoe.yaml")
     cfg = BuildConfig(**build)
     assert [m.name for m in cfg.models] == ["alice", "bob"] and [name for name, _ in built] == ["alice", "bob"]

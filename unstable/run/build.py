@@ -20,7 +20,8 @@ from typing import Any
 
 from unstable.run.arguments import argument_names, merge_arguments
 from unstable.run.claim import claim_run_dir, release_run_dir
-from unstable.run.config import BuildConfig, check_resume_from
+from unstable.run.config import BuildConfig
+from unstable.run.preflight import check_resume_from
 from unstable.utils.checks import check_int
 from unstable.utils.disk import RunDirUnwritableError
 from unstable.utils.paths import NAME_MAX

@@ -35,7 +35,7 @@ from unstable.collection.scheduler import GameScheduler
 from unstable.games.extraction import custom_action_extractions
 from unstable.games.templates import custom_templates
 from unstable.inference.adapters import resolve_transport
-from unstable.inference.config import InferenceConfig, choose_backend
+from unstable.inference.config import choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.distributed import free_port
 from unstable.learners.loop import SleepingEngines, TurnLock
@@ -211,19 +211,6 @@ def _env_sampler(cfg):
                                    rng_seed=cfg.seed)
 
 
-def inference_config(model, backend: str, num_actors: int, gpus_per_actor: float,
-                     cpus_per_actor: float = 1.0) -> InferenceConfig:
-    """A :class:`~unstable.run.config.ModelConfig`'s inference settings as the backends' config."""
-    settings = {k: v for k, v in model.inference.items() if k not in ("backend", "num_actors")}
-    if settings.get("temperature") is None:
-        settings.pop("temperature", None)
-    base = {"max_tokens": model.setting("max_generation_len"), "lora_config": model.lora_cfg, **settings}
-    base["model_name"] = model.model_name
-    return InferenceConfig.from_vllm_config(base, backend=backend, num_actors=num_actors,
-                                            actor_num_gpus=gpus_per_actor,
-                                            actor_num_cpus=0 if gpus_per_actor else cpus_per_actor)
-
-
 def start_actors(cfg, run_name: str) -> Actors:
     """Start every actor of a run from a validated :class:`~unstable.run.config.BuildConfig`.
 
@@ -371,7 +358,7 @@ def _start_evaluator(cfg, tracker, checkpoints_dir: str, points: dict, light: di
     """The run's in-run exploitability evaluator and its learner hook (see :mod:`unstable.run.evaluator`),
     reading at the first model's eval sampling settings, from the checkpoint the run starts at."""
     m = cfg.models[0]
-    sampling = inference_config(m, choose_backend(m.inference.get("backend", "auto")), 1, 0.0).sampling
+    sampling = m.inference_config(choose_backend(m.inference.get("backend", "auto")), 1, 0.0).sampling
     point = points.get(m.name)
     start = (point.version, str(point.checkpoint)) if point is not None and point.checkpoint is not None else (0, None)
     return start_evaluator(cfg, tracker, checkpoints_dir, sampling, start, light)
@@ -437,7 +424,7 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
         backend = choose_backend(first.inference.get("backend", "auto"))
         num_actors = first.inference.get("num_actors") or default_actors
         cpus, gpus = _engine_share(gpus_per_actor, len(by_base))
-        engine = inference_config(first, backend, num_actors, gpus, cpus)
+        engine = first.inference_config(backend, num_actors, gpus, cpus)
         prefix = "inference" if len(by_base) == 1 else f"inference-{k}"
         indices = list(range(len(backends), len(backends) + num_actors))
         started = start_inference_backends(engine, prefix=prefix, run_id=run_id, adapter_source=adapter_source)
@@ -449,7 +436,7 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
                      "sleep for the learner", first.model_name)
         for m in group:
             groups[lineage[m.name]] = indices
-            samplings[lineage[m.name]] = inference_config(m, backend, num_actors, gpus_per_actor).sampling
+            samplings[lineage[m.name]] = m.inference_config(backend, num_actors, gpus_per_actor).sampling
     return backends, groups, samplings, sleepers
 
 

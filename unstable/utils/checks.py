@@ -17,13 +17,14 @@ def check_int(name: str, value: Any, minimum: int | None, *, allow_none: bool = 
     if value is None and allow_none:
         return
     or_none = " or None" if allow_none else ""
-    low = "" if minimum is None else f" >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        low = "" if minimum is None else f" >= {minimum}"
         bound = "" if maximum is None else f" and <= {maximum}"
         raise ValueError(f"{name} must be an integer{low}{bound}{or_none}, got {value!r}")
     top = INT64_MAX if maximum is None else maximum
     if value > top or value < -INT64_MAX:
-        raise ValueError(f"{name} must be an integer{low} and <= {top}{or_none}, got {value!r} (too large)")
+        bounds = f" >= {minimum} and <= {top}" if minimum is not None else f" from -{top} to {top}"
+        raise ValueError(f"{name} must be an integer{bounds}{or_none}, got {value!r} (too large)")
 
 
 def check_positive(name: str, value: Any) -> None:

@@ -18,6 +18,8 @@ allows ``None``. A rule between fields stays a small named method of its config.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import re
 import types
 from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -103,3 +105,34 @@ def check_fields(config: Any, label: Any = None) -> None:
 def flat_names(cls: type) -> dict[str, str]:
     """``cls``'s fields by the flat name build() takes each by (``flat=`` in its :func:`setting`)."""
     return {f.metadata["flat"]: f.name for f in dataclasses.fields(cls) if "flat" in f.metadata}
+
+
+def relabel(message: str, labels: dict[str, str]) -> str:
+    """A check's ``message``, which starts with the name of the setting it is about, naming that setting by
+    ``labels[name]`` instead (how the user gave it: ``gradient_clipping`` for ``grad_clip``)."""
+    head = re.match(r"(unknown )?([A-Za-z_]\w*)", message)
+    if head is None or head.group(2) not in labels:
+        return message
+    return (head.group(1) or "") + labels[head.group(2)] + message[head.end():]
+
+
+def unknown_names(what: str, names: list, known: Any) -> str:
+    """The message for ``names`` that are not among ``known``: each with its closest known name, if any."""
+    known = sorted(known, key=str)
+    hints = [f"{m[0]!r} for {k!r}" for k in names if (m := difflib.get_close_matches(str(k), known, 1))]
+    hint = f" (did you mean {', '.join(hints)}?)" if hints else ""
+    return f"unknown {what} {sorted(names, key=str)}{hint}; known: {known}"
+
+
+def section(cls: type, value: Any, where: str) -> Any:
+    """The config ``cls`` from ``value``: itself, a mapping of its fields, or ``None`` (its defaults); a value of
+    another kind, or an unknown field, is an error naming ``where`` the section sits."""
+    if value is None or isinstance(value, cls):
+        return cls() if value is None else value
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be a mapping of its settings or None, got {type(value).__name__}")
+    known = [f.name for f in dataclasses.fields(cls) if f.init]
+    extra = [k for k in value if k not in known]
+    if extra:
+        raise ValueError(f"{where}: " + unknown_names("settings", extra, known))
+    return cls(**value)
