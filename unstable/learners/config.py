@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from unstable.inference.adapters import DEFAULT_LORA_CFG, complete_lora_cfg
-from unstable.local_models.resolve import resolve_tiny_name
+from unstable.local_models.resolve import is_tiny_name, tiny_name_parts
 from unstable.utils.checks import check_choice
 from unstable.utils.schema import check_fields, setting
 
@@ -180,10 +180,13 @@ class LearnerConfig:
         check_fields(self)  # first: the rules below compare the values
         if not self.model_name:
             raise ValueError("model_name is required (a Hugging Face id or a local path)")
-        self.model_name = resolve_tiny_name(self.model_name)
+        if is_tiny_name(self.model_name):
+            tiny_name_parts(self.model_name)  # the name's form; the model is built where it is loaded
         self.lora_cfg = complete_lora_cfg(self.lora_cfg)
-        for rule in (self._check_batch, self._check_learning_rate, self._check_attention, self._check_policy_loss):
+        for rule in (self._check_batch, self._check_learning_rate, self._check_policy_loss):
             rule()
+        if self.device is not None:
+            check_attention(self.attn_implementation, self.device)
         if self.wait_timeout_s is not None and not self.wait_timeout_s > 0:
             raise ValueError(f"wait_timeout_s must be > 0 or None (wait forever), got {self.wait_timeout_s}")
         if self.use_trainer_cache:
@@ -202,14 +205,6 @@ class LearnerConfig:
             raise ValueError(f"learning_rate must be a number in (0, {MAX_LEARNING_RATE:g}], got "
                              f"{self.learning_rate!r}: LoRA adapters train at about 1e-6 .. 1e-3 (a missing minus in "
                              "the exponent?)")
-
-    def _check_attention(self) -> None:
-        if self.attn_implementation == "flex_attention" and not str(self.device or "").startswith("cuda"):
-            import torch  # only here: building the CLI's parser imports no torch
-
-            if self.device is not None or not torch.cuda.is_available():
-                raise ValueError("attn_implementation 'flex_attention' has no backward on a CPU (torch); "
-                                 "leave it None (SDPA) there")
 
     def _check_policy_loss(self) -> None:
         if self.clip_ratio is not None and not 0 < self.clip_ratio < 1:
@@ -237,6 +232,13 @@ class LearnerConfig:
     def uses_behaviour_ratio(self) -> bool:
         """True when the loss weighs samples by a ratio to the behaviour log-probs ``mu``."""
         return self.old_logprobs == "behaviour" or self.off_policy_correction != "none"
+
+
+def check_attention(attn_implementation: str | None, device: Any) -> None:
+    """``flex_attention`` needs a CUDA ``device`` (torch has no backward for it on a CPU)."""
+    if attn_implementation == "flex_attention" and not str(device).startswith("cuda"):
+        raise ValueError("attn_implementation 'flex_attention' has no backward on a CPU (torch); leave it None (SDPA) "
+                         "there")
 
 
 @dataclass

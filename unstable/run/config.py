@@ -419,9 +419,6 @@ class BuildConfig:
         check_fields(self)
         for rule in (_check_models, _check_placement, _check_sync, _check_seats, _check_opponent_seats, _check_psro):
             rule(self, nested)
-        from unstable.run.preflight import preflight
-
-        preflight(self)
 
     def __getattr__(self, name: str) -> Any:
         """The seed's flat names, read-only: ``cfg.batch_size`` is ``cfg.models[0].learner``'s (or its default)."""

@@ -15,18 +15,20 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from unstable.games.specs import TrainEnvSpec
 from unstable.inference.config import choose_backend
 from unstable.learners.checkpoints import list_checkpoints
+from unstable.learners.config import check_attention
 from unstable.local_models.resolve import looks_like_path, resolve_model_name
 from unstable.models.checks import ModelInfo, check_adapter, check_device, check_model, check_target_modules
 from unstable.policies.api import DEFAULT_API_KEY_ENV
 from unstable.policies.scripted import SCRIPTED_POLICIES, make_scripted_policy
 from unstable.utils.paths import check_writable_dir
 
-BuildConfig = ModelConfig = Any  # unstable.run.config's (imported there: that module calls this one, for now)
+if TYPE_CHECKING:
+    from unstable.run.config import BuildConfig, ModelConfig
 
 
 def preflight(cfg: BuildConfig) -> BuildConfig:
@@ -41,7 +43,7 @@ def preflight(cfg: BuildConfig) -> BuildConfig:
         except (FileNotFoundError, ValueError) as exc:
             raise ValueError(f"{label}: {exc}") from None
     for i, model in enumerate(cfg.models):
-        _check_learner_device(model.learner_device, f"models[{i}].learner_device" if several else "learner_device",
+        _check_learner_device(model, f"models[{i}].learner_device" if several else "learner_device",
                               local=cfg.ray_address is None)
         if model.inference.get("backend") == "vllm":
             choose_backend("vllm")  # raises, saying how to install it, where vLLM does not import
@@ -143,10 +145,15 @@ def _apply_warm_start(model: ModelConfig) -> None:
     model.model_name, model.warm_start = str(path), None
 
 
-def _check_learner_device(device: str | None, label: str, local: bool) -> None:
+def _check_learner_device(model: ModelConfig, label: str, local: bool) -> None:
     """The learner's device must exist: on this machine (asked of torch) when Ray is local (on a
-    cluster, :func:`unstable.run.wiring.check_resources` asks the cluster); and a CUDA learner sees
-    only the one GPU Ray gives it, as ``cuda:0``."""
+    cluster, :func:`unstable.run.wiring.check_resources` asks the cluster); a CUDA learner sees
+    only the one GPU Ray gives it, as ``cuda:0``; and it must run the attention kernel asked for."""
+    device = model.learner_device
+    if local and device is None and model.learner.get("attn_implementation") == "flex_attention":
+        import torch
+
+        check_attention("flex_attention", "cuda" if torch.cuda.is_available() else "cpu")
     if device is None:
         return
     kind, _, index = device.partition(":")

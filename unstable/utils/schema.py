@@ -68,8 +68,14 @@ def check_value(name: str, value: Any, hint: Any, meta: Any = None) -> Any:
     """``value`` checked against a field's annotation ``hint`` and :func:`setting` metadata ``meta``, the
     error naming it ``name``; returns it, a YAML ``off`` read as false given back as the word (see
     :data:`YAML_WORDS`)."""
-    meta = meta or {}
-    kind, optional = _kind(hint)
+    return _check(name, value, *_kind(hint), meta or {})
+
+
+def _checked(kind: Any, meta: Any) -> bool:
+    return kind in (bool, int, float) or get_origin(kind) is Literal or (kind is str and "what" in meta)
+
+
+def _check(name: str, value: Any, kind: Any, optional: bool, meta: Any) -> Any:
     if value is None and optional:
         return None
     if get_origin(kind) is Literal:
@@ -91,15 +97,22 @@ def check_value(name: str, value: Any, hint: Any, meta: Any = None) -> Any:
     return value
 
 
-def check_fields(config: Any, label: Any = None) -> None:
-    """Every field of the dataclass ``config`` checked against its declaration (see the module docstring);
-    ``label(name)``: how an error names the field (default: by its name)."""
-    hints = type_hints(type(config))
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        checked = check_value(label(f.name) if label else f.name, value, hints[f.name], f.metadata)
+@cache
+def _plan(cls: type) -> tuple[tuple[str, Any, bool, Any], ...]:
+    """The fields of ``cls`` that :func:`check_fields` checks: (name, type without None, None allowed, metadata)."""
+    hints = type_hints(cls)
+    plan = [(f.name, *_kind(hints[f.name]), f.metadata) for f in dataclasses.fields(cls)]
+    return tuple(entry for entry in plan if _checked(entry[1], entry[3]))
+
+
+def check_fields(config: Any) -> None:
+    """Every field of the dataclass ``config`` checked against its declaration (see the module docstring); an
+    error names the field by its name (:func:`relabel` renames it as the user gave it)."""
+    for name, kind, optional, meta in _plan(type(config)):
+        value = getattr(config, name)
+        checked = _check(name, value, kind, optional, meta)
         if checked is not value:
-            object.__setattr__(config, f.name, checked)  # frozen configs too: this is their construction
+            object.__setattr__(config, name, checked)  # frozen configs too: this is their construction
 
 
 def flat_names(cls: type) -> dict[str, str]:
