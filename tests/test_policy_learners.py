@@ -217,6 +217,7 @@ def test_gspo_takes_one_ratio_per_sequence(model_dir, tmp_path):
 
 @pytest.mark.parametrize(("cls", "settings", "message"), [
     (GSPOConfig, {"off_policy_correction": "token_truncate"}, "sequence"),
+    (GSPOConfig, {"ratio_level": "sequence_token", "off_policy_correction": "token_mask"}, "'sequence_token'"),
     (LearnerConfig, {"old_logprobs": "behaviour", "off_policy_correction": "token_truncate"}, "behaviour"),
     (LearnerConfig, {"clip_ratio_high": 0.28}, "clip_ratio_high needs clip_ratio"),
     (LearnerConfig, {"clip_ratio": 1.5}, "clip_ratio must be in"),
@@ -235,6 +236,13 @@ def test_gspo_takes_one_ratio_per_sequence(model_dir, tmp_path):
 def test_bad_policy_loss_settings_are_refused(cls, settings, message):
     with pytest.raises(ValueError, match=message):
         cls(model_name="m", **settings)
+
+
+def test_every_ratio_level_of_the_loss_is_a_setting():
+    """The loss's options are defined once (unstable.algorithms.policy_gradient): GSPO-token is reachable."""
+    from unstable.algorithms.policy_gradient import RATIO_LEVELS
+
+    assert [GSPOConfig(model_name="m", ratio_level=level).ratio_level for level in RATIO_LEVELS] == list(RATIO_LEVELS)
 
 
 def test_sampled_temperature_and_behaviour_logprobs_are_collated():

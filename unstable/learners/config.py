@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from unstable.algorithms.policy_gradient import Correction, KLEstimator, LossType, RatioLevel
 from unstable.inference.adapters import DEFAULT_LORA_CFG, complete_lora_cfg
 from unstable.local_models.resolve import is_tiny_name, tiny_name_parts
 from unstable.utils.checks import check_choice
@@ -17,11 +18,7 @@ LR_SCHEDULES = ("constant", "linear")
 MICRO_BATCHING = ("auto", "packed", "buckets")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flex_attention", "flash_attention_2")
 LORA_COMPUTE_DTYPES = ("base", "float32")
-LOSS_TYPES = ("dr_grpo", "grpo", "bnpo", "dapo")
-RATIO_LEVELS = ("token", "sequence")
 OLD_LOGPROBS = ("recompute", "behaviour")
-CORRECTIONS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-KL_ESTIMATORS = ("k1", "k2", "k3")
 LEARNER_DTYPES = ("bfloat16", "bf16", "float16", "fp16", "float32", "fp32")
 """The base-weight dtypes a learner loads in (:func:`unstable.learners.model_utils.resolve_dtype`'s names)."""
 STEP_FIELDS = ("env_id", "game_id", "player_id", "turn_index", "prompt")
@@ -131,7 +128,7 @@ class LearnerConfig:
     """``train``: raise after this many non-finite updates in a row (one or two are tolerated)."""
 
     # ---- the policy loss (``unstable.algorithms.policy_loss``); the algorithm table of docs/algorithms.md
-    loss_type: Literal[LOSS_TYPES] = "dr_grpo"
+    loss_type: LossType = "dr_grpo"
     """How per-token losses become one number: ``"dr_grpo"`` (sum / (sequences * max_generation_len),
     Dr. GRPO's constant), ``"grpo"`` (mean per sequence, then over sequences), ``"bnpo"``/``"dapo"``
     (mean over all tokens of the batch)."""
@@ -141,9 +138,12 @@ class LearnerConfig:
     (``epochs`` or ``minibatches`` > 1), or always with ``old_logprobs="behaviour"``."""
     clip_ratio_high: float | None = None
     """Upper clip epsilon (DAPO's clip-higher); ``None``: the same as ``clip_ratio``."""
-    ratio_level: Literal[RATIO_LEVELS] = "token"
+    ratio_level: RatioLevel = "token"
     """``"token"``: one ratio per token (PPO, GRPO); ``"sequence"``: GSPO's length-normalised
-    sequence ratio ``exp(mean_t log(pi/pi_old))``, the same for every token of a completion."""
+    sequence ratio ``exp(mean_t log(pi/pi_old))``, the same for every token of a completion;
+    ``"sequence_token"``: GSPO-token, that ratio's value with a per-token gradient, which differs from
+    ``"sequence"`` only where a completion's tokens have different advantages (a learner of your own:
+    the built-in ones give each completion one advantage, so for them the update is the same)."""
     epochs: int = setting(1, ge=1)
     """Passes over each batch (PPO's epochs)."""
     minibatches: int = setting(1, ge=1)
@@ -156,7 +156,7 @@ class LearnerConfig:
     that sampled the tokens (staleness, backend numerics) is then handled by
     ``off_policy_correction``. ``"behaviour"``: the log-probs recorded at generation, so the clip
     itself bounds how far the update moves from the policy that sampled (no correction then)."""
-    off_policy_correction: Literal[CORRECTIONS] = "none"
+    off_policy_correction: Correction = "none"
     """Importance weights pi_old/mu against the behaviour log-probs ``mu`` the backend recorded:
     ``"token_truncate"``/``"sequence_truncate"`` (truncated IS: ``min(rho, correction_cap)``, per
     token or per completion), ``"token_mask"``/``"sequence_mask"`` (drop tokens or completions whose
@@ -168,7 +168,7 @@ class LearnerConfig:
     :func:`unstable.algorithms.importance_weights` for the default)."""
     beta: float = setting(0.0, ge=0)
     """Weight of the KL penalty to the reference policy (0: none, and no reference forward)."""
-    kl_estimator: Literal[KL_ESTIMATORS] = "k3"
+    kl_estimator: KLEstimator = "k3"
     """``"k1"``, ``"k2"`` or ``"k3"`` (Schulman's estimators of KL(pi || pi_ref))."""
     reference_adapter: str | None = None
     """The KL reference: ``None`` is the base model with the adapter disabled (the warm start when
@@ -217,9 +217,9 @@ class LearnerConfig:
         if self.correction_floor is not None and not self.off_policy_correction.endswith("_mask"):
             raise ValueError(f"correction_floor only applies to the *_mask corrections, "
                              f"not off_policy_correction={self.off_policy_correction!r}")
-        if self.ratio_level == "sequence" and self.off_policy_correction.startswith("token_"):
+        if self.ratio_level.startswith("sequence") and self.off_policy_correction.startswith("token_"):
             raise ValueError(f"off_policy_correction={self.off_policy_correction!r} weighs single tokens, but "
-                             "ratio_level='sequence' (GSPO) treats a completion as one action; use "
+                             f"ratio_level={self.ratio_level!r} (GSPO) treats a completion as one action; use "
                              "'sequence_truncate' or 'sequence_mask'")
         if self.old_logprobs == "behaviour" and self.off_policy_correction != "none":
             raise ValueError(f"off_policy_correction={self.off_policy_correction!r} corrects from the behaviour "
@@ -267,7 +267,7 @@ class PPOConfig(A2CConfig):
     clip_ratio: float | None = 0.2
     epochs: int = setting(2, ge=1)
     minibatches: int = setting(2, ge=1)
-    off_policy_correction: Literal[CORRECTIONS] = "token_truncate"
+    off_policy_correction: Correction = "token_truncate"
 
 
 @dataclass
@@ -276,7 +276,7 @@ class GRPOConfig(LearnerConfig):
     2024), the clipped surrogate, and truncated importance sampling from the behaviour policy."""
 
     clip_ratio: float | None = 0.2
-    off_policy_correction: Literal[CORRECTIONS] = "token_truncate"
+    off_policy_correction: Correction = "token_truncate"
     group_by: tuple[str, ...] = ("env_id", "player_id")
     """The Step fields whose values form a group: each step's advantage is its reward minus its
     group's mean (over the batch). Games: the same env and seat (``("env_id", "player_id")``);
@@ -300,8 +300,8 @@ class GSPOConfig(GRPOConfig):
     length-normalised sequence ratio and its small clip range (Zheng et al. 2025, 3e-4 / 4e-4),
     the loss averaged per sequence, and sequence-level truncated importance sampling."""
 
-    ratio_level: Literal[RATIO_LEVELS] = "sequence"
+    ratio_level: RatioLevel = "sequence"
     clip_ratio: float | None = 3e-4
     clip_ratio_high: float | None = 4e-4
-    loss_type: Literal[LOSS_TYPES] = "grpo"
-    off_policy_correction: Literal[CORRECTIONS] = "sequence_truncate"
+    loss_type: LossType = "grpo"
+    off_policy_correction: Correction = "sequence_truncate"
