@@ -42,6 +42,7 @@ from unstable.run.arguments import (
 from unstable.run.league_preset import expand_league
 from unstable.samplers.config import SamplerConfig
 from unstable.samplers.exploiters import LeagueConfig
+from unstable.samplers.strategies import OPPONENT_STRATEGIES
 from unstable.tracking.config import TrackerConfig
 from unstable.utils.paths import check_dir_name, check_dir_path
 from unstable.utils.schema import check_fields, relabel, section, setting, type_hints, unknown_names
@@ -53,8 +54,6 @@ RUN_MODES = ("async", "sync")  # build(mode=...): see BuildConfig.mode
 INFERENCE_DEFAULTS = {"backend": "auto", "num_actors": None, "temperature": None}
 LEARNER_DEVICE = re.compile(r"cpu|mps|(cuda|xpu)(:\d+)?")
 LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-# the strategies that draw opponents for the seats no trained model plays ("none"/"mirror" draw none)
-DRAWS_OPPONENTS = ("fixed", "lagged", "match-quality", "pool", "pfsp", "psro")
 # learner fields the run decides (model, adapter, where checkpoints go, resume state, device, seed)
 RUN_LEARNER_FIELDS = {"model_name", "lora_cfg", "output_dir", "device", "seed", "initial_lora_path",
                       "initial_version", "restore_training_state", "keep_last", "lineage"}
@@ -562,7 +561,7 @@ def _check_opponent_seats(cfg: BuildConfig, nested: dict) -> None:
     why = ("every seat of every train game is played by a trained model (num_actors == num_players, and no "
            "'opponent' in seats)")
     fix = "leave the opponent a seat (num_actors=1 in a 2-player game, or 'opponent' in seats)"
-    if strategy in DRAWS_OPPONENTS:
+    if OPPONENT_STRATEGIES[strategy].draws_opponents:
         raise ValueError(f"opponent_sampling_strategy={strategy!r} draws opponents, but {why}, so none would ever "
                          f"play: {fix}, or use opponent_sampling_strategy='mirror' for self-play")
     if cfg.samplers.rating_curriculum > 0:

@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from unstable.samplers.league import PFSP_WEIGHTINGS
 from unstable.samplers.metagame import META_SOLVERS
+from unstable.samplers.psro import check_psro_settings
+from unstable.samplers.strategies import OPPONENT_STRATEGIES
 from unstable.utils.schema import check_fields, setting
 
-EnvStrategy = Literal["random", "curriculum"]
-OpponentStrategy = Literal["none", "mirror", "fixed", "lagged", "match-quality", "pool", "pfsp", "psro"]
-ENV_SAMPLING_STRATEGIES = get_args(EnvStrategy)
-OPPONENT_SAMPLING_STRATEGIES = get_args(OpponentStrategy)
-MAX_PSRO_GAMES_PER_CELL = 1000
-"""The most ``psro_games_per_cell``: an update plays its matrix games before any train game, so with a pool of
-10 checkpoints and 1 fixed opponent (55 pairs) training waits for up to 55,000 games at this bound."""
+ENV_SAMPLING_STRATEGIES = ("random", "curriculum")
+OPPONENT_SAMPLING_STRATEGIES = tuple(OPPONENT_STRATEGIES)
 
 
 @dataclass
 class SamplerConfig:
     """The env and opponent samplers' settings (build()'s flat arguments of the same names)."""
 
-    env_sampling_strategy: EnvStrategy = setting("random", flat="env_sampling_strategy")
+    env_sampling_strategy: Literal[ENV_SAMPLING_STRATEGIES] = setting("random", flat="env_sampling_strategy")
     """How the next train env is picked: ``"random"`` (uniform over ``train_envs``, or by their
     ``weight``) or ``"curriculum"`` (weighted by recent success: the ``env_curriculum_*`` settings)."""
-    opponent_sampling_strategy: OpponentStrategy = setting("none", flat="opponent_sampling_strategy")
+    opponent_sampling_strategy: Literal[OPPONENT_SAMPLING_STRATEGIES] = setting("none",
+                                                                                flat="opponent_sampling_strategy")
     """Who fills ``"opponent"`` seats: ``"none"``/``"mirror"`` (self-play), ``"fixed"`` (one of
     ``fixed_opponents``), ``"lagged"``, ``"match-quality"``, ``"pool"`` (the other trainable models'
     checkpoints and ``fixed_opponents``; see :mod:`unstable.samplers.model_samplers`), or ``"pfsp"``
@@ -48,14 +46,14 @@ class SamplerConfig:
     new opponent starts at p = 0.5."""
     pfsp_window: int = setting(4, ge=1, flat="pfsp_window")
     """For ``"pfsp"``: the win rates count the games of the learner's this many newest checkpoints."""
-    psro_every: int = setting(5, ge=1, flat="psro_every")
+    psro_every: int = setting(5, flat="psro_every")
     """For ``"psro"``: the meta-game is brought up to date and solved after every this many new learner
     checkpoints (Lanctot et al. 2017); until the first update the learner plays itself."""
-    psro_games_per_cell: int = setting(8, ge=1, le=MAX_PSRO_GAMES_PER_CELL, flat="psro_games_per_cell")
+    psro_games_per_cell: int = setting(8, flat="psro_games_per_cell")
     """For ``"psro"``: each pair of the pool is filled to this many recorded games; the registry's train
     and eval games count, the rest are played as matrix games (rated, never trained on), before any train
-    game: at most :data:`MAX_PSRO_GAMES_PER_CELL`."""
-    psro_pool_size: int = setting(10, ge=1, flat="psro_pool_size")
+    game: at most :data:`~unstable.samplers.psro.MAX_PSRO_GAMES_PER_CELL`."""
+    psro_pool_size: int = setting(10, flat="psro_pool_size")
     """For ``"psro"``: the meta-game holds the learner's this many newest checkpoints (and the fixed
     opponents): the games an update may need grow with its square."""
     psro_meta_solver: Literal[META_SOLVERS] = setting("nash", flat="psro_meta_solver")
@@ -78,17 +76,18 @@ class SamplerConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        check_psro_settings(self.psro_every, self.psro_games_per_cell, self.psro_pool_size)  # PSRO's own rule
         self.fixed_opponents = opponent_names(self.fixed_opponents)
         if self.opponent_sampling_strategy == "fixed" and not self.fixed_opponents:
             raise ValueError("opponent_sampling_strategy='fixed' needs at least one name in fixed_opponents")
 
     def draws_opponents(self) -> bool:
         """Whether the opponent sampler (with its rating curriculum) seats anyone but the learner itself."""
-        return self.opponent_sampling_strategy not in ("none", "mirror") or self.rating_curriculum > 0
+        return OPPONENT_STRATEGIES[self.opponent_sampling_strategy].draws_opponents or self.rating_curriculum > 0
 
     def plays_fixed(self) -> bool:
         """Whether ``fixed_opponents`` are drawn as training opponents."""
-        return self.opponent_sampling_strategy in ("fixed", "pool", "pfsp", "psro") or self.rating_curriculum > 0
+        return OPPONENT_STRATEGIES[self.opponent_sampling_strategy].plays_fixed or self.rating_curriculum > 0
 
 
 def opponent_names(value: Any) -> tuple[str, ...]:
