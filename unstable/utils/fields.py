@@ -107,6 +107,7 @@ def add_field_options(parser: argparse.ArgumentParser, module: str, class_name: 
         if not field.doc:
             raise ValueError(f"{module}.{class_name}.{name} has no docstring to make its --help from")
         base = field.annotation.split("|")[0].strip()
+        base = "str" if base.startswith("Literal[") else base  # a choice of words: the config checks which
         if base not in _TYPES:
             raise TypeError(f"{module}.{class_name}.{name}: no command-line type for {field.annotation!r}")
         default = "" if field.default is None else f" (default: {field.default})"
