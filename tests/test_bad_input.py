@@ -385,6 +385,10 @@ YAML_CASES = [
     ("--set api_key", (BASE_YAML, [f"api_key={KEY}"]), "api_key looks like an API key setting"),
     ("--set not a string", (BASE_YAML, [5]), "must be a string like key=value"),
     ("config path a directory", ("$DIR", []), "is a directory"),
+    ("a model's inference backend unknown",
+     ("models: [{model_name: $MODEL, inference: {backend: gpu}}]\nruns_dir: $TMP/runs\n"
+      "train_envs: [{env_id: TicTacToe-v0-train, num_players: 2, num_actors: 2, prompt_template: qwen3-zs}]\n", []),
+     r"models\[0\]: inference\['backend'\] must be one of \['auto', 'transformers', 'vllm'\], got 'gpu'"),
     ("config not UTF-8", ("$BINARY", []), "not UTF-8"),
 ]
 
@@ -647,29 +651,27 @@ CASES = [_case(kind, row) for kind, rows in [("build", BUILD_CASES), ("train_env
 
 
 def every_build_setting() -> set[str]:
-    """Every name a build() or start() setting goes by: the flat and nested arguments and every field
-    of the config dataclasses they fill (a model declaration, every registered learner's config, the
-    buffer, samplers, tracker, failure budget, API opponents, the env specs), every vllm_config key
-    and engine setting, and the LoRA keys; not the fields the run itself sets (device, output_dir ...)."""
+    """Every name a build() or start() setting goes by, read from the declarations: the flat and nested
+    arguments and every field of the sections they fill (unstable.run.arguments.DECLARED: a model
+    declaration, the learner, buffer, samplers, tracker, failure budget, API opponents, the run), every
+    registered learner's config, the league, the env specs, every vllm_config key and engine setting, and the
+    LoRA keys; not the fields the run itself sets (device, output_dir, the inference actors' resources ...)."""
     import dataclasses
 
-    from unstable.buffers.config import BufferConfig
-    from unstable.collection.failures import FailureBudget
     from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
     from unstable.inference.engine_settings import ENGINE_SETTINGS, VLLM_CONFIG_KEYS
     from unstable.learners.catalog import available_learners, resolve_learner
     from unstable.learners.config import DEFAULT_LORA_CFG
-    from unstable.policies.api import APIOpponentConfig
-    from unstable.run.config import RUN_LEARNER_FIELDS, ModelConfig
+    from unstable.run.arguments import DECLARED
+    from unstable.run.config import RUN_LEARNER_FIELDS
     from unstable.run.config_file import START_KEYS, build_keys
-    from unstable.samplers.config import SamplerConfig
     from unstable.samplers.exploiters import LeagueConfig
-    from unstable.tracking.config import TrackerConfig
 
-    classes = [ModelConfig, BufferConfig, SamplerConfig, TrackerConfig, FailureBudget, APIOpponentConfig, LeagueConfig,
-               TrainEnvSpec, EvalEnvSpec, *(resolve_learner(name).config_cls for name in available_learners())]
+    learners = [resolve_learner(name).config_cls for name in available_learners()]
+    classes = [LeagueConfig, TrainEnvSpec, EvalEnvSpec, *learners]
     names = build_keys() | set(START_KEYS) | {f.name for cls in classes for f in dataclasses.fields(cls)}
-    names |= {*VLLM_CONFIG_KEYS, *ENGINE_SETTINGS, *DEFAULT_LORA_CFG}
+    names |= {name for section, fields in DECLARED.items() if section != "inference" for name in fields}
+    names |= {*VLLM_CONFIG_KEYS, "backend", "num_actors", *ENGINE_SETTINGS, *DEFAULT_LORA_CFG}
     return names - RUN_LEARNER_FIELDS
 
 

@@ -169,3 +169,13 @@ def test_a_config_is_pure_data_and_preflight_checks_the_world(tmp_path, monkeypa
         preflight(cfg)
     with pytest.raises(ValueError, match=r"model_name: model path './no/such/model' does not exist"):
         preflight(BuildConfig(**{**kwargs, "runs_dir": str(tmp_path / "runs")}))
+
+
+def test_yaml_exponents_are_numbers_wherever_the_declared_setting_is_a_float(tmp_path):
+    """PyYAML reads ``1e-3`` (no dot) as a string: every float setting, flat or nested, takes it as the number
+    (the list of them is read from the declarations); an integer setting keeps the string, refused by name."""
+    path = write(tmp_path, "model_name: tiny\ntrain_envs: []\nlearning_rate: 1e-3\nrating_curriculum_width: 2e-1\n"
+                           "failure_budget: {max_failure_rate: 5e-1}\nvllm_config: {top_p: 9e-1}\nseed: 1e3\n")
+    build, _ = load_config(path)
+    assert (build["learning_rate"], build["rating_curriculum_width"], build["failure_budget"]["max_failure_rate"],
+            build["vllm_config"]["top_p"], build["seed"]) == (1e-3, 0.2, 0.5, 0.9, "1e3")

@@ -36,6 +36,7 @@ from unstable.run.league_preset import DEFAULT_MODEL_NAME, league_config
 from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig, opponent_names
 from unstable.utils.checks import check_str
 from unstable.utils.schema import check_fields, setting
+from unstable.utils.yaml_files import read_config_file
 
 Printer = Callable[[str], None]
 
@@ -178,8 +179,6 @@ def _check_learner_settings(cfg: QuickstartConfig) -> None:
 def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
     """A :class:`QuickstartConfig` from a YAML file of its fields (``warm_start`` as a mapping of
     :class:`~unstable.models.warmstart.WarmStartConfig`'s), with ``overrides`` on top."""
-    from unstable.run.config_file import read_config_file
-
     data = read_config_file(path) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a quickstart config is a mapping of QuickstartConfig fields")
