@@ -21,11 +21,13 @@ from unstable.samplers.psro import PSRO_LOG_FILE, PSROModelSampler
 @dataclass(frozen=True, slots=True)
 class OpponentStrategy:
     """One strategy: whether it seats opponents beside the trained models, whether those include the fixed
-    opponents, and ``sampler(settings, registry, seed, fixed, tracker, run_dir)``, its model sampler."""
+    opponents, whether a league's main model may use it (it draws from every lineage's checkpoints), and
+    ``sampler(settings, registry, seed, fixed, tracker, run_dir)``, its model sampler."""
 
     draws_opponents: bool
     plays_fixed: bool
     sampler: Callable[..., Any]
+    league_main: bool = False
 
 
 def _self_play(s: Any, registry: Any, seed: int, *_: Any) -> Any:
@@ -56,11 +58,11 @@ OPPONENT_STRATEGIES: dict[str, OpponentStrategy] = {
         model_registry=registry, rng_seed=seed)),
     "lagged": OpponentStrategy(True, False, _lagged),
     "match-quality": OpponentStrategy(True, False, lambda s, registry, seed, *_: ms.MatchQualityModelSampler(
-        model_registry=registry, rng_seed=seed)),
+        model_registry=registry, rng_seed=seed), league_main=True),
     "pool": OpponentStrategy(True, True, lambda s, registry, seed, *_: ms.PoolModelSampler(
-        model_registry=registry, rng_seed=seed)),
-    "pfsp": OpponentStrategy(True, True, _pfsp),
-    "psro": OpponentStrategy(True, True, _psro),
+        model_registry=registry, rng_seed=seed), league_main=True),
+    "pfsp": OpponentStrategy(True, True, _pfsp, league_main=True),
+    "psro": OpponentStrategy(True, True, _psro, league_main=True),
 }
 
 
