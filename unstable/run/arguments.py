@@ -29,6 +29,7 @@ SECTION_CLASSES = {  # where each section's fields are declared, each with its d
     "samplers": ("unstable.samplers.config", "SamplerConfig"), "tracker": ("unstable.tracking.config", "TrackerConfig"),
     "failure_budget": ("unstable.collection.failures", "FailureBudget"),
     "api_opponents": ("unstable.policies.api", "APIOpponentConfig"), "run": ("unstable.run.config", "BuildConfig"),
+    "start": ("unstable.run.config", "StartConfig"),  # start()'s, which a YAML config holds too
 }
 MODEL_SECTIONS = ("learner", "inference", "buffer")
 RUN_SECTIONS = ("samplers", "tracker", "failure_budget", "api_opponents")
@@ -185,4 +186,5 @@ def settings_help() -> str:
     docstrings (no import, see :mod:`unstable.utils.fields`): the list ``unstable train --help`` prints."""
     lines = [f"  {flat:<27} {DECLARED[MODEL][section].summary if name is None else DECLARED[section][name].summary}"
              for flat, (section, name) in FLAT_ARGUMENTS.items()]
-    return "\n".join([*lines, *(f"  {name:<27} {DECLARED['run'][name].summary}" for name in RUN_FIELDS)])
+    lines += [f"  {name:<27} {DECLARED['run'][name].summary}" for name in RUN_FIELDS]
+    return "\n".join(lines + [f"  {name:<27} {doc.summary}" for name, doc in DECLARED["start"].items()])

@@ -20,9 +20,8 @@ from typing import Any
 
 from unstable.run.arguments import argument_names, merge_arguments
 from unstable.run.claim import claim_run_dir, release_run_dir
-from unstable.run.config import BuildConfig
+from unstable.run.config import BuildConfig, StartConfig
 from unstable.run.preflight import check_resume_from, preflight
-from unstable.utils.checks import check_int
 from unstable.utils.disk import RunDirUnwritableError
 from unstable.utils.paths import NAME_MAX
 
@@ -158,9 +157,7 @@ class Run:
         missing)."""
         import ray
 
-        check_int("learning_steps", learning_steps, 1)
-        check_int("num_collection_workers", num_collection_workers, 1)
-        check_int("num_eval_workers", num_eval_workers, 0)
+        StartConfig(learning_steps, num_collection_workers, num_eval_workers)  # checks them
         from unstable.run.resume import record_start_settings
 
         a = self.actors

@@ -472,6 +472,21 @@ class BuildConfig:
         return out
 
 
+@dataclass(frozen=True)
+class StartConfig:
+    """``Run.start()``'s settings (a YAML config's too, beside build()'s)."""
+
+    learning_steps: int = setting(200, ge=1)
+    """Learner updates in all (a resumed run makes only the ones still missing)."""
+    num_collection_workers: int = setting(256, ge=1)
+    """Games in flight."""
+    num_eval_workers: int = setting(16, ge=0)
+    """Of them, eval games in flight."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
 def _check_models(cfg: BuildConfig, nested: dict) -> None:
     """Distinct names, and several learner workers only for a run of one model."""
     names = [m.name for m in cfg.models]

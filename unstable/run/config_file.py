@@ -24,6 +24,7 @@ of words (:data:`unstable.utils.schema.YAML_WORDS`, done by the check itself).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -37,15 +38,14 @@ from unstable.run.arguments import (
     argument_names,
     merge_arguments,
 )
-from unstable.utils.checks import check_int
+from unstable.run.config import StartConfig
 from unstable.utils.schema import unknown_names
 from unstable.utils.secrets import SecretInConfigError, reject_secret_settings
 from unstable.utils.yaml_files import MAX_CONFIG_VALUES, ConfigError, load_yaml_value, read_config_file
 
 __all__ = ["MAX_CONFIG_VALUES", "ConfigError", "build_keys", "load_config", "read_config_file"]
 
-START_KEYS = {"learning_steps": 200, "num_collection_workers": 256, "num_eval_workers": 16}
-START_MINIMUM = {"learning_steps": 1, "num_collection_workers": 1, "num_eval_workers": 0}
+START_KEYS = {f.name: f.default for f in dataclasses.fields(StartConfig)}
 REQUIRED_KEYS = ("model_name", "train_envs")
 _EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
@@ -126,9 +126,8 @@ def load_config(path: str, overrides: list[str] | None = None) -> tuple[dict[str
     data.update(start)
     _floats(data)
     start = {k: data.pop(k, default) for k, default in START_KEYS.items()}
-    for key, value in start.items():
-        try:
-            check_int(key, value, START_MINIMUM[key])
-        except ValueError as exc:
-            raise ConfigError(f"config {path!r}: {exc}") from None
+    try:
+        StartConfig(**start)
+    except ValueError as exc:
+        raise ConfigError(f"config {path!r}: {exc}") from None
     return data, start
