@@ -25,7 +25,7 @@ learner keeps training against the mixture:
 
 Before the first update the mixture is empty, and the learner plays itself (mirror self-play).
 ``payoffs[i, j] = (wins - losses) / games`` of entry ``i`` against ``j`` (a draw 0), the
-antisymmetric matrix of :mod:`unstable.eval.metagame`; a pair without games reads 0.
+antisymmetric matrix of :mod:`unstable.samplers.metagame`; a pair without games reads 0.
 """
 
 from __future__ import annotations
