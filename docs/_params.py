@@ -1,17 +1,17 @@
 """The table of ``unstable.build()``'s parameters, made from the configs when the docs are built.
 
-Each flat parameter maps to a field of a config section (:data:`unstable.run.arguments.FLAT_ARGUMENTS`),
-whose default and docstring are read from its source (:func:`unstable.utils.fields.field_docs`), the
-same text ``unstable train --help`` prints. So the table cannot drift from the code.
+Each flat parameter is a field of a config section declared with its flat name
+(:data:`unstable.run.arguments.FLAT_ARGUMENTS`), whose default and docstring are read from its source
+(:data:`unstable.run.arguments.DECLARED`), the same text ``unstable train --help`` prints. So the table
+cannot drift from the code.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from unstable.run.arguments import FLAT_ARGUMENTS, MODEL, MODEL_SECTIONS, RUN_FIELDS, SECTION_CLASSES
+from unstable.run.arguments import DECLARED, FLAT_ARGUMENTS, MODEL, MODEL_SECTIONS, RUN_FIELDS
 from unstable.run.config import INFERENCE_DEFAULTS
-from unstable.utils.fields import field_docs
 
 
 def _cell(text: str) -> str:
@@ -30,7 +30,7 @@ def _default(section: str, field) -> str:
 
 def build_parameter_rows() -> list[tuple[str, str, str, str]]:
     """(parameter, where it goes in the nested form, default, what it does) for every build() keyword."""
-    docs = {section: field_docs(*where) for section, where in SECTION_CLASSES.items()}
+    docs = DECLARED
     rows = []
     for flat, (section, name) in FLAT_ARGUMENTS.items():
         if name is None:  # learner={...} / vllm_config={...}: keys spread into the section

@@ -82,7 +82,7 @@ def run_kwargs(model_dir, tmp_path, **overrides):
     ({"api_max_retries": 1.5}, "api_max_retries must be an integer >= 0"),
     ({"api_max_retries": True}, "api_max_retries must be an integer >= 0"),
     ({"api_opponents": {"max_retries": -2}}, r"api_opponents.max_retries must be an integer >= 0"),
-    ({"api_opponents": {"timeout": 3}}, r"api_opponents: .*unexpected keyword argument 'timeout'"),
+    ({"api_opponents": {"timeout": 3}}, r"api_opponents: unknown settings \['timeout'\] \(did you mean 'timeout_s'"),
     ({"api_timeout_s": 3, "api_opponents": {"timeout_s": 4}}, r"api_timeout_s is given twice"),
     ({"api_turn_deadline_s": 0}, "api_turn_deadline_s must be a number > 0"),
     ({"api_opponents": {"turn_deadline_s": -1}}, r"api_opponents.turn_deadline_s must be a number > 0"),

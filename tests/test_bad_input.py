@@ -123,7 +123,7 @@ BUILD_CASES = [
     ("opponent_window string", {"opponent_window": "4"}, "opponent_window must be an integer"),
     # league samplers
     ("pfsp_weighting unknown", {"pfsp_weighting": "squared"}, "pfsp_weighting must be one of"),
-    ("pfsp_prior 0", {"pfsp_prior": 0}, r"pfsp_prior must be a finite number in \(0, inf\)"),
+    ("pfsp_prior 0", {"pfsp_prior": 0}, r"pfsp_prior must be a number > 0"),
     ("pfsp_window 0", {"pfsp_window": 0}, "pfsp_window must be an integer >= 1"),
     ("psro_every 0", {"psro_every": 0}, "psro_every must be an integer >= 1"),
     ("psro_games_per_cell float", {"psro_games_per_cell": 4.0}, "psro_games_per_cell must be an integer"),
@@ -135,10 +135,10 @@ BUILD_CASES = [
     ("rating_curriculum above 1", {"rating_curriculum": 1.5}, r"rating_curriculum must be a finite number in \[0, 1\]"),
     ("rating_curriculum_target a string", {"rating_curriculum_target": "high"},
      "rating_curriculum_target must be a finite number"),
-    ("rating_curriculum_width 0", {"rating_curriculum_width": 0.0}, "rating_curriculum_width must be a finite number"),
+    ("rating_curriculum_width 0", {"rating_curriculum_width": 0.0}, "rating_curriculum_width must be a number > 0"),
     ("env_curriculum_window float", {"env_curriculum_window": 8.0}, "env_curriculum_window must be an integer"),
     ("env_curriculum_target negative", {"env_curriculum_target": -0.5}, "env_curriculum_target must be a finite"),
-    ("env_curriculum_width nan", {"env_curriculum_width": float("nan")}, "env_curriculum_width must be a finite"),
+    ("env_curriculum_width nan", {"env_curriculum_width": float("nan")}, "env_curriculum_width must be a number > 0"),
     ("env_sampling_strategy typo", {"env_sampling_strategy": "curriculums"}, "env_sampling_strategy must be one of"),
     ("pfsp strategy with every seat the learner's", {"opponent_sampling_strategy": "pfsp"},
      "opponent_sampling_strategy='pfsp' draws opponents, but every seat"),
@@ -224,7 +224,8 @@ BUILD_CASES = [
     ("vllm max_parallel_seq string", {"vllm_config": {"max_parallel_seq": "many"}},
      r"vllm_config\['max_parallel_seq'\]"),
     ("vllm max_model_len float", {"vllm_config": {"max_model_len": 8192.0}}, r"vllm_config\['max_model_len'\]"),
-    ("vllm lora_config bad rank", {"vllm_config": {"lora_config": {"lora_rank": -4}}}, r"lora_config\['lora_rank'\]"),
+    ("vllm lora_config bad rank", {"vllm_config": {"lora_config": {"lora_rank": -4}}},
+     r"vllm_config\['lora_config'\]\['lora_rank'\] must be an integer >= 1"),
     # where and how the run goes
     pytest.param("inference_backend vllm without vLLM", {"inference_backend": "vllm"}, "vLLM is not installed",
                  marks=NO_VLLM),
@@ -294,7 +295,7 @@ BUILD_CASES = [
     ("api_key inside vllm_config", {"vllm_config": {"api_key": KEY}}, r"vllm_config\.api_key looks like an API key"),
     # scale and modes
     ("checkpoint_transport unknown", {"checkpoint_transport": "disk"},
-     r"checkpoint_transport must be one of 'auto', 'object_store', 'path', got 'disk'"),
+     r"checkpoint_transport must be one of \['auto', 'object_store', 'path'\], got 'disk'"),
     ("num_learner_workers 0", {"num_learner_workers": 0}, "num_learner_workers must be an integer >= 1, got 0"),
     ("num_learner_workers a fraction", {"num_learner_workers": 1.5}, "num_learner_workers must be an integer >= 1"),
     ("mode misspelt", {"mode": "synchronous"}, r"mode must be one of \['async', 'sync'\], got 'synchronous'"),
@@ -384,6 +385,10 @@ YAML_CASES = [
     ("--set api_key", (BASE_YAML, [f"api_key={KEY}"]), "api_key looks like an API key setting"),
     ("--set not a string", (BASE_YAML, [5]), "must be a string like key=value"),
     ("config path a directory", ("$DIR", []), "is a directory"),
+    ("a model's inference backend unknown",
+     ("models: [{model_name: $MODEL, inference: {backend: gpu}}]\nruns_dir: $TMP/runs\n"
+      "train_envs: [{env_id: TicTacToe-v0-train, num_players: 2, num_actors: 2, prompt_template: qwen3-zs}]\n", []),
+     r"models\[0\]: inference\['backend'\] must be one of \['auto', 'transformers', 'vllm'\], got 'gpu'"),
     ("config not UTF-8", ("$BINARY", []), "not UTF-8"),
 ]
 
@@ -456,52 +461,59 @@ START_CASES = [
 BIG = 2**64  # torch.manual_seed and every C integer refuse it; it passed build() and killed the learner
 TOO_LARGE = r" must be an integer >= \d+ and <= 9223372036854775807(?: or None)?, got \d+ \(too large\)"
 LEARNER_CASES = [
-    ("logprob_chunk_tokens 0", {"learner": {"logprob_chunk_tokens": 0}}, "logprob_chunk_tokens must be >= 1"),
+    ("logprob_chunk_tokens 0", {"learner": {"logprob_chunk_tokens": 0}},
+     "logprob_chunk_tokens must be an integer >= 1"),
     ("max_tokens_per_micro_batch 0", {"learner": {"max_tokens_per_micro_batch": 0}},
-     "max_tokens_per_micro_batch must be >= 1"),
+     "max_tokens_per_micro_batch must be an integer >= 1"),
     ("micro_batching unknown", {"learner": {"micro_batching": "bins"}}, "micro_batching must be one of"),
     ("lora_compute_dtype unknown", {"learner": {"lora_compute_dtype": "bf16"}}, "lora_compute_dtype must be one of"),
     ("attn_implementation unknown", {"learner": {"attn_implementation": "flash"}},
      "attn_implementation must be one of"),
     ("attn_implementation flex_attention on a CPU", {"learner": {"attn_implementation": "flex_attention"}},
      "'flex_attention' has no backward on a CPU"),
-    ("weight_decay negative", {"learner": {"weight_decay": -1}}, "learner settings: weight_decay must be >= 0"),
+    ("weight_decay negative", {"learner": {"weight_decay": -1}},
+     r"learner settings: weight_decay must be a finite number in \[0, inf\)"),
     ("dtype float64", {"learner": {"dtype": "float64"}}, r"learner settings: dtype must be one of \['bfloat16'"),
-    ("keep_every 0", {"learner": {"keep_every": 0}}, "keep_every must be >= 1 or None"),
-    ("poll_interval_s 0", {"learner": {"poll_interval_s": 0}}, "poll_interval_s must be > 0"),
-    ("poll_interval_s a string", {"learner": {"poll_interval_s": "1"}}, "poll_interval_s must be a finite number"),
+    ("keep_every 0", {"learner": {"keep_every": 0}}, "keep_every must be an integer >= 1 or None"),
+    ("poll_interval_s 0", {"learner": {"poll_interval_s": 0}}, "poll_interval_s must be a number > 0"),
+    ("poll_interval_s a string", {"learner": {"poll_interval_s": "1"}},
+     "poll_interval_s must be a number > 0, got '1'"),
     ("wait_timeout_s negative", {"learner": {"wait_timeout_s": -1}}, "wait_timeout_s must be > 0 or None"),
-    ("max_consecutive_skips 0", {"learner": {"max_consecutive_skips": 0}}, "max_consecutive_skips must be >= 1"),
+    ("max_consecutive_skips 0", {"learner": {"max_consecutive_skips": 0}},
+     "max_consecutive_skips must be an integer >= 1"),
     ("max_consecutive_skips float", {"learner": {"max_consecutive_skips": 2.5}},
      "max_consecutive_skips must be an integer"),
     ("loss_type unknown", {"learner": {"loss_type": "ppo"}}, "loss_type must be one of"),
     ("clip_ratio negative", {"algorithm": "ppo", "learner": {"clip_ratio": -0.1}}, r"clip_ratio must be in \(0, 1\)"),
     ("clip_ratio_high 0", {"algorithm": "ppo", "learner": {"clip_ratio_high": 0.0}}, "clip_ratio_high must be > 0"),
     ("ratio_level unknown", {"learner": {"ratio_level": "episode"}}, "ratio_level must be one of"),
-    ("epochs 0", {"learner": {"epochs": 0}}, "epochs must be an int >= 1"),
-    ("minibatches 0", {"learner": {"minibatches": 0}}, "minibatches must be an int >= 1"),
+    ("epochs 0", {"learner": {"epochs": 0}}, "epochs must be an integer >= 1"),
+    ("minibatches 0", {"learner": {"minibatches": 0}}, "minibatches must be an integer >= 1"),
     ("old_logprobs unknown", {"learner": {"old_logprobs": "cached"}}, "old_logprobs must be one of"),
     ("off_policy_correction unknown", {"learner": {"off_policy_correction": "clip"}},
      "off_policy_correction must be one of"),
-    ("correction_cap below 1", {"learner": {"correction_cap": 0.5}}, "correction_cap must be >= 1"),
+    ("correction_cap below 1", {"learner": {"correction_cap": 0.5}},
+     r"correction_cap must be a finite number in \[1, inf\)"),
     ("correction_floor without a mask correction", {"learner": {"correction_floor": 0.1}},
      "correction_floor only applies to the \\*_mask corrections"),
-    ("beta negative", {"learner": {"beta": -1}}, "beta must be >= 0"),
+    ("beta negative", {"learner": {"beta": -1}}, r"beta must be a finite number in \[0, inf\)"),
     ("kl_estimator unknown", {"learner": {"kl_estimator": "k9"}}, "kl_estimator must be one of"),
     ("reference_adapter without beta", {"learner": {"reference_adapter": "$TMP/adapter"}},
      "reference_adapter is only read for the KL penalty"),
-    ("magnet_every 0", {"learner": {"magnet_every": 0, "beta": 0.1}}, "magnet_every must be >= 1"),
+    ("magnet_every 0", {"learner": {"magnet_every": 0, "beta": 0.1}}, "magnet_every must be an integer >= 1"),
     ("magnet_every without beta", {"learner": {"magnet_every": 10}}, "with beta = 0 there is no KL penalty"),
     ("magnet_every with a reference_adapter", {"learner": {"magnet_every": 10, "beta": 0.1,
                                                            "reference_adapter": "$TMP/adapter"}},
      "drop reference_adapter"),
-    ("entropy_coef a string", {"learner": {"entropy_coef": "x"}}, "entropy_coef must be a finite number, got 'x'"),
+    ("entropy_coef a string", {"learner": {"entropy_coef": "x"}},
+     r"entropy_coef must be a finite number in \[0, inf\), got 'x'"),
     ("entropy_coef nan", {"learner": {"entropy_coef": float("nan")}}, "entropy_coef must be a finite number"),
-    ("A2C gae_lambda 2", {"algorithm": "a2c", "learner": {"gae_lambda": 2}}, r"gae_lambda must be in \[0, 1\]"),
+    ("A2C gae_lambda 2", {"algorithm": "a2c", "learner": {"gae_lambda": 2}},
+     r"gae_lambda must be a finite number in \[0, 1\]"),
     ("A2C critic_learning_rate 0", {"algorithm": "a2c", "learner": {"critic_learning_rate": 0}},
-     "critic_learning_rate must be > 0"),
+     "critic_learning_rate must be a number > 0"),
     ("A2C infer_mini_batch_size 0", {"algorithm": "a2c", "learner": {"infer_mini_batch_size": 0}},
-     "infer_mini_batch_size must be >= 1"),
+     "infer_mini_batch_size must be an integer >= 1"),
     ("A2C normalize_adv a string", {"algorithm": "a2c", "learner": {"normalize_adv": "yes"}},
      "normalize_adv must be true or false, got 'yes'"),
     ("GRPO group_by a number", {"algorithm": "grpo", "learner": {"group_by": 5}}, "group_by must be a non-empty tuple"),
@@ -644,29 +656,27 @@ CASES = [_case(kind, row) for kind, rows in [("build", BUILD_CASES), ("train_env
 
 
 def every_build_setting() -> set[str]:
-    """Every name a build() or start() setting goes by: the flat and nested arguments and every field
-    of the config dataclasses they fill (a model declaration, every registered learner's config, the
-    buffer, samplers, tracker, failure budget, API opponents, the env specs), every vllm_config key
-    and engine setting, and the LoRA keys; not the fields the run itself sets (device, output_dir ...)."""
+    """Every name a build() or start() setting goes by, read from the declarations: the flat and nested
+    arguments and every field of the sections they fill (unstable.run.arguments.DECLARED: a model
+    declaration, the learner, buffer, samplers, tracker, failure budget, API opponents, the run), every
+    registered learner's config, the league, the env specs, every vllm_config key and engine setting, and the
+    LoRA keys; not the fields the run itself sets (device, output_dir, the inference actors' resources ...)."""
     import dataclasses
 
-    from unstable.buffers.config import BufferConfig
-    from unstable.collection.failures import FailureBudget
     from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
     from unstable.inference.engine_settings import ENGINE_SETTINGS, VLLM_CONFIG_KEYS
     from unstable.learners.catalog import available_learners, resolve_learner
     from unstable.learners.config import DEFAULT_LORA_CFG
-    from unstable.policies.api import APIOpponentConfig
-    from unstable.run.config import RUN_LEARNER_FIELDS, ModelConfig
+    from unstable.run.arguments import DECLARED
+    from unstable.run.config import RUN_LEARNER_FIELDS
     from unstable.run.config_file import START_KEYS, build_keys
-    from unstable.samplers.config import SamplerConfig
     from unstable.samplers.exploiters import LeagueConfig
-    from unstable.tracking.config import TrackerConfig
 
-    classes = [ModelConfig, BufferConfig, SamplerConfig, TrackerConfig, FailureBudget, APIOpponentConfig, LeagueConfig,
-               TrainEnvSpec, EvalEnvSpec, *(resolve_learner(name).config_cls for name in available_learners())]
+    learners = [resolve_learner(name).config_cls for name in available_learners()]
+    classes = [LeagueConfig, TrainEnvSpec, EvalEnvSpec, *learners]
     names = build_keys() | set(START_KEYS) | {f.name for cls in classes for f in dataclasses.fields(cls)}
-    names |= {*VLLM_CONFIG_KEYS, *ENGINE_SETTINGS, *DEFAULT_LORA_CFG}
+    names |= {name for section, fields in DECLARED.items() if section != "inference" for name in fields}
+    names |= {*VLLM_CONFIG_KEYS, "backend", "num_actors", *ENGINE_SETTINGS, *DEFAULT_LORA_CFG}
     return names - RUN_LEARNER_FIELDS
 
 

@@ -1,4 +1,4 @@
-"""UnstableBaselines 0.1 names (unstable.compat): the 0.1 package page's training script, and the clear errors."""
+"""UnstableBaselines 0.1 names (unstable.legacy.compat): the 0.1 package page's training script, and its errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import unstable
 import unstable.reward_transformations as retra
 from unstable.buffers import StepBuffer
 from unstable.collection.collector import Collector as CoreCollector
-from unstable.compat import ModelPool, Reinforce, StandardLearner
+from unstable.legacy.compat import ModelPool, Reinforce, StandardLearner
 
 LORA_CFG = {"lora_rank": 4, "lora_alpha": 8, "lora_dropout": 0.0,
             "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}

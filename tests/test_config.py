@@ -137,3 +137,45 @@ def test_a2c_settings_reach_the_learner_from_build_and_yaml(tiny_model_dir, tmp_
     assert BuildConfig(**{**build_kwargs, "algorithm": "reinforce", "learner": None},
                        wandb_project=None).learner_settings(resolve_learner("reinforce"))[1] == {
         "max_train_len": None, "max_generation_len": 4096}
+
+
+def test_a_config_is_pure_data_and_preflight_checks_the_world(tmp_path, monkeypatch):
+    """Building a BuildConfig opens, lists and stats no file: a model that does not exist, a run directory under
+    a file and an API opponent without a key are preflight's to refuse, before Ray. The config compares and
+    round-trips through its nested form."""
+    import builtins
+    import os
+
+    from unstable.run.config import BuildConfig
+    from unstable.run.preflight import preflight
+
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    (tmp_path / "a-file").write_text("")
+    ttt = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-zs"}
+    kwargs = dict(model_name="./no/such/model", train_envs=[dict(ttt, num_actors=1)], learning_rate=1e-3,
+                  runs_dir=str(tmp_path / "a-file" / "runs"), opponent_sampling_strategy="fixed",
+                  fixed_opponents=["openai/gpt-4o"], wandb_project=None, batch_size=8, mini_batch_size=4)
+    BuildConfig(**kwargs)  # the modules it uses are imported now
+
+    def no_io(*args, **kwargs):
+        raise AssertionError("a config did I/O")
+
+    for module, name in ((builtins, "open"), (os, "stat"), (os, "listdir"), (os, "scandir"), (os, "access")):
+        monkeypatch.setattr(module, name, no_io)
+    cfg = BuildConfig(**kwargs)
+    assert cfg == BuildConfig(**kwargs) and BuildConfig(**cfg.to_dict()).to_dict() == cfg.to_dict()
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"runs_dir .* is a file, not a directory"):
+        preflight(cfg)
+    with pytest.raises(ValueError, match=r"model_name: model path './no/such/model' does not exist"):
+        preflight(BuildConfig(**{**kwargs, "runs_dir": str(tmp_path / "runs")}))
+
+
+def test_yaml_exponents_are_numbers_wherever_the_declared_setting_is_a_float(tmp_path):
+    """PyYAML reads ``1e-3`` (no dot) as a string: every float setting, flat or nested, takes it as the number
+    (the list of them is read from the declarations); an integer setting keeps the string, refused by name."""
+    path = write(tmp_path, "model_name: tiny\ntrain_envs: []\nlearning_rate: 1e-3\nrating_curriculum_width: 2e-1\n"
+                           "failure_budget: {max_failure_rate: 5e-1}\nvllm_config: {top_p: 9e-1}\nseed: 1e3\n")
+    build, _ = load_config(path)
+    assert (build["learning_rate"], build["rating_curriculum_width"], build["failure_budget"]["max_failure_rate"],
+            build["vllm_config"]["top_p"], build["seed"]) == (1e-3, 0.2, 0.5, 0.9, "1e3")

@@ -345,7 +345,8 @@ def test_yaml_settings_build_the_league_samplers(tiny_model_dir, tmp_path, no_ra
     run wires exactly those samplers with those settings."""
     from unstable.run.config import BuildConfig
     from unstable.run.config_file import load_config
-    from unstable.run.wiring import _env_sampler, _model_sampler
+    from unstable.run.wiring import _env_sampler
+    from unstable.samplers.strategies import opponent_sampler
 
     path = tmp_path / "league.yaml"
     path.write_text(
@@ -357,7 +358,7 @@ def test_yaml_settings_build_the_league_samplers(tiny_model_dir, tmp_path, no_ra
     build_kwargs, _ = load_config(str(path))
     cfg = BuildConfig(**build_kwargs)
     reg = league_registry()
-    mix = _model_sampler(cfg.samplers, reg, seed=0)
+    mix = opponent_sampler(cfg.samplers, reg, 0, cfg.samplers.fixed_opponents)  # scripted: uid = name
     assert isinstance(mix, CurriculumMixModelSampler) and mix.weight == 0.25
     assert isinstance(mix.base, PFSPModelSampler) and isinstance(mix.curriculum, RatingCurriculumModelSampler)
     assert (mix.base.weighting, mix.base.prior, mix.base.window) == ("even", 0.5, 2)
@@ -366,7 +367,7 @@ def test_yaml_settings_build_the_league_samplers(tiny_model_dir, tmp_path, no_ra
     env = _env_sampler(cfg)
     assert isinstance(env, SuccessCurriculumEnvSampler) and (env.window, env.target) == (16, 0.6)
     plain = BuildConfig(**{**build_kwargs, "samplers": {"opponent_sampling_strategy": "pfsp"}})
-    assert isinstance(_model_sampler(plain.samplers, reg, seed=0), PFSPModelSampler)
+    assert isinstance(opponent_sampler(plain.samplers, reg, 0), PFSPModelSampler)
     assert isinstance(_env_sampler(plain), UniformRandomEnvSampler)
 
 

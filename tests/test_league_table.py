@@ -18,9 +18,9 @@ import pytest
 from conftest import TTT
 
 from unstable.eval.crossplay import CellResult, CrossPlayResult, play_cross_play
-from unstable.eval.metagame import nash_averaging
 from unstable.inference.base import SamplingParams
 from unstable.records import GameRecord, PolicyRef
+from unstable.samplers.metagame import nash_averaging
 
 
 @pytest.fixture(scope="module")

@@ -124,7 +124,7 @@ def test_the_kl_of_a_magnet_run_is_taken_against_the_magnet(model_dir, tmp_path)
 
 
 @pytest.mark.parametrize(("settings", "message"), [
-    ({"magnet_every": 0, "beta": 0.1}, "magnet_every must be >= 1"),
+    ({"magnet_every": 0, "beta": 0.1}, "magnet_every must be an integer >= 1"),
     ({"magnet_every": 5}, "with beta = 0 there is no KL penalty"),
     ({"magnet_every": 5, "beta": 0.1, "reference_adapter": "/x"}, "drop reference_adapter"),
 ])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from unstable.eval.intervals import score_interval, wilson_interval
-from unstable.eval.metagame import alpha_rank, antisymmetric, nash_averaging, transitivity
+from unstable.samplers.metagame import alpha_rank, antisymmetric, nash_averaging, transitivity
 
 RPS = np.array([[0.0, -0.1, 0.3], [0.1, 0.0, -0.3], [-0.3, 0.3, 0.0]])  # weighted rock-paper-scissors
 """Rock beats scissors by 0.3, paper beats rock by 0.1, scissors beats paper by 0.3 (rows: R, P, S)."""

@@ -20,6 +20,7 @@ from conftest import TTT, make_adapter, small_run_kwargs
 
 import unstable
 from unstable.run.config import BuildConfig
+from unstable.run.preflight import preflight
 
 VS_FIXED = {"opponent_sampling_strategy": "fixed", "train_envs": [unstable.TrainEnvSpec(num_actors=1, **TTT)]}
 
@@ -73,7 +74,7 @@ def test_a_model_that_cannot_load_is_refused_before_ray(broken, match, broken_mo
     with pytest.raises(ValueError, match=f"^model_name '{path}'.*{match}"):
         unstable.build(**small_run_kwargs(path, tmp_path))
     with pytest.raises(ValueError, match=r"models\[0\].model_name"):  # the nested form names the model
-        BuildConfig(models=[{"model_name": path}], train_envs=[unstable.TrainEnvSpec(num_actors=2, **TTT)])
+        preflight(BuildConfig(models=[{"model_name": path}], train_envs=[unstable.TrainEnvSpec(num_actors=2, **TTT)]))
 
 
 def test_a_hub_id_offline_and_not_cached_is_refused_at_once(tiny_model_dir, tmp_path, monkeypatch, no_ray):
@@ -85,7 +86,7 @@ def test_a_hub_id_offline_and_not_cached_is_refused_at_once(tiny_model_dir, tmp_
                                          r"Hugging Face cache, and HF_HUB_OFFLINE is set: download it first"):
         unstable.build(**small_run_kwargs("Qwen/Qwen3-0.6B", tmp_path))
     with pytest.raises(ValueError, match="neither a local directory nor a Hugging Face Hub id"):
-        BuildConfig(**small_run_kwargs("not a model", tmp_path))
+        preflight(BuildConfig(**small_run_kwargs("not a model", tmp_path)))
 
 
 def test_a_hub_id_without_a_network_fails_fast_without_retries(tmp_path):
@@ -196,11 +197,11 @@ def test_lora_target_modules_the_model_lacks_are_named_with_the_candidates(tiny_
         unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, lora_config={"target_modules": ["q_proj",
                                                                                                      "nope_proj"]}))
     with pytest.raises(ValueError, match=r"^models\[0\].lora\['target_modules'\] names \['qproj'\]"):
-        BuildConfig(models=[{"model_name": tiny_model_dir, "lora": {"target_modules": ["qproj"]}}],
-                    train_envs=[unstable.TrainEnvSpec(num_actors=2, **TTT)])
+        preflight(BuildConfig(models=[{"model_name": tiny_model_dir, "lora": {"target_modules": ["qproj"]}}],
+                              train_envs=[unstable.TrainEnvSpec(num_actors=2, **TTT)]))
     # full names and dotted tails count, as PEFT matches them
-    BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, lora_config={
-        "target_modules": ["self_attn.q_proj", "model.layers.0.mlp.down_proj"]}))
+    preflight(BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, lora_config={
+        "target_modules": ["self_attn.q_proj", "model.layers.0.mlp.down_proj"]})))
 
 
 def test_a_device_this_machine_lacks_is_refused_before_ray(tiny_model_dir, tmp_path, no_ray):

@@ -32,9 +32,9 @@ def test_learners_and_backends_take_tiny(tiny_cache, tmp_path):
     from unstable.learners import REINFORCELearner
     from unstable.learners.config import LearnerConfig
 
-    assert LearnerConfig(model_name="tiny").model_name == str(tiny_cache)
+    assert LearnerConfig(model_name="tiny").model_name == "tiny"  # a config does no I/O: the learner builds it
     assert VLLMBackendConfig(model_name="tiny:1m").model_name == str(tiny_cache)
-    assert InferenceConfig.from_vllm_config({"model_name": "tiny"}).model_name == str(tiny_cache)
+    assert InferenceConfig.from_vllm_config({"model_name": "tiny"}).model_name == "tiny"  # a config does no I/O
     backend = TransformersBackend("tiny")
     assert backend.config.model_name == str(tiny_cache) and backend.tokenizer.vocab_size > 0
     learner = REINFORCELearner("tiny", output_dir=str(tmp_path / "out"), batch_size=2, mini_batch_size=1,

@@ -17,6 +17,7 @@ from unstable.records import AgentSpec, GameRecord, GameSpec, PolicyRef, Turn
 from unstable.registry import ModelRegistry, checkpoint_uid
 from unstable.run.arguments import merge_arguments
 from unstable.run.config import BuildConfig
+from unstable.run.preflight import preflight
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
 from unstable.samplers.model_samplers import (
     BaseModelSampler,
@@ -395,15 +396,15 @@ def test_a_model_can_start_from_its_warm_start(tiny_model_dir, tmp_path, monkeyp
     small = {"env_id": "TicTacToe-v0-train", "prompt_template": "qwen3-zs", "positions": 64, "batch_size": 32,
              "warmup_steps": 1, "max_rounds": 1, "held_out": 16}
     kwargs["models"][1]["warm_start"] = small
-    cfg = BuildConfig(**kwargs)
+    cfg = preflight(BuildConfig(**kwargs))  # the warm start is built (or found) before Ray, not by the config
     bob = cfg.models[1]
     assert bob.warm_start is None and bob.model_name != tiny_model_dir
     made = json.loads(Path(bob.model_name, "warm_start.json").read_text())
     assert made["positions"] == 64 and made["base_model"] == tiny_model_dir
     assert cfg.to_dict()["models"][1]["model_name"] == bob.model_name  # a resume reuses it, never re-warms it
     assert "bob starts from a new warm start" in capsys.readouterr().out
-    assert BuildConfig(**two_model_kwargs(tiny_model_dir, tmp_path, models=[
-        kwargs["models"][0], {**kwargs["models"][1], "warm_start": small}])).models[1].model_name == bob.model_name
+    assert preflight(BuildConfig(**two_model_kwargs(tiny_model_dir, tmp_path, models=[
+        kwargs["models"][0], {**kwargs["models"][1], "warm_start": small}]))).models[1].model_name == bob.model_name
     assert "bob starts from the cached warm start" in capsys.readouterr().out
     for bad, match in (("x", "warm_start must be a mapping"), ({"positions": 0}, "warm_start: positions"),
                        ({"rounds": 2}, "warm_start: .*rounds")):
@@ -415,14 +416,14 @@ def test_a_model_can_start_from_its_warm_start(tiny_model_dir, tmp_path, monkeyp
 def test_the_two_model_config_declares_two_warm_started_bases(tiny_model_dir, monkeypatch):
     """configs/two-models-tictactoe.yaml reads and validates (its warm starts are too long for a
     test: here they are not built, only checked)."""
-    import unstable.run.config as run_config
+    import unstable.run.preflight as preflight
     from unstable.run.config_file import load_config
 
     built = []
-    monkeypatch.setattr(run_config, "_apply_warm_start", lambda model: built.append((model.name, model.warm_start)))
-    monkeypatch.setattr(run_config, "resolve_model_name", lambda name, seed=0: tiny_model_dir)
+    monkeypatch.setattr(preflight, "_apply_warm_start", lambda model: built.append((model.name, model.warm_start)))
+    monkeypatch.setattr(preflight, "resolve_model_name", lambda name, seed=0: tiny_model_dir)
     build, start = load_config("configs/two-models-tictactoe.yaml")
-    cfg = BuildConfig(**build)
+    cfg = preflight.preflight(BuildConfig(**build))
     assert [m.name for m in cfg.models] == ["alice", "bob"] and [name for name, _ in built] == ["alice", "bob"]
     assert build["models"][1]["model_name"] == "tiny:1m:seed1"
     assert [s.seats for s in cfg.train_envs] == [("alice", "bob"), ("alice", "opponent"), ("bob", "opponent")]

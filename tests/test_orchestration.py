@@ -20,7 +20,7 @@ from unstable.tracking import read_metrics
     ("override", "match"),
     [
         ({"algorithm": "trpo"}, "algorithm must be one of"),
-        ({"algorithm": "grpo", "vllm_config": {"top_p": 0.9}}, "top_p=0.9 with algorithm='grpo'"),
+        ({"algorithm": "grpo", "vllm_config": {"top_p": 0.9}}, r"vllm_config\['top_p'\]=0.9 with algorithm='grpo'"),
         ({"algorithm": "ppo", "temperature": 0}, "temperature=0"),
         ({"algorithm": "gspo", "learner": {"off_policy_correction": "token_mask"}}, "ratio_level='sequence'"),
         ({"learner": {"clip_ratio": 0}}, "clip_ratio must be in"),

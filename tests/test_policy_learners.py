@@ -217,16 +217,17 @@ def test_gspo_takes_one_ratio_per_sequence(model_dir, tmp_path):
 
 @pytest.mark.parametrize(("cls", "settings", "message"), [
     (GSPOConfig, {"off_policy_correction": "token_truncate"}, "sequence"),
+    (GSPOConfig, {"ratio_level": "sequence_token", "off_policy_correction": "token_mask"}, "'sequence_token'"),
     (LearnerConfig, {"old_logprobs": "behaviour", "off_policy_correction": "token_truncate"}, "behaviour"),
     (LearnerConfig, {"clip_ratio_high": 0.28}, "clip_ratio_high needs clip_ratio"),
     (LearnerConfig, {"clip_ratio": 1.5}, "clip_ratio must be in"),
     (LearnerConfig, {"loss_type": "ppo"}, "loss_type must be one of"),
-    (LearnerConfig, {"epochs": 0}, "epochs must be an int >= 1"),
+    (LearnerConfig, {"epochs": 0}, "epochs must be an integer >= 1"),
     (LearnerConfig, {"minibatches": 9, "batch_size": 8, "mini_batch_size": 1}, "at most batch_size"),
     (LearnerConfig, {"correction_cap": 0.5, "off_policy_correction": "token_truncate"}, "correction_cap"),
     (LearnerConfig, {"correction_floor": 0.5, "off_policy_correction": "token_truncate"}, "only applies"),
     (LearnerConfig, {"kl_estimator": "k4"}, "kl_estimator"),
-    (LearnerConfig, {"beta": -0.1}, "beta must be >= 0"),
+    (LearnerConfig, {"beta": -0.1}, r"beta must be a finite number in \[0, inf\)"),
     (LearnerConfig, {"reference_adapter": "/x"}, "set beta > 0"),
     (LearnerConfig, {"entropy_coef": -0.01}, "entropy_coef"),
     (GRPOConfig, {"group_by": ("env_id", "seat")}, "group_by must be one of"),
@@ -235,6 +236,13 @@ def test_gspo_takes_one_ratio_per_sequence(model_dir, tmp_path):
 def test_bad_policy_loss_settings_are_refused(cls, settings, message):
     with pytest.raises(ValueError, match=message):
         cls(model_name="m", **settings)
+
+
+def test_every_ratio_level_of_the_loss_is_a_setting():
+    """The loss's options are defined once (unstable.algorithms.policy_gradient): GSPO-token is reachable."""
+    from unstable.algorithms.policy_gradient import RATIO_LEVELS
+
+    assert [GSPOConfig(model_name="m", ratio_level=level).ratio_level for level in RATIO_LEVELS] == list(RATIO_LEVELS)
 
 
 def test_sampled_temperature_and_behaviour_logprobs_are_collated():

@@ -348,8 +348,8 @@ def test_yaml_settings_build_the_psro_sampler(tiny_model_dir, tmp_path, no_ray):
     the scheduler still finds it (the mix's base) and saves its state through the mix."""
     from unstable.run.config import BuildConfig
     from unstable.run.config_file import load_config
-    from unstable.run.wiring import _model_sampler
     from unstable.samplers.league import CurriculumMixModelSampler
+    from unstable.samplers.strategies import opponent_sampler
 
     path = tmp_path / "psro.yaml"
     path.write_text(
@@ -359,7 +359,7 @@ def test_yaml_settings_build_the_psro_sampler(tiny_model_dir, tmp_path, no_ray):
         "           psro_meta_solver: alpha-rank, fixed_opponents: [random], rating_curriculum: 0.25}\n")
     cfg = BuildConfig(**load_config(str(path))[0])
     reg = registry_with("ckpt-0", fixed=("random",))
-    mix = _model_sampler(cfg.samplers, reg, seed=0, run_dir=str(tmp_path / "run"))
+    mix = opponent_sampler(cfg.samplers, reg, 0, ("random",), run_dir=str(tmp_path / "run"))
     assert isinstance(mix, CurriculumMixModelSampler) and isinstance(mix.base, PSROModelSampler)
     psro = mix.base
     assert (psro.every, psro.games_per_cell, psro.pool_size, psro.solver_name) == (3, 4, 6, "alpha-rank")
@@ -372,7 +372,7 @@ def test_yaml_settings_build_the_psro_sampler(tiny_model_dir, tmp_path, no_ray):
     assert psro.last is not None and psro.last.solver == "alpha-rank"
     assert json.loads((tmp_path / "run" / "psro.jsonl").read_text())["mixture"] == list(psro.last.mixture)
     state = json.loads(json.dumps(sched.state_dict()))
-    again = _model_sampler(cfg.samplers, reg, seed=0)
+    again = opponent_sampler(cfg.samplers, reg, 0, ("random",))
     GameScheduler(again, UniformRandomEnvSampler([TTT_VS], rng_seed=0), seed=0).load_state_dict(state)
     assert again.base.last == psro.last and again.base.probabilities() == psro.probabilities()
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from unstable.legacy import install as _install_old_names
+
 __version__ = "0.3.0.dev0"
+_install_old_names()  # the module paths that moved still import (unstable.legacy.MOVED)
 
 _LAZY = {
     # games
@@ -72,12 +75,12 @@ _LAZY = {
     "Run": "unstable.run.build",
     "ModelRegistry": "unstable.run.actors",
     "GameScheduler": "unstable.run.actors",
-    "Collector": "unstable.compat",  # today's Collector, also taking 0.1's keywords
+    "Collector": "unstable.legacy.compat",  # today's Collector, also taking 0.1's keywords
     "InferenceActor": "unstable.run.actors",
     "Tracker": "unstable.run.actors",
-    # UnstableBaselines 0.1 names (see unstable.compat)
-    "ModelPool": "unstable.compat",
-    "StandardLearner": "unstable.compat",
+    # UnstableBaselines 0.1 names (see unstable.legacy)
+    "ModelPool": "unstable.legacy.compat",
+    "StandardLearner": "unstable.legacy.compat",
     # evaluation and plots
     "evaluate": "unstable.eval.evaluation",
     "evaluate_exploitability": "unstable.eval.exploitability",

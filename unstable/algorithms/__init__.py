@@ -30,7 +30,7 @@ From :mod:`~unstable.algorithms.advantages`:
 * :func:`normalize`, :func:`group_normalize`: z-scores (all-equal input gives zeros).
 * :func:`group_advantages`: GRPO's / Dr. GRPO's group-relative advantage.
 
-``Reinforce`` is how UnstableBaselines 0.1 scripts chose REINFORCE (see :mod:`unstable.compat`).
+``Reinforce`` is how UnstableBaselines 0.1 scripts chose REINFORCE (see :mod:`unstable.legacy.compat`).
 """
 
 from dataclasses import dataclass
@@ -85,5 +85,5 @@ __all__ = [
 class Reinforce:
     """``unstable.algorithms.Reinforce()``: a 0.1 script's choice of REINFORCE for ``StandardLearner``.
 
-    A marker, defined here because 0.1 scripts look for it here; :mod:`unstable.compat` reads it.
+    A marker, defined here because 0.1 scripts look for it here; :mod:`unstable.legacy.compat` reads it.
     """

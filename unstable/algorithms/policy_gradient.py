@@ -9,14 +9,20 @@ of the whole batch.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from torch import Tensor
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
+# The options of the loss, defined here once: the learners' configs take their settings' values from these.
+LossType = Literal["dr_grpo", "grpo", "bnpo", "dapo"]
+RatioLevel = Literal["token", "sequence", "sequence_token"]
+KLEstimator = Literal["k1", "k2", "k3"]
+Correction = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
+"""An off-policy correction: ``none``, or ``<level>_<mode>`` of :func:`importance_weights`."""
+LOSS_TYPES, RATIO_LEVELS, KL_ESTIMATORS, CORRECTIONS = map(get_args, (LossType, RatioLevel, KLEstimator, Correction))
 IS_LEVELS = ("token", "sequence")
 IS_MODES = ("truncate", "mask")
-RATIO_LEVELS = ("token", "sequence", "sequence_token")
-LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 
 
 def _shifted_logits(logits: Tensor, temperature: float | Tensor) -> Tensor:

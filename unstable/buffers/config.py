@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from unstable.utils.checks import check_bool, check_int
+from unstable.utils.schema import check_fields, setting
 
 
 @dataclass
@@ -13,25 +13,23 @@ class BufferConfig:
     """Settings of a Step- or EpisodeBuffer (build()'s flat ``buffer_size``, ``max_staleness``,
     ``reward_transforms``)."""
 
-    size: int | None = None
+    size: int | None = setting(None, ge=1, flat="buffer_size")
     """Steps the buffer holds before it drops the oldest; ``None``: twice the learner's ``batch_size``."""
-    max_staleness: int | None = 8
+    max_staleness: int | None = setting(8, ge=0, flat="max_staleness")
     """Drop steps sampled by a policy more than this many versions behind the learner (``None``: keep
     all); the buffer counts them (``buffer/dropped_stale``). The default job's steps are ~2.7 versions
     old on average and at most ~10; within the bound, the learners' importance weights correct for
     the age (``off_policy_correction``)."""
-    reward_transforms: Any = None
+    reward_transforms: Any = setting(None, flat="reward_transforms")
     """``(final, step, sampling)`` reward-transform callables (each may be ``None``); ``None``: the
     default chain."""
-    whole_games: bool = False
+    whole_games: bool = setting(False, flat="whole_games")
     """Hand the learner whole games (a StepBuffer): what GRPO over an environment's ``num_samples``
     answers per prompt needs, so that each group reaches the learner complete."""
 
     def __post_init__(self) -> None:
-        check_int("size", self.size, 1, allow_none=True)
-        check_int("max_staleness", self.max_staleness, 0, allow_none=True)
+        check_fields(self)
         check_reward_transforms(self.reward_transforms)
-        check_bool("whole_games", self.whole_games)
 
 
 def check_reward_transforms(value: Any) -> None:

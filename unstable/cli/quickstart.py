@@ -24,19 +24,23 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from unstable.cli.progress import wait_with_progress
-from unstable.eval.in_run import exploitability_setting
+from unstable.eval.in_run import EXPLOITABILITY_EVAL
 from unstable.eval.intervals import compare_intervals, comparison_line
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
+from unstable.run.config import RUN_MODES, ModelConfig
 from unstable.run.league_preset import DEFAULT_MODEL_NAME, league_config
 from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig, opponent_names
-from unstable.utils.checks import check_choice, check_int, check_positive, check_str
+from unstable.utils.checks import check_str
+from unstable.utils.schema import check_fields, setting
+from unstable.utils.yaml_files import read_config_file
 
 Printer = Callable[[str], None]
 
+STRATEGIES = tuple(s for s in OPPONENT_SAMPLING_STRATEGIES if s != "none")  # "none" is "mirror" here
 WARM_START_MAX_INVALID = 0.01
 """Above this rate of invalid greedy moves at the start, the job warns that the warm start is short."""
 
@@ -51,44 +55,44 @@ class QuickstartConfig:
     model_size: str = "1m"
     prompt_template: str = "qwen3-board"
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
-    learning_steps: int = 20
+    learning_steps: int = setting(20, ge=1)
     """Learner updates. Longer runs at these settings drift: see docs/default-job.md."""
-    batch_size: int = 384
+    batch_size: int = setting(384, ge=1)
     """Moves per learner update."""
-    mini_batch_size: int = 128
-    learning_rate: float = 1e-3
+    mini_batch_size: int = setting(128, ge=1)
+    learning_rate: float = setting(1e-3, gt=0)
     """Peak learning rate of the LoRA adapter (see ``lr_schedule``)."""
-    lr_schedule: str = "linear"
+    lr_schedule: Literal[LR_SCHEDULES] = "linear"
     """``"linear"``: decay from ``learning_rate`` towards 0 over the run; or ``"constant"``."""
-    lora_rank: int = 8
-    lora_alpha: int = 16
+    lora_rank: int = setting(8, ge=1)
+    lora_alpha: int = setting(16, ge=1)
     invalid_move_penalty: float = -1.0
     """Added to the reward of each invalid move (PenaltyForInvalidMove), on top of the game's outcome."""
-    train_error_allowance: int = 2
+    train_error_allowance: int = setting(2, ge=0)
     """Invalid moves in a row a player may retry in training games (evaluation allows none): an
     invalid move costs its penalty without ending the game, so game outcomes teach strategy."""
-    num_collection_workers: int = 64
-    num_eval_workers: int = 4
+    num_collection_workers: int = setting(64, ge=1)
+    num_eval_workers: int = setting(4, ge=0)
     """Eval games (vs ``eval_opponent``, sampled) kept in flight during training: the learning curve's data."""
-    eval_games: int = 2000
+    eval_games: int = setting(2000, ge=1)
     """Games per evaluation of the initial and of the final checkpoint (seats alternate)."""
-    eval_workers: int = 2
+    eval_workers: int = setting(2, ge=1)
     """Worker processes of each evaluation."""
-    max_new_tokens: int = 16
-    temperature: float = 1.0
+    max_new_tokens: int = setting(16, ge=1)
+    temperature: float = setting(1.0, gt=0)
     """Sampling temperature of the training games (and of the in-training eval games and exploitability
     reading); the initial and final evaluations decode greedily whatever it is."""
-    seed: int = 0
+    seed: int = setting(0, ge=0)
     """Seeds the tiny model, the warm start and the run."""
     algorithm: str = "reinforce"
     """The learner: ``"reinforce"``, ``"a2c"``, ``"ppo"``, ``"grpo"`` or ``"gspo"`` (docs/algorithms.md)."""
-    max_staleness: int = 8
+    max_staleness: int = setting(8, ge=0)
     """Drop training moves sampled more than this many learner versions ago (counted in ``buffer/dropped_stale``)."""
-    mode: str = "async"
+    mode: Literal[RUN_MODES] = "async"
     """``"async"`` (collect and train at once) or ``"sync"`` (take turns; needs ``max_staleness=0``), as in build()."""
     learner: dict[str, Any] = field(default_factory=dict)
     """More learner settings, as ``build(learner={...})`` takes them (e.g. ``{"beta": 0.05}``)."""
-    opponent_sampling_strategy: str = "mirror"
+    opponent_sampling_strategy: Literal[STRATEGIES] = "mirror"
     """Who the learner plays in training games: ``"mirror"`` (itself), ``"fixed"`` (``fixed_opponents``),
     ``"lagged"``, ``"match-quality"``, ``"pool"`` or ``"pfsp"`` (past checkpoints and the fixed opponents),
     as in build()."""
@@ -104,7 +108,7 @@ class QuickstartConfig:
     samplers: dict[str, Any] = field(default_factory=dict)
     """More opponent- and env-sampler settings, as build() takes them by their flat names (e.g.
     ``{"pfsp_weighting": "even", "opponent_window": 8}``; docs/training.md, "Leagues")."""
-    exploitability_eval: str = "auto"
+    exploitability_eval: Literal[EXPLOITABILITY_EVAL] = "auto"
     """``"auto"``: each checkpoint's exact exploitability is read during training (with eval games, on a game
     with a solver and a direct-answer template, as the default job's); ``"off"``: not (as in build())."""
 
@@ -113,23 +117,10 @@ class QuickstartConfig:
             self.out = default_out_dir()
         check_str("out", self.out, what="a directory path")
         self.fixed_opponents = list(opponent_names(self.fixed_opponents))  # one name may be a string, as in build()
-        for name in ("learning_steps", "batch_size", "mini_batch_size", "num_collection_workers", "eval_games",
-                     "eval_workers", "max_new_tokens", "lora_rank", "lora_alpha"):
-            check_int(name, getattr(self, name), 1)
-        check_int("num_eval_workers", self.num_eval_workers, 0)
-        check_int("train_error_allowance", self.train_error_allowance, 0)
-        check_int("seed", self.seed, 0)
-        check_positive("learning_rate", self.learning_rate)
-        check_positive("temperature", self.temperature)
-        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        check_int("max_staleness", self.max_staleness, 0)
-        check_choice("mode", self.mode, ("async", "sync"))
-        self.exploitability_eval = exploitability_setting(self.exploitability_eval)
+        check_fields(self)
         if self.mode == "sync" and self.max_staleness != 0:
             raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
                              f"max_staleness=0, got {self.max_staleness}")
-        check_choice("opponent_sampling_strategy", self.opponent_sampling_strategy,
-                     tuple(s for s in OPPONENT_SAMPLING_STRATEGIES if s != "none"))
         _check_sampler_settings(self)
         _check_learner_settings(self)
         if league_config(self.league) is not None:  # a mapping of league settings, then with the job's strategy
@@ -140,9 +131,6 @@ class QuickstartConfig:
             raise ValueError(f"fixed_opponents {list(self.fixed_opponents)} would never play: "
                              "opponent_sampling_strategy 'mirror' is self-play on both seats; choose a strategy that "
                              "plays them ('fixed', 'pfsp', 'psro', ...) or leave fixed_opponents out")
-        if self.batch_size % self.mini_batch_size:
-            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
-                             f"({self.mini_batch_size})")
         if self.warm_start.env_id != self.env_id or self.warm_start.prompt_template != self.prompt_template:
             raise ValueError("warm_start.env_id and warm_start.prompt_template must match env_id and prompt_template")
 
@@ -181,8 +169,6 @@ def _check_sampler_settings(cfg: QuickstartConfig) -> None:
 def _check_learner_settings(cfg: QuickstartConfig) -> None:
     """``algorithm`` and ``learner`` as build() checks them, with the job's batch sizes and learning rate:
     said now, not after the warm start and the first evaluation."""
-    from unstable.run.config import ModelConfig
-
     if not isinstance(cfg.learner, dict):
         raise ValueError(f"learner must be a mapping of learner settings (e.g. {{'beta': 0.05}}), got {cfg.learner!r}")
     job = {"batch_size": cfg.batch_size, "mini_batch_size": cfg.mini_batch_size, "learning_rate": cfg.learning_rate,
@@ -193,8 +179,6 @@ def _check_learner_settings(cfg: QuickstartConfig) -> None:
 def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
     """A :class:`QuickstartConfig` from a YAML file of its fields (``warm_start`` as a mapping of
     :class:`~unstable.models.warmstart.WarmStartConfig`'s), with ``overrides`` on top."""
-    from unstable.run.config_file import read_config_file
-
     data = read_config_file(path) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a quickstart config is a mapping of QuickstartConfig fields")

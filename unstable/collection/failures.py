@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from unstable.records import FailedGame, GameFailedError
-from unstable.utils.checks import check_int, check_number
+from unstable.utils.schema import check_fields, setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,18 +33,16 @@ class FailureBudget:
     run where every game fails stops within 32 games, and one where most games fail within a window.
     """
 
-    max_consecutive_failures: int | None = 32
+    max_consecutive_failures: int | None = setting(32, ge=1, flat="max_consecutive_failures")
     """Stop after this many failed games in a row (per kind: train, eval)."""
-    max_failure_rate: float | None = 0.5
+    max_failure_rate: float | None = setting(0.5, gt=0, le=1, flat="max_failure_rate")
     """Stop when more than this fraction of the last ``failure_rate_window`` games of a kind
     failed (judged only once that many have ended: a bad start is the streak check's job)."""
-    failure_rate_window: int = 200
+    failure_rate_window: int = setting(200, ge=1, flat="failure_rate_window")
     """Games the failure rate is measured over."""
 
     def __post_init__(self) -> None:
-        check_int("max_consecutive_failures", self.max_consecutive_failures, 1, allow_none=True)
-        check_number("max_failure_rate", self.max_failure_rate, 0, 1, low_open=True, allow_none=True)
-        check_int("failure_rate_window", self.failure_rate_window, 1)
+        check_fields(self)
 
 
 class FailureBudgetSpentError(RuntimeError):

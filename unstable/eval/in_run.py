@@ -61,14 +61,6 @@ EXPLOITABILITY_EVAL = ("auto", "off")
 """``exploitability_eval`` settings: ``"auto"`` evaluates every eval env that supports it, ``"off"`` none."""
 
 
-def exploitability_setting(value: Any) -> str:
-    """``exploitability_eval`` checked, as one of :data:`EXPLOITABILITY_EVAL`; ``False`` is ``"off"``, since YAML
-    (a config file, ``--set exploitability_eval=off``) reads an unquoted ``off`` as false."""
-    value = "off" if value is False else value
-    check_choice("exploitability_eval", value, EXPLOITABILITY_EVAL)
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class ExploitabilityTarget:
     """An env evaluated in-run: its id and the template and action extraction its eval games use."""

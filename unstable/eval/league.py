@@ -1,7 +1,7 @@
 """The league table: a played cross-play matrix with its meta-game analysis and the TrueSkill ladder beside it.
 
 :func:`analyse_league` takes a :class:`~unstable.eval.crossplay.CrossPlayResult` with every cell
-played and adds, from :mod:`unstable.eval.metagame`: the Nash averaging (max-entropy Nash mixture, its
+played and adds, from :mod:`unstable.samplers.metagame`: the Nash averaging (max-entropy Nash mixture, its
 support, each entry's payoff against it), α-Rank, and the cycles of the "beats" relation, where ``i``
 beats ``j`` when the cell's 95% interval lies above 0. The TrueSkill ratings (the run's registry)
 rank the entries by the games they happened to play; :meth:`LeagueTable.disagreements` lists the pairs
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from unstable.eval.crossplay import CrossPlayResult
-from unstable.eval.metagame import AlphaRank, NashAverage, Transitivity, alpha_rank, nash_averaging, transitivity
+from unstable.samplers.metagame import AlphaRank, NashAverage, Transitivity, alpha_rank, nash_averaging, transitivity
 
 
 @dataclass(frozen=True)

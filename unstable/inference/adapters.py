@@ -18,12 +18,15 @@ inference actors (:mod:`unstable.run.remote`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from unstable.utils.schema import check_fields, relabel, setting, unknown_names
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -34,6 +37,50 @@ machine, or a shared filesystem). ``object_store``: adapters travel through Ray'
 PAYLOADS_PER_LORA = 4
 """An engine keeps the payloads (files in memory, or their node-local copies) of this many times its
 ``max_loras`` adapters: past checkpoints a league comes back to are not fetched again."""
+
+
+@dataclass
+class LoraSettings:
+    """A LoRA adapter's settings: a learner's ``lora_cfg``, build()'s ``lora_config`` (as a mapping)."""
+
+    lora_rank: int = setting(32, ge=1)
+    """The rank ``r`` of each update ``B @ A``."""
+    lora_alpha: float = setting(32, gt=0)
+    """The update's scale is ``lora_alpha / lora_rank``."""
+    lora_dropout: float = setting(0.0, ge=0, lt=1)
+    """Dropout on the adapter's input in training."""
+    target_modules: Any = setting(factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                   "down_proj"])
+    """The linear modules adapted, by name (PEFT's ``target_modules``)."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        modules = self.target_modules
+        if not isinstance(modules, list | tuple) or not modules or not all(isinstance(m, str) and m for m in modules):
+            raise ValueError(f"target_modules must be a non-empty list of module names such as ['q_proj', 'v_proj'], "
+                             f"got {modules!r}")
+
+
+DEFAULT_LORA_CFG: dict[str, Any] = dataclasses.asdict(LoraSettings())
+
+
+def complete_lora_cfg(lora_cfg: Any, name: str = "lora_cfg") -> dict[str, Any]:
+    """``lora_cfg`` (a mapping of :class:`LoraSettings` fields, or ``None``) checked, with the defaults filled
+    in; errors name a key as ``name['key']``."""
+    if lora_cfg is None:
+        lora_cfg = {}
+    if not isinstance(lora_cfg, dict):
+        raise ValueError(f"{name} must be a dict or None, got {type(lora_cfg).__name__}")
+    known = list(DEFAULT_LORA_CFG)
+    extra = sorted(set(lora_cfg) - set(known), key=str)
+    if extra:
+        raise ValueError(unknown_names(f"{name} keys", extra, known))
+    try:
+        cfg = dataclasses.asdict(LoraSettings(**lora_cfg))
+    except ValueError as exc:
+        raise ValueError(relabel(str(exc), {k: f"{name}['{k}']" for k in known})) from None
+    cfg["target_modules"] = list(cfg["target_modules"])
+    return cfg
 
 
 @dataclass(frozen=True, slots=True)

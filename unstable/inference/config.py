@@ -10,16 +10,17 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from unstable.inference.actor import make_backend
+from unstable.inference.adapters import complete_lora_cfg
 from unstable.inference.base import SamplingParams
 from unstable.inference.engine_settings import (
     SHARED_GPU_MEMORY_UTILIZATION,
     VLLM_CONFIG_KEYS,
     check_engine_settings,
 )
-from unstable.local_models.resolve import resolve_tiny_name
+from unstable.utils.schema import check_fields, setting
 
 log = logging.getLogger(__name__)
 
@@ -30,39 +31,40 @@ _ANNOUNCED: set[str] = set()
 class InferenceConfig:
     """How the collector serves model calls (mapped from the seed's ``vllm_config`` keys)."""
 
-    model_name: str
-    """The base model the backends load: a HF id or a local directory."""
-    backend: str = "transformers"
-    """``"transformers"`` or ``"vllm"`` (build() also takes ``"auto"``: vLLM when it imports)."""
-    num_actors: int = 1
+    model_name: str = setting(what="a HF model id, a local model directory or 'tiny'")
+    """The base model the backends load: a HF id, a local directory or ``"tiny"``."""
+    backend: Literal["auto", "transformers", "vllm"] = setting("transformers", flat="inference_backend")
+    """``"transformers"``, ``"vllm"`` or ``"auto"`` (vLLM when it imports; build()'s default), which
+    :func:`choose_backend` resolves before a backend is made."""
+    num_actors: int = setting(1, ge=1, flat="num_inference_actors")
     """Inference actors (build(): one per GPU left after the learner's, else one)."""
-    temperature: float = 0.6
+    temperature: float = setting(0.6, ge=0, flat="temperature")
     """Sampling temperature of model seats in training and eval games (0: greedy). The learners
     compute their log-probs at each sample's own temperature, so the gradient and any importance
     ratio belong to the distribution that was sampled."""
-    top_p: float = 1.0
+    top_p: float = setting(1.0, gt=0, le=1)
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p. The
     learners do not model the nucleus, so the default is 1 (exact); below 1 is refused with the
     algorithms that weigh samples by a ratio to the behaviour policy (see docs/algorithms.md's algorithm
     table), and a plain REINFORCE gradient then belongs to the un-truncated tempered policy."""
-    max_tokens: int = 4096
+    max_tokens: int = setting(4096, ge=1)
     """New tokens per answer at most (the seed's max_generation_len)."""
-    max_parallel_seq: int = 128
+    max_parallel_seq: int = setting(128, ge=1)
     """Requests batched into one generate call at most."""
-    max_loras: int = 8
+    max_loras: int = setting(8, ge=1)
     """LoRA adapters kept loaded per backend at once (older ones are evicted), and, where decoding is
     compiled (vLLM; transformers on CUDA), the most one batch serves (a batch with more goes in parts)."""
-    max_model_len: int = 8192
+    max_model_len: int = setting(8192, ge=1)
     """vLLM: the context length the engine reserves memory for."""
     lora_config: dict | None = None
     """The adapters' LoRA settings (vLLM sizes its LoRA slots by lora_rank)."""
-    actor_num_cpus: float = 1.0
+    actor_num_cpus: float = setting(1.0, ge=0)
     """CPUs each inference actor reserves in Ray."""
-    actor_num_gpus: float = 0.0
+    actor_num_gpus: float = setting(0.0, ge=0)
     """GPUs each inference actor reserves in Ray."""
     backend_kwargs: dict | None = None
     """Extra keyword arguments of the backend's constructor (e.g. dtype, device)."""
-    max_restarts: int = 3
+    max_restarts: int = setting(3, ge=0)
     """Ray restarts of each inference actor before it counts as dead for good."""
     engine: dict | None = None
     """vLLM engine settings, passed to its ``EngineArgs`` (``gpu_memory_utilization``, ``enforce_eager``,
@@ -70,17 +72,20 @@ class InferenceConfig:
     :mod:`unstable.inference.engine_settings`). The transformers backend uses ``dtype`` only."""
 
     def __post_init__(self) -> None:
-        self.model_name = resolve_tiny_name(self.model_name)  # "tiny" in a vllm_config is the local tiny model
+        check_fields(self)  # "tiny" stays a name: the backends build (or find) the tiny model
+        if self.lora_config is not None:
+            self.lora_config = complete_lora_cfg(self.lora_config, "lora_config")
 
     @classmethod
-    def from_vllm_config(cls, cfg: dict, **overrides: Any) -> InferenceConfig:
+    def from_vllm_config(cls, cfg: dict, *, where: str = "vllm_config", **overrides: Any) -> InferenceConfig:
         """The seed's ``vllm_config``: its own keys set the fields, any other key is an engine setting
-        (checked by :func:`~unstable.inference.engine_settings.check_engine_settings`)."""
+        (checked by :func:`~unstable.inference.engine_settings.check_engine_settings`; errors name them
+        ``where[key]``)."""
         if not isinstance(cfg, dict):
             raise ValueError(f"vllm_config must be a dict, got {type(cfg).__name__}")
         ours = {k: v for k, v in cfg.items() if k in VLLM_CONFIG_KEYS}
         engine = {k: v for k, v in cfg.items() if k not in VLLM_CONFIG_KEYS}
-        check_engine_settings(engine)
+        check_engine_settings(engine, where)
         if "max_num_seqs" in engine:  # vLLM's name for max_parallel_seq
             seqs = engine.pop("max_num_seqs")
             if ours.setdefault("max_parallel_seq", seqs) != seqs:
@@ -141,4 +146,5 @@ def choose_backend(requested: str) -> str:
 
 def local_backends(cfg: InferenceConfig) -> list[Any]:
     """``cfg.num_actors`` backends in this process (no Ray)."""
-    return [make_backend(cfg.backend, cfg.model_name, **cfg.backend_arguments()) for _ in range(cfg.num_actors)]
+    backend = choose_backend(cfg.backend)
+    return [make_backend(backend, cfg.model_name, **cfg.backend_arguments()) for _ in range(cfg.num_actors)]

@@ -34,10 +34,11 @@ from torch import Tensor, nn
 from unstable.learners import checkpoints as ckpt
 from unstable.learners import model_utils as mu
 from unstable.learners.batching import validate_steps
-from unstable.learners.config import LearnerConfig
+from unstable.learners.config import LearnerConfig, check_attention
 from unstable.learners.distributed import DataParallelLearner
 from unstable.learners.loop import run_training
 from unstable.learners.protocol import UpdateResult
+from unstable.local_models.resolve import resolve_tiny_name
 from unstable.records import Step, TrainBatch
 from unstable.utils.disk import writing
 
@@ -84,7 +85,7 @@ class BaseLearner(DataParallelLearner):
         reset_rule: Any = None,
         **kwargs: Any,
     ) -> None:
-        self.config = self.config_cls(model_name=model_name, **kwargs)
+        self.config = self.config_cls(model_name=resolve_tiny_name(model_name), **kwargs)  # "tiny": built here
         self.publish_adapters = publish_adapters  # train() sends each checkpoint's adapter files to the registry
         self.buffer, self.tracker, self.model_registry = buffer, tracker, model_registry
         self.turn_lock = turn_lock  # learners sharing a device take turns: see unstable.learners.loop
@@ -107,6 +108,7 @@ class BaseLearner(DataParallelLearner):
                 "unstable.learners.checkpoints.latest_complete finds it)"
             )
         self.device = mu.resolve_device(cfg.device)
+        check_attention(cfg.attn_implementation, self.device)
         self.dtype = mu.resolve_dtype(cfg.dtype, self.device)
         if cfg.seed is not None:
             torch.manual_seed(cfg.seed)

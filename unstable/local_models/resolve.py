@@ -20,6 +20,15 @@ def resolve_tiny_name(name: str, *, seed: int = 0) -> str:
     return resolve_model_name(name, seed=seed) if is_tiny_name(name) else name
 
 
+def tiny_name_parts(name: str) -> tuple[str, int | None]:
+    """A tiny model name's size and seed (``None``: not given); ``ValueError`` for a malformed one."""
+    parts = name.split(":")
+    if len(parts) > 3 or (len(parts) == 3 and not re.fullmatch(r"seed\d+", parts[2])):
+        raise ValueError(f"model name {name!r}: the tiny models are 'tiny', 'tiny:<size>' or "
+                         f"'tiny:<size>:seed<N>' (e.g. 'tiny:1m:seed1')")
+    return (parts[1] if len(parts) > 1 else "1m"), (int(parts[2].removeprefix("seed")) if len(parts) == 3 else None)
+
+
 def resolve_model_name(name: str, *, seed: int = 0) -> str:
     """Map ``"tiny"``, ``"tiny:10m"`` or ``"tiny:1m:seed1"`` (another random init of the same size:
     a different base model, e.g. for a second trainable model) to a cached local build; return
@@ -34,14 +43,8 @@ def resolve_model_name(name: str, *, seed: int = 0) -> str:
     if is_tiny_name(name):
         from unstable.local_models.tiny import tiny_model_path
 
-        parts = name.split(":")
-        size = parts[1] if len(parts) > 1 else "1m"
-        if len(parts) > 3 or (len(parts) == 3 and not re.fullmatch(r"seed\d+", parts[2])):
-            raise ValueError(f"model name {name!r}: the tiny models are 'tiny', 'tiny:<size>' or "
-                             f"'tiny:<size>:seed<N>' (e.g. 'tiny:1m:seed1')")
-        if len(parts) == 3:
-            seed = int(parts[2].removeprefix("seed"))
-        return str(tiny_model_path(size, seed=seed))
+        size, named_seed = tiny_name_parts(name)
+        return str(tiny_model_path(size, seed=seed if named_seed is None else named_seed))
     looks_local = name.startswith(("/", "./", "../", "~")) or os.sep in name.strip("/").split("/", 1)[-1]
     expanded = os.path.expanduser(name)
     if looks_local and not os.path.isdir(expanded):

@@ -57,7 +57,7 @@ from unstable.games.templates import get_template, render_prompt
 from unstable.learners.checkpoints import atomic_save
 from unstable.policies.baselines import MOVE_DISTRIBUTIONS, UNIFORM_MOVE_SETS
 from unstable.policies.scripted import legal_moves
-from unstable.utils.checks import check_int, check_number, check_positive
+from unstable.utils.schema import check_fields, setting
 
 WARM_START_VERSION = 4
 """Bump when the recipe changes: cached warm starts are keyed by it."""
@@ -75,35 +75,35 @@ class WarmStartConfig:
     """The game whose positions are generated (it needs a scripted legal-move reader)."""
     prompt_template: str = "qwen3-board"
     """How positions are rendered: use the template the run will use."""
-    positions: int = 20_480
+    positions: int = setting(20_480, ge=1)
     """Training examples per round: positions from random games (after ``few_moves_bias``), each
     seen once."""
-    target_legal_mass: float = 0.97
+    target_legal_mass: float = setting(0.97, ge=0, le=1)
     """Stop after the first round whose held-out probability on legal moves reaches this ..."""
-    target_greedy_legal: float = 0.99
+    target_greedy_legal: float = setting(0.99, ge=0, le=1)
     """... and whose most likely move is legal in this fraction of the held-out positions ..."""
-    target_teacher_tv: float = 0.05
+    target_teacher_tv: float = setting(0.05, ge=0, le=1)
     """... and, for a teacher that mixes with set probabilities (Kuhn poker's ``"nash"``), whose distribution
     over the legal moves is within this total variation distance of the teacher's, on average over the
     held-out positions (read at temperature 1: the probabilities are what it must learn, not the most likely
     move)."""
-    max_rounds: int = 4
+    max_rounds: int = setting(4, ge=1)
     """Rounds at most (``positions`` each); 1 trains on ``positions`` and stops, as before rounds."""
-    held_out: int = 512
+    held_out: int = setting(512, ge=1)
     """Positions (from games the training never sees) on which the legal-move probability is measured."""
-    batch_size: int = 64
-    learning_rate: float = 3e-3
+    batch_size: int = setting(64, ge=1)
+    learning_rate: float = setting(3e-3, gt=0)
     """Peak AdamW learning rate (all weights), with linear warm-up and cosine decay to 10%."""
-    warmup_steps: int = 30
-    few_moves_bias: float = 1.0
+    warmup_steps: int = setting(30, ge=0)
+    few_moves_bias: float = setting(1.0, ge=0)
     """Keep a position with k legal moves with probability min(1, few_moves_bias / k) (0: keep all).
 
     Random games are mostly openings, where nearly every move is legal and a board-blind model is
     right; keeping positions in inverse proportion to their legal moves makes the examples that
     need the board common. Measured on TicTacToe with the 1M model and 160 steps: sampled legal
     moves 64% (0), 76% (3), 94% (1); greedy 87%, 95%, 100%."""
-    weight_decay: float = 0.0
-    seed: int = 0
+    weight_decay: float = setting(0.0, ge=0)
+    seed: int = setting(0, ge=0)
     teacher: str = "random"
     """Whose moves the model learns to play: ``"random"`` (the target is uniform over the legal moves:
     no strategy) or a scripted baseline that picks uniformly from a set, e.g. ``"heuristic"`` for
@@ -115,20 +115,9 @@ class WarmStartConfig:
     learned."""
 
     def __post_init__(self) -> None:
-        check_number("target_legal_mass", self.target_legal_mass, 0, 1)
-        check_number("target_greedy_legal", self.target_greedy_legal, 0, 1)
-        check_number("target_teacher_tv", self.target_teacher_tv, 0, 1)
-        check_int("max_rounds", self.max_rounds, minimum=1)
-        check_int("held_out", self.held_out, minimum=1)
+        check_fields(self)
         check_env_id(self.env_id)
         get_template(self.prompt_template)
-        check_int("positions", self.positions, minimum=1)
-        check_int("batch_size", self.batch_size, minimum=1)
-        check_int("warmup_steps", self.warmup_steps, minimum=0)
-        check_int("seed", self.seed, minimum=0)
-        check_positive("learning_rate", self.learning_rate)
-        check_number("weight_decay", self.weight_decay, 0)
-        check_number("few_moves_bias", self.few_moves_bias, 0)
         check_teacher(self.teacher, self.env_id)
 
 

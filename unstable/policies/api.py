@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from unstable.games.extraction import get_action_extraction
 from unstable.policies.base import PolicyError, PolicyOutput, TurnContext
 from unstable.records import PolicyRef
-from unstable.utils.checks import check_int, check_positive
+from unstable.utils.schema import check_fields, setting
 from unstable.utils.secrets import redact
 
 DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
@@ -45,17 +45,15 @@ class APIOpponentConfig:
     model that takes longer to answer (a reasoning model with a large ``max_tokens``).
     """
 
-    timeout_s: float = 20.0
+    timeout_s: float = setting(20.0, gt=0, flat="api_timeout_s")
     """Seconds an API opponent's call may take before it is abandoned (and retried)."""
-    max_retries: int = 2
+    max_retries: int = setting(2, ge=0, flat="api_max_retries")
     """Retries of an API opponent's call that timed out, could not connect or got 408/409/429/5xx (0: none)."""
-    turn_deadline_s: float = 45.0
+    turn_deadline_s: float = setting(45.0, gt=0, flat="api_turn_deadline_s")
     """Seconds an API opponent's turn may take in all (its calls and the backoff between them); then its game fails."""
 
     def __post_init__(self) -> None:
-        check_positive("timeout_s", self.timeout_s)
-        check_int("max_retries", self.max_retries, 0)
-        check_positive("turn_deadline_s", self.turn_deadline_s)
+        check_fields(self)
 
     def policy_kwargs(self) -> dict[str, float]:
         """These settings as :class:`APIPolicy`'s keyword arguments."""

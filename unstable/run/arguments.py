@@ -3,14 +3,15 @@
 The nested form is what :class:`~unstable.run.config.BuildConfig` stores and ``config.json`` holds::
 
     models: [{name, model_name, algorithm, lora, learner_device, num_learner_workers,
-              learner: {...}, inference: {...}, buffer: {...}}]
+              learner: {...}, inference: {...}, buffer: {...}, warm_start}]
     train_envs, eval_envs, samplers: {...}, tracker: {...}, failure_budget: {...}, api_opponents: {...},
-    run_name, runs_dir, ray_address, checkpoint_transport, seed, resume_from, mode, exploitability_eval,
-    league: {...}
+    run_name, runs_dir, ... (the other fields of BuildConfig)
 
-:data:`FLAT_ARGUMENTS` is the one table from a flat name to its place. ``learner`` and ``vllm_config``
-spread their keys into the model's ``learner`` / ``inference`` mapping. A flat argument and its
-nested section given together is an error: a setting has one way in.
+:data:`SECTION_CLASSES` names the config class that declares each section's fields. A field declared with
+a flat name (``grad_clip: float = setting(0.2, gt=0, flat="gradient_clipping")``) is a flat argument too:
+:data:`FLAT_ARGUMENTS` is read from those declarations (from the source, as ``--help`` is: no import).
+``learner`` and ``vllm_config`` spread their keys into the model's ``learner`` / ``inference`` mapping. A
+flat argument and its nested place given together is an error: a setting has one way in.
 """
 
 from __future__ import annotations
@@ -18,47 +19,31 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from unstable.utils.fields import field_docs
+
 MODEL = "model"  # the fields of models[0] itself
-# flat name -> (section, field); section "model" is models[0], "learner"/"inference"/"buffer" its mappings;
-# field None: the flat value is a mapping whose keys spread into the section
-FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
-    "model_name": (MODEL, "model_name"), "algorithm": (MODEL, "algorithm"), "lora_config": (MODEL, "lora"),
-    "learner_device": (MODEL, "learner_device"),
-    "num_learner_workers": (MODEL, "num_learner_workers"),
-    "batch_size": ("learner", "batch_size"), "mini_batch_size": ("learner", "mini_batch_size"),
-    "learning_rate": ("learner", "learning_rate"), "gradient_clipping": ("learner", "grad_clip"),
-    "lr_schedule": ("learner", "lr_schedule"), "activation_checkpointing": ("learner", "activation_checkpointing"),
-    "gradient_checkpointing": ("learner", "gradient_checkpointing"), "max_train_len": ("learner", "max_train_len"),
-    "max_generation_len": ("learner", "max_generation_len"), "use_trainer_cache": ("learner", "use_trainer_cache"),
-    "learner": ("learner", None),
-    "inference_backend": ("inference", "backend"), "num_inference_actors": ("inference", "num_actors"),
-    "temperature": ("inference", "temperature"), "vllm_config": ("inference", None),
-    "buffer_size": ("buffer", "size"), "max_staleness": ("buffer", "max_staleness"),
-    "reward_transforms": ("buffer", "reward_transforms"), "whole_games": ("buffer", "whole_games"),
-    "env_sampling_strategy": ("samplers", "env_sampling_strategy"),
-    "opponent_sampling_strategy": ("samplers", "opponent_sampling_strategy"),
-    "fixed_opponents": ("samplers", "fixed_opponents"), "opponent_lag": ("samplers", "opponent_lag"),
-    "opponent_window": ("samplers", "opponent_window"),
-    **{name: ("samplers", name) for name in (
-        "pfsp_weighting", "pfsp_prior", "pfsp_window", "psro_every", "psro_games_per_cell", "psro_pool_size",
-        "psro_meta_solver", "rating_curriculum", "rating_curriculum_target",
-        "rating_curriculum_width", "env_curriculum_window", "env_curriculum_target", "env_curriculum_width")},
-    "wandb_project": ("tracker", "wandb_project"), "use_wandb": ("tracker", "use_wandb"),
-    "max_consecutive_failures": ("failure_budget", "max_consecutive_failures"),
-    "max_failure_rate": ("failure_budget", "max_failure_rate"),
-    "failure_rate_window": ("failure_budget", "failure_rate_window"),
-    "api_timeout_s": ("api_opponents", "timeout_s"), "api_max_retries": ("api_opponents", "max_retries"),
-    "api_turn_deadline_s": ("api_opponents", "turn_deadline_s"),
+SECTION_CLASSES = {  # where each section's fields are declared, each with its docstring
+    MODEL: ("unstable.run.config", "ModelConfig"), "learner": ("unstable.learners.config", "LearnerConfig"),
+    "inference": ("unstable.inference.config", "InferenceConfig"),
+    "buffer": ("unstable.buffers.config", "BufferConfig"),
+    "samplers": ("unstable.samplers.config", "SamplerConfig"), "tracker": ("unstable.tracking.config", "TrackerConfig"),
+    "failure_budget": ("unstable.collection.failures", "FailureBudget"),
+    "api_opponents": ("unstable.policies.api", "APIOpponentConfig"), "run": ("unstable.run.config", "BuildConfig"),
+    "start": ("unstable.run.config", "StartConfig"),  # start()'s, which a YAML config holds too
 }
 MODEL_SECTIONS = ("learner", "inference", "buffer")
 RUN_SECTIONS = ("samplers", "tracker", "failure_budget", "api_opponents")
-# league: a preset that expands into models, train_envs and samplers (unstable.run.league_preset)
-RUN_FIELDS = ("train_envs", "eval_envs", "run_name", "runs_dir", "ray_address", "checkpoint_transport", "seed",
-              "resume_from", "mode", "exploitability_eval", "league")
+DECLARED = {section: field_docs(*where) for section, where in SECTION_CLASSES.items()}
+# flat name -> (section, field); section "model" is models[0], "learner"/"inference"/"buffer" its mappings;
+# field None: the flat value is a mapping whose keys spread into the section (learner={...}, vllm_config={...})
+FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
+    doc.meta["flat"]: (name, None) if section == MODEL and name in MODEL_SECTIONS else (section, name)
+    for section, fields in DECLARED.items() for name, doc in fields.items() if "flat" in doc.meta}
+RUN_FIELDS = tuple(name for name in DECLARED["run"] if name not in ("models", "environments", *RUN_SECTIONS))
 NESTED_ARGUMENTS = ("models", *RUN_SECTIONS, *RUN_FIELDS)
 # the flat learner arguments by the learner field they set (learner={...} may not repeat them)
-FLAT_LEARNER_NAMES = {field: flat for flat, (section, field) in FLAT_ARGUMENTS.items()
-                      if section == "learner" and field}
+FLAT_LEARNER_NAMES = {key: flat for flat, (section, key) in FLAT_ARGUMENTS.items() if section == "learner" and key}
+_NESTED_LABELS = {MODEL: "{}", "learner": "{}", "inference": "inference['{}']", "buffer": "buffer.{}"}
 
 
 def argument_names() -> set[str]:
@@ -66,7 +51,31 @@ def argument_names() -> set[str]:
     return set(FLAT_ARGUMENTS) | set(NESTED_ARGUMENTS)
 
 
-def _mapping(name: str, value: Any) -> dict:
+def labels(section: str, flat: set[str]) -> dict[str, str]:
+    """How an error names each field of ``section``: by the flat argument it was given as (``flat``: the flat
+    names given), else by its place in the nested form (a model section's, relative to its model)."""
+    spread = next((name for name, (s, key) in FLAT_ARGUMENTS.items() if s == section and key is None), None)
+    out = {}
+    for name, doc in DECLARED[section].items():
+        if doc.meta.get("flat") in flat:
+            out[name] = doc.meta["flat"]
+        elif spread in flat and section != "learner":
+            out[name] = f"{spread}['{name}']"
+        else:
+            out[name] = _NESTED_LABELS.get(section, section + ".{}").format(name)
+    return out
+
+
+def _section_dict(name: str, value: Any) -> dict:
+    """A section given as a mapping, ``None``, or its config object (then the fields it sets: those that differ
+    from their defaults, so that a flat argument may still set the others)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if default is dataclasses.MISSING or getattr(value, f.name) != default:
+                out[f.name] = getattr(value, f.name)
+        return out
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -82,43 +91,11 @@ def _model_declarations(value: Any) -> list[dict]:
                          "{'model_name': ..., 'learner': {...}})")
     models = []
     for i, item in enumerate(value):
-        if dataclasses.is_dataclass(item) and not isinstance(item, type):  # a ModelConfig
-            item = _given_fields(item)
-        if not isinstance(item, dict):
+        if not isinstance(item, dict) and not dataclasses.is_dataclass(item):
             raise ValueError(f"models[{i}] must be a mapping or a ModelConfig, got {type(item).__name__}")
-        models.append({k: (_section_dict(k, v) if k in MODEL_SECTIONS and v is not None else v)
-                       for k, v in item.items()})
+        item = _section_dict(f"models[{i}]", item)
+        models.append({k: _section_dict(k, v) if k in MODEL_SECTIONS and v is not None else v for k, v in item.items()})
     return models
-
-
-def _given_fields(obj: Any) -> dict:
-    """A config object's fields that differ from their defaults: what it sets (so that a flat
-    argument may still set the others)."""
-    out = {}
-    for f in dataclasses.fields(obj):
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        value = getattr(obj, f.name)
-        if default is dataclasses.MISSING or value != default:
-            out[f.name] = value
-    return out
-
-
-def _section_dict(name: str, value: Any) -> dict:
-    """A section given as a mapping or as its config object."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _given_fields(value)
-    return _mapping(name, value)
-
-
-def _per_model_places(names: list[str]) -> str:
-    """Where each flat per-model setting goes in a ``models=[...]`` declaration, e.g.
-    ``reward_transforms -> models[i].buffer.reward_transforms``."""
-    places = []
-    for name in names:
-        section, field = FLAT_ARGUMENTS[name]
-        path = "models[i]" + ("" if section == MODEL else f".{section}") + (f".{field}" if field else "")
-        places.append(f"{name} -> {path}" + ("" if field else " (its keys)"))
-    return "; ".join(places)
 
 
 def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
@@ -134,23 +111,25 @@ def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     model = nested["models"][0] if "models" in nested else {}
     per_model = sorted(k for k in flat if FLAT_ARGUMENTS[k][0] in (MODEL, *MODEL_SECTIONS))
     if per_model and len(nested.get("models", ())) > 1:
+        places = "; ".join(f"{k} -> models[i]" + ("" if s == MODEL else f".{s}") + (f".{f}" if f else " (its keys)")
+                           for k in per_model for s, f in [FLAT_ARGUMENTS[k]])
         raise ValueError(f"{per_model} set one model's settings, but models declares {len(nested['models'])}: "
-                         f"give them in each declaration ({_per_model_places(per_model)})")
+                         f"give them in each declaration ({places})")
     for name, value in flat.items():
         section, field = FLAT_ARGUMENTS[name]
-        if section in RUN_SECTIONS:
-            target, where = nested.setdefault(section, {}), section
-        elif section == MODEL:
-            target, where = model, "models[0]"
-        else:
-            target, where = model.setdefault(section, {}), f"models[0].{section}"
         if field is None or (name == "temperature" and value is None):
             continue  # spread below, after the single fields; temperature=None: vllm_config's (or the default)
+        if section in RUN_SECTIONS:
+            target, where = nested.setdefault(section, {}), section
+        else:
+            target = model if section == MODEL else model.setdefault(section, {})
+            where = "models[0]" + ("" if section == MODEL else f".{section}")
         if field in target:  # only the nested form can have set it: each flat name has its own field
             raise ValueError(f"{name} is given twice: as build({name}=...) and as {where}.{field}; give one")
         target[field] = value
-    _spread(model, flat, "learner")
-    _spread(model, flat, "vllm_config")
+    for name in ("learner", "vllm_config"):
+        if name in flat:
+            _spread(model, flat, name)
     if model and "models" not in nested:
         nested["models"] = [model]
     return nested, set(flat)
@@ -158,21 +137,14 @@ def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
 
 def _spread(model: dict, flat: dict, name: str) -> None:
     """``learner={...}`` / ``vllm_config={...}`` into the model's learner / inference mapping."""
-    if name not in flat:
-        return
-    value = flat[name]
-    if name == "learner" and value is not None and not isinstance(value, dict):
-        raise ValueError(f"learner must be a dict of learner settings or None, got {type(value).__name__}")
-    if name == "vllm_config" and value is not None and not isinstance(value, dict):
-        raise ValueError(f"vllm_config must be a dict or None, got {type(value).__name__}")
     section = FLAT_ARGUMENTS[name][0]
-    target = model.setdefault(section, {})
-    given = dict(value or {})
-    if name == "learner":
-        taken = sorted(k for k in given if k in FLAT_LEARNER_NAMES)
-        if taken:
-            where = sorted({f"build({FLAT_LEARNER_NAMES[k]}=...)" for k in taken})
-            raise ValueError(f"learner settings {taken} are set by {where}, not by learner={{...}}")
+    if flat[name] is not None and not isinstance(flat[name], dict):
+        raise ValueError(f"{name} must be a dict or None, got {type(flat[name]).__name__}")
+    given, target = dict(flat[name] or {}), model.setdefault(section, {})
+    taken = sorted(k for k in given if name == "learner" and k in FLAT_LEARNER_NAMES)
+    if taken:
+        where = sorted({f"build({FLAT_LEARNER_NAMES[k]}=...)" for k in taken})
+        raise ValueError(f"learner settings {taken} are set by {where}, not by learner={{...}}")
     if name == "vllm_config" and flat.get("temperature") is not None and "temperature" in given:
         if given["temperature"] != flat["temperature"]:  # one setting given two values: neither may win silently
             raise ValueError(f"temperature is given twice: as build(temperature={flat['temperature']!r}) and as "
@@ -201,38 +173,18 @@ def merge_arguments(base: dict[str, Any], override: dict[str, Any]) -> dict[str,
                     raise ValueError(f"the run has models {sorted(old)}: say which one a setting is for, "
                                      f"models=[{{'name': ..., ...}}]")
                 base = old.get(name, {})
-                model = {**base, **new}
-                for section in MODEL_SECTIONS:
-                    if section in base or section in new:
-                        model[section] = {**(base.get(section) or {}), **(new.get(section) or {})}
-                old[name] = model
+                old[name] = {**base, **new, **{s: {**(base.get(s) or {}), **(new.get(s) or {})}
+                                               for s in MODEL_SECTIONS if s in base or s in new}}
             out["models"] = list(old.values())
         else:
             out[key] = value
     return out
 
 
-# where each section's fields are documented (a docstring under each field), for ``unstable train --help``
-SECTION_CLASSES = {
-    MODEL: ("unstable.run.config", "ModelConfig"), "learner": ("unstable.learners.config", "LearnerConfig"),
-    "inference": ("unstable.inference.config", "InferenceConfig"),
-    "buffer": ("unstable.buffers.config", "BufferConfig"),
-    "samplers": ("unstable.samplers.config", "SamplerConfig"), "tracker": ("unstable.tracking.config", "TrackerConfig"),
-    "failure_budget": ("unstable.collection.failures", "FailureBudget"),
-    "api_opponents": ("unstable.policies.api", "APIOpponentConfig"), "run": ("unstable.run.config", "BuildConfig"),
-}
-
-
 def settings_help() -> str:
     """Every flat setting and run-wide field with its documentation, read from the configs' field
     docstrings (no import, see :mod:`unstable.utils.fields`): the list ``unstable train --help`` prints."""
-    from unstable.utils.fields import field_docs
-
-    docs = {section: field_docs(*where) for section, where in SECTION_CLASSES.items()}
-    lines = []
-    for flat, (section, name) in FLAT_ARGUMENTS.items():
-        doc = docs[MODEL][section].summary if name is None else docs[section][name].summary
-        lines.append(f"  {flat:<27} {doc}")
-    for name in RUN_FIELDS:
-        lines.append(f"  {name:<27} {docs['run'][name].summary}")
-    return "\n".join(lines)
+    lines = [f"  {flat:<27} {DECLARED[MODEL][section].summary if name is None else DECLARED[section][name].summary}"
+             for flat, (section, name) in FLAT_ARGUMENTS.items()]
+    lines += [f"  {name:<27} {DECLARED['run'][name].summary}" for name in RUN_FIELDS]
+    return "\n".join(lines + [f"  {name:<27} {doc.summary}" for name, doc in DECLARED["start"].items()])

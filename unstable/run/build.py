@@ -20,8 +20,8 @@ from typing import Any
 
 from unstable.run.arguments import argument_names, merge_arguments
 from unstable.run.claim import claim_run_dir, release_run_dir
-from unstable.run.config import BuildConfig, check_resume_from
-from unstable.utils.checks import check_int
+from unstable.run.config import BuildConfig, StartConfig
+from unstable.run.preflight import check_resume_from, preflight
 from unstable.utils.disk import RunDirUnwritableError
 from unstable.utils.paths import NAME_MAX
 
@@ -34,7 +34,9 @@ _LIVE_RUNS: weakref.WeakSet = weakref.WeakSet()
 
 
 def build(**kwargs: Any) -> Run:
-    """Validate, start Ray (local unless ``ray_address`` names a cluster) and all actors.
+    """Validate the settings (:class:`~unstable.run.config.BuildConfig`), check them against the world
+    (:func:`~unstable.run.preflight.preflight`), then start Ray (local unless ``ray_address`` names a
+    cluster) and all actors.
 
     ``resume_from=RUN_DIR`` continues that run (in that directory) from its newest complete
     checkpoint; settings not given are read from ``RUN_DIR/config.json``.
@@ -46,7 +48,7 @@ def build(**kwargs: Any) -> Run:
         known = argument_names()
         unknown = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}  # BuildConfig names them
         kwargs = {**merge_arguments(saved, kwargs), **unknown}  # flat or nested, over the saved sections
-    return Run(BuildConfig(**kwargs))
+    return Run(preflight(BuildConfig(**kwargs)))
 
 
 def default_run_name(model_name: str) -> str:
@@ -155,9 +157,7 @@ class Run:
         missing)."""
         import ray
 
-        check_int("learning_steps", learning_steps, 1)
-        check_int("num_collection_workers", num_collection_workers, 1)
-        check_int("num_eval_workers", num_eval_workers, 0)
+        StartConfig(learning_steps, num_collection_workers, num_eval_workers)  # checks them
         from unstable.run.resume import record_start_settings
 
         a = self.actors

@@ -27,6 +27,7 @@ from typing import Any
 
 from unstable.games.specs import OPPONENT_SEAT, TrainEnvSpec
 from unstable.samplers.exploiters import ExploiterModelSampler, ExploiterReset, LeagueConfig
+from unstable.utils.schema import relabel, unknown_names
 
 DEFAULT_MODEL_NAME = "model"  # a declaration without ``name`` (ModelConfig's default)
 
@@ -38,12 +39,14 @@ def league_config(value: Any) -> LeagueConfig | None:
     if not isinstance(value, dict):
         raise ValueError(f"league must be a mapping of league settings (e.g. {{'exploiters': 1}}) or None, "
                          f"got {type(value).__name__}")
+    known = [f.name for f in dataclasses.fields(LeagueConfig)]
+    unknown = [k for k in value if k not in known]
+    if unknown:
+        raise ValueError(unknown_names("league settings", unknown, known))
     try:
         return LeagueConfig(**value)
-    except TypeError:
-        known = [f.name for f in dataclasses.fields(LeagueConfig)]
-        unknown = sorted(set(value) - set(known), key=str)
-        raise ValueError(f"unknown league settings {unknown}; known: {known}") from None
+    except ValueError as exc:
+        raise ValueError(relabel(str(exc), {k: f"league['{k}']" for k in known})) from None
 
 
 def expand_league(nested: dict[str, Any]) -> tuple[dict[str, Any], LeagueConfig | None]:

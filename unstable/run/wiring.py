@@ -35,7 +35,7 @@ from unstable.collection.scheduler import GameScheduler
 from unstable.games.extraction import custom_action_extractions
 from unstable.games.templates import custom_templates
 from unstable.inference.adapters import resolve_transport
-from unstable.inference.config import InferenceConfig, choose_backend
+from unstable.inference.config import choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.distributed import free_port
 from unstable.learners.loop import SleepingEngines, TurnLock
@@ -57,10 +57,8 @@ from unstable.run.remote import (
 from unstable.run.resources import amounts as _amounts
 from unstable.run.resources import short_of, wait_for_free_resources
 from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffers, roll_back_registry
-from unstable.samplers import league
-from unstable.samplers import model_samplers as ms
 from unstable.samplers.env_samplers import SuccessCurriculumEnvSampler, UniformRandomEnvSampler
-from unstable.samplers.psro import PSRO_LOG_FILE, PSROModelSampler
+from unstable.samplers.strategies import opponent_sampler
 from unstable.tracking import Tracker
 from unstable.tracking.wandb_writer import wandb_plan
 from unstable.utils.quiet import quiet_ray_token_auth_notice
@@ -156,51 +154,6 @@ class Actors:
                 self.scheduler, *self.buffers.values(), self.registry, self.tracker, *lock]
 
 
-def _model_sampler(samplers, registry, seed: int, tracker: Any = None, run_dir: str | None = None):
-    """The opponent sampler ``samplers`` describes, with its rating curriculum mixed in when asked
-    (PSRO's logs its updates to ``tracker`` and ``<run_dir>/psro.jsonl``)."""
-    if samplers.opponent_sampling_strategy == "psro":
-        base = _psro_sampler(samplers, registry, seed, tracker, run_dir)
-    else:
-        base = _base_model_sampler(samplers, registry, seed)
-    if samplers.rating_curriculum == 0:
-        return base
-    curriculum = league.RatingCurriculumModelSampler(
-        model_registry=registry, target=samplers.rating_curriculum_target, width=samplers.rating_curriculum_width,
-        fixed_opponents=_fixed_uids(samplers), rng_seed=seed)
-    return league.CurriculumMixModelSampler(base, curriculum, samplers.rating_curriculum, rng_seed=seed)
-
-
-def _psro_sampler(samplers, registry, seed: int, tracker: Any, run_dir: str | None):
-    return PSROModelSampler(model_registry=registry, meta_solver=samplers.psro_meta_solver,
-                            every=samplers.psro_every, games_per_cell=samplers.psro_games_per_cell,
-                            pool_size=samplers.psro_pool_size, fixed_opponents=_fixed_uids(samplers), tracker=tracker,
-                            log_path=os.path.join(run_dir, PSRO_LOG_FILE) if run_dir else None, rng_seed=seed)
-
-
-def _fixed_uids(samplers) -> tuple[str, ...]:
-    return tuple(fixed_policy_ref(name).uid for name in samplers.fixed_opponents)
-
-
-def _base_model_sampler(samplers, registry, seed: int):
-    strategy = samplers.opponent_sampling_strategy
-    if strategy in ("none", "mirror"):
-        return ms.BaseModelSampler(model_registry=registry, rng_seed=seed)
-    if strategy == "fixed":
-        return ms.FixedOpponentModelSampler(model_registry=registry, rng_seed=seed)
-    if strategy == "pool":
-        return ms.PoolModelSampler(model_registry=registry, rng_seed=seed)
-    if strategy == "pfsp":
-        return league.PFSPModelSampler(model_registry=registry, weighting=samplers.pfsp_weighting,
-                                       prior=samplers.pfsp_prior, window=samplers.pfsp_window,
-                                       fixed_opponents=_fixed_uids(samplers), rng_seed=seed)
-    if strategy == "lagged":
-        lag = samplers.opponent_lag
-        window = None if lag is not None else samplers.opponent_window
-        return ms.LaggedModelSampler(model_registry=registry, lag=lag, window=window, rng_seed=seed)
-    return ms.MatchQualityModelSampler(model_registry=registry, rng_seed=seed)
-
-
 def _env_sampler(cfg):
     samplers = cfg.samplers
     if samplers.env_sampling_strategy == "curriculum":
@@ -209,19 +162,6 @@ def _env_sampler(cfg):
                                            target=samplers.env_curriculum_target, width=samplers.env_curriculum_width)
     return UniformRandomEnvSampler(train_env_specs=list(cfg.train_envs), eval_env_specs=list(cfg.eval_envs),
                                    rng_seed=cfg.seed)
-
-
-def inference_config(model, backend: str, num_actors: int, gpus_per_actor: float,
-                     cpus_per_actor: float = 1.0) -> InferenceConfig:
-    """A :class:`~unstable.run.config.ModelConfig`'s inference settings as the backends' config."""
-    settings = {k: v for k, v in model.inference.items() if k not in ("backend", "num_actors")}
-    if settings.get("temperature") is None:
-        settings.pop("temperature", None)
-    base = {"max_tokens": model.setting("max_generation_len"), "lora_config": model.lora_cfg, **settings}
-    base["model_name"] = model.model_name
-    return InferenceConfig.from_vllm_config(base, backend=backend, num_actors=num_actors,
-                                            actor_num_gpus=gpus_per_actor,
-                                            actor_num_cpus=0 if gpus_per_actor else cpus_per_actor)
 
 
 def start_actors(cfg, run_name: str) -> Actors:
@@ -291,8 +231,9 @@ def start_actors(cfg, run_name: str) -> Actors:
     env_sampler = _env_sampler(cfg)
     # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
     league = getattr(cfg, "league", None)
-    model_sampler = league_model_sampler(league, models, _model_sampler(samplers, registry, cfg.seed, tracker, run_dir),
-                                         cfg.seed)
+    fixed = tuple(fixed_policy_ref(name).uid for name in samplers.fixed_opponents)
+    opponents_sampler = opponent_sampler(samplers, registry, cfg.seed, fixed, tracker, run_dir)
+    model_sampler = league_model_sampler(league, models, opponents_sampler, cfg.seed)
     scheduler = actor_class(GameScheduler).options(**light).remote(
         model_sampler=model_sampler, env_sampler=env_sampler, logging_dir=None, seed=cfg.seed)
     if resume and resume.state:
@@ -371,7 +312,7 @@ def _start_evaluator(cfg, tracker, checkpoints_dir: str, points: dict, light: di
     """The run's in-run exploitability evaluator and its learner hook (see :mod:`unstable.run.evaluator`),
     reading at the first model's eval sampling settings, from the checkpoint the run starts at."""
     m = cfg.models[0]
-    sampling = inference_config(m, choose_backend(m.inference.get("backend", "auto")), 1, 0.0).sampling
+    sampling = m.inference_config(choose_backend(m.inference.get("backend", "auto")), 1, 0.0).sampling
     point = points.get(m.name)
     start = (point.version, str(point.checkpoint)) if point is not None and point.checkpoint is not None else (0, None)
     return start_evaluator(cfg, tracker, checkpoints_dir, sampling, start, light)
@@ -437,7 +378,7 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
         backend = choose_backend(first.inference.get("backend", "auto"))
         num_actors = first.inference.get("num_actors") or default_actors
         cpus, gpus = _engine_share(gpus_per_actor, len(by_base))
-        engine = inference_config(first, backend, num_actors, gpus, cpus)
+        engine = first.inference_config(backend, num_actors, gpus, cpus)
         prefix = "inference" if len(by_base) == 1 else f"inference-{k}"
         indices = list(range(len(backends), len(backends) + num_actors))
         started = start_inference_backends(engine, prefix=prefix, run_id=run_id, adapter_source=adapter_source)
@@ -449,7 +390,7 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
                      "sleep for the learner", first.model_name)
         for m in group:
             groups[lineage[m.name]] = indices
-            samplings[lineage[m.name]] = inference_config(m, backend, num_actors, gpus_per_actor).sampling
+            samplings[lineage[m.name]] = m.inference_config(backend, num_actors, gpus_per_actor).sampling
     return backends, groups, samplings, sleepers
 
 

@@ -3,27 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from unstable.samplers.league import PFSP_WEIGHTINGS
 from unstable.samplers.metagame import META_SOLVERS
-from unstable.utils.checks import check_choice, check_int, check_number
+from unstable.samplers.psro import check_psro_settings
+from unstable.samplers.strategies import OPPONENT_STRATEGIES
+from unstable.utils.schema import check_fields, setting
 
 ENV_SAMPLING_STRATEGIES = ("random", "curriculum")
-OPPONENT_SAMPLING_STRATEGIES = ("none", "mirror", "fixed", "lagged", "match-quality", "pool", "pfsp", "psro")
-MAX_PSRO_GAMES_PER_CELL = 1000
-"""The most ``psro_games_per_cell``: an update plays its matrix games before any train game, so with a pool of
-10 checkpoints and 1 fixed opponent (55 pairs) training waits for up to 55,000 games at this bound."""
+OPPONENT_SAMPLING_STRATEGIES = tuple(OPPONENT_STRATEGIES)
 
 
 @dataclass
 class SamplerConfig:
     """The env and opponent samplers' settings (build()'s flat arguments of the same names)."""
 
-    env_sampling_strategy: str = "random"
+    env_sampling_strategy: Literal[ENV_SAMPLING_STRATEGIES] = setting("random", flat="env_sampling_strategy")
     """How the next train env is picked: ``"random"`` (uniform over ``train_envs``, or by their
     ``weight``) or ``"curriculum"`` (weighted by recent success: the ``env_curriculum_*`` settings)."""
-    opponent_sampling_strategy: str = "none"
+    opponent_sampling_strategy: Literal[OPPONENT_SAMPLING_STRATEGIES] = setting("none",
+                                                                                flat="opponent_sampling_strategy")
     """Who fills ``"opponent"`` seats: ``"none"``/``"mirror"`` (self-play), ``"fixed"`` (one of
     ``fixed_opponents``), ``"lagged"``, ``"match-quality"``, ``"pool"`` (the other trainable models'
     checkpoints and ``fixed_opponents``; see :mod:`unstable.samplers.model_samplers`), or ``"pfsp"``
@@ -31,78 +31,63 @@ class SamplerConfig:
     settings, :mod:`unstable.samplers.league`), or ``"psro"`` (the meta-game's Nash mixture over the
     checkpoints and ``fixed_opponents``, updated every ``psro_every`` checkpoints: the ``psro_*``
     settings, :mod:`unstable.samplers.psro`)."""
-    fixed_opponents: Any = ("random",)
+    fixed_opponents: Any = setting(("random",), flat="fixed_opponents")
     """Opponent names for ``"fixed"``: scripted ones, adapter directories or API model names (the
     seed's default was an API model, which needs a key)."""
-    opponent_lag: int | None = None
+    opponent_lag: int | None = setting(None, ge=1, flat="opponent_lag")
     """For ``"lagged"``: play the checkpoint this many versions back ..."""
-    opponent_window: int | None = 4
+    opponent_window: int | None = setting(4, ge=1, flat="opponent_window")
     """... or (``opponent_lag=None``) one uniformly from the last this many checkpoints."""
-    pfsp_weighting: str = "hard"
+    pfsp_weighting: Literal[PFSP_WEIGHTINGS] = setting("hard", flat="pfsp_weighting")
     """For ``"pfsp"``: the weight of an opponent the learner beats with probability p: ``"hard"`` (1-p)^2,
     ``"even"`` p(1-p), ``"linear"`` 1-p (Vinyals et al. 2019)."""
-    pfsp_prior: float = 1.0
+    pfsp_prior: float = setting(1.0, gt=0, flat="pfsp_prior")
     """For ``"pfsp"``: pseudo-wins and pseudo-losses added to every opponent's record (a Beta prior), so a
     new opponent starts at p = 0.5."""
-    pfsp_window: int = 4
+    pfsp_window: int = setting(4, ge=1, flat="pfsp_window")
     """For ``"pfsp"``: the win rates count the games of the learner's this many newest checkpoints."""
-    psro_every: int = 5
+    psro_every: int = setting(5, flat="psro_every")
     """For ``"psro"``: the meta-game is brought up to date and solved after every this many new learner
     checkpoints (Lanctot et al. 2017); until the first update the learner plays itself."""
-    psro_games_per_cell: int = 8
+    psro_games_per_cell: int = setting(8, flat="psro_games_per_cell")
     """For ``"psro"``: each pair of the pool is filled to this many recorded games; the registry's train
     and eval games count, the rest are played as matrix games (rated, never trained on), before any train
-    game: at most :data:`MAX_PSRO_GAMES_PER_CELL`."""
-    psro_pool_size: int = 10
+    game: at most :data:`~unstable.samplers.psro.MAX_PSRO_GAMES_PER_CELL`."""
+    psro_pool_size: int = setting(10, flat="psro_pool_size")
     """For ``"psro"``: the meta-game holds the learner's this many newest checkpoints (and the fixed
     opponents): the games an update may need grow with its square."""
-    psro_meta_solver: str = "nash"
+    psro_meta_solver: Literal[META_SOLVERS] = setting("nash", flat="psro_meta_solver")
     """For ``"psro"``: ``"nash"`` (the maximum-entropy Nash mixture, Balduzzi et al. 2018) or
     ``"alpha-rank"`` (α-Rank's stationary distribution, Omidshafiei et al. 2019)."""
-    rating_curriculum: float = 0.0
+    rating_curriculum: float = setting(0.0, ge=0, le=1, flat="rating_curriculum")
     """The share of opponents drawn by TrueSkill match quality near ``rating_curriculum_target`` instead of
     by ``opponent_sampling_strategy`` (0: off; 1: only the curriculum), from past checkpoints and
     ``fixed_opponents``."""
-    rating_curriculum_target: float | None = None
+    rating_curriculum_target: float | None = setting(None, ge=0, le=1, flat="rating_curriculum_target")
     """The match quality the rating curriculum aims at (None: the best the pool offers, the most even match)."""
-    rating_curriculum_width: float = 0.1
+    rating_curriculum_width: float = setting(0.1, gt=0, flat="rating_curriculum_width")
     """How far from the target (in match quality) an opponent's weight falls to exp(-1/2) of the nearest's."""
-    env_curriculum_window: int = 32
+    env_curriculum_window: int = setting(32, ge=1, flat="env_curriculum_window")
     """For env ``"curriculum"``: the recent train games per env whose success counts."""
-    env_curriculum_target: float = 0.5
+    env_curriculum_target: float = setting(0.5, ge=0, le=1, flat="env_curriculum_target")
     """For env ``"curriculum"``: the success rate (win 1, draw 0.5, loss 0) the curriculum prefers."""
-    env_curriculum_width: float = 0.25
+    env_curriculum_width: float = setting(0.25, gt=0, flat="env_curriculum_width")
     """For env ``"curriculum"``: how far from the target an env's weight falls to exp(-1/2) of the nearest's."""
 
     def __post_init__(self) -> None:
-        check_choice("env_sampling_strategy", self.env_sampling_strategy, ENV_SAMPLING_STRATEGIES)
-        check_choice("opponent_sampling_strategy", self.opponent_sampling_strategy, OPPONENT_SAMPLING_STRATEGIES)
+        check_fields(self)
+        check_psro_settings(self.psro_every, self.psro_games_per_cell, self.psro_pool_size)  # PSRO's own rule
         self.fixed_opponents = opponent_names(self.fixed_opponents)
         if self.opponent_sampling_strategy == "fixed" and not self.fixed_opponents:
             raise ValueError("opponent_sampling_strategy='fixed' needs at least one name in fixed_opponents")
-        check_int("opponent_lag", self.opponent_lag, 1, allow_none=True)
-        check_int("opponent_window", self.opponent_window, 1, allow_none=True)
-        check_choice("pfsp_weighting", self.pfsp_weighting, PFSP_WEIGHTINGS)
-        check_number("pfsp_prior", self.pfsp_prior, 0.0, low_open=True)
-        check_int("pfsp_window", self.pfsp_window, 1)
-        check_int("psro_every", self.psro_every, 1)
-        check_int("psro_games_per_cell", self.psro_games_per_cell, 1, maximum=MAX_PSRO_GAMES_PER_CELL)
-        check_int("psro_pool_size", self.psro_pool_size, 1)
-        check_choice("psro_meta_solver", self.psro_meta_solver, META_SOLVERS)
-        check_number("rating_curriculum", self.rating_curriculum, 0.0, 1.0)
-        check_number("rating_curriculum_target", self.rating_curriculum_target, 0.0, 1.0, allow_none=True)
-        check_number("rating_curriculum_width", self.rating_curriculum_width, 0.0, low_open=True)
-        check_int("env_curriculum_window", self.env_curriculum_window, 1)
-        check_number("env_curriculum_target", self.env_curriculum_target, 0.0, 1.0)
-        check_number("env_curriculum_width", self.env_curriculum_width, 0.0, low_open=True)
 
     def draws_opponents(self) -> bool:
         """Whether the opponent sampler (with its rating curriculum) seats anyone but the learner itself."""
-        return self.opponent_sampling_strategy not in ("none", "mirror") or self.rating_curriculum > 0
+        return OPPONENT_STRATEGIES[self.opponent_sampling_strategy].draws_opponents or self.rating_curriculum > 0
 
     def plays_fixed(self) -> bool:
         """Whether ``fixed_opponents`` are drawn as training opponents."""
-        return self.opponent_sampling_strategy in ("fixed", "pool", "pfsp", "psro") or self.rating_curriculum > 0
+        return OPPONENT_STRATEGIES[self.opponent_sampling_strategy].plays_fixed or self.rating_curriculum > 0
 
 
 def opponent_names(value: Any) -> tuple[str, ...]:

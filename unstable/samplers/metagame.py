@@ -23,7 +23,7 @@ a win scoring 1 and a draw 1/2, seats alternating; so ``payoffs`` is antisymmetr
 PSRO (Lanctot et al. 2017) uses :func:`nash_averaging`'s mixture (or α-Rank's distribution) as the
 opponent distribution over the pool: :func:`meta_solver` names them for
 :class:`~unstable.samplers.psro.PSROModelSampler`. That is why this module sits with the samplers (a
-training run uses it); :mod:`unstable.eval.metagame` is the same functions under evaluation's name.
+training run uses it); evaluation (the cross-play table, league analysis) reads it here too.
 """
 
 from __future__ import annotations

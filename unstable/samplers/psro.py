@@ -25,7 +25,7 @@ learner keeps training against the mixture:
 
 Before the first update the mixture is empty, and the learner plays itself (mirror self-play).
 ``payoffs[i, j] = (wins - losses) / games`` of entry ``i`` against ``j`` (a draw 0), the
-antisymmetric matrix of :mod:`unstable.eval.metagame`; a pair without games reads 0.
+antisymmetric matrix of :mod:`unstable.samplers.metagame`; a pair without games reads 0.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from unstable.samplers.config import MAX_PSRO_GAMES_PER_CELL
 from unstable.samplers.league import MixtureModelSampler
 from unstable.samplers.metagame import meta_solver as named_meta_solver
 from unstable.utils.calls import call, fire
@@ -45,6 +44,9 @@ from unstable.utils.checks import check_int
 
 PSRO_LOG_FILE = "psro.jsonl"
 """One JSON line per PSRO update, in the run directory."""
+MAX_PSRO_GAMES_PER_CELL = 1000
+"""The most ``psro_games_per_cell``: an update plays its matrix games before any train game, so with a pool of
+10 checkpoints and 1 fixed opponent (55 pairs) training waits for up to 55,000 games at this bound."""
 
 MetaSolver = Callable[[list[list[float]]], Sequence[float]]
 
@@ -117,6 +119,14 @@ def missing_games(pool: Sequence[str], games: Sequence[Sequence[int]], per_cell:
             for k in range(max(need.values(), default=0)) for (i, j), n in need.items() if k < n)
 
 
+def check_psro_settings(every: Any, games_per_cell: Any, pool_size: Any) -> None:
+    """PSRO's settings (build()'s ``psro_every``, ``psro_games_per_cell``, ``psro_pool_size``), checked here
+    for the sampler and for the run's config alike."""
+    check_int("psro_every", every, 1)
+    check_int("psro_games_per_cell", games_per_cell, 1, maximum=MAX_PSRO_GAMES_PER_CELL)
+    check_int("psro_pool_size", pool_size, 1)
+
+
 class PSROModelSampler(MixtureModelSampler):
     """See the module docstring. ``meta_solver``: a name of :data:`~unstable.samplers.metagame.META_SOLVERS`,
     or a function of the payoff matrix that gives the mixture (one probability per pool entry), named
@@ -130,9 +140,7 @@ class PSROModelSampler(MixtureModelSampler):
                  fixed_opponents: Sequence[str] | None = None, lineage: str | None = None, tracker: Any = None,
                  log_path: str | None = None, rng_seed: int = 489):
         super().__init__(model_registry, rng_seed=rng_seed)
-        check_int("psro_every", every, 1)
-        check_int("psro_games_per_cell", games_per_cell, 1, maximum=MAX_PSRO_GAMES_PER_CELL)
-        check_int("psro_pool_size", pool_size, 1)
+        check_psro_settings(every, games_per_cell, pool_size)
         if isinstance(meta_solver, str):
             meta_solver, solver_name = named_meta_solver(meta_solver), solver_name or meta_solver
         if not callable(meta_solver):

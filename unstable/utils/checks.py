@@ -10,18 +10,21 @@ INT64_MAX = 2**63 - 1
 ceiling of every integer setting that says no tighter one."""
 
 
-def check_int(name: str, value: Any, minimum: int, *, allow_none: bool = False, maximum: int | None = None) -> None:
-    """``value`` must be an ``int`` (not a bool) ``>= minimum`` and ``<= maximum`` (default
-    :data:`INT64_MAX`), or ``None`` when allowed."""
+def check_int(name: str, value: Any, minimum: int | None, *, allow_none: bool = False,
+              maximum: int | None = None) -> None:
+    """``value`` must be an ``int`` (not a bool) ``>= minimum`` (``None``: no lower bound but -:data:`INT64_MAX`)
+    and ``<= maximum`` (default :data:`INT64_MAX`), or ``None`` when allowed."""
     if value is None and allow_none:
         return
     or_none = " or None" if allow_none else ""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        low = "" if minimum is None else f" >= {minimum}"
         bound = "" if maximum is None else f" and <= {maximum}"
-        raise ValueError(f"{name} must be an integer >= {minimum}{bound}{or_none}, got {value!r}")
+        raise ValueError(f"{name} must be an integer{low}{bound}{or_none}, got {value!r}")
     top = INT64_MAX if maximum is None else maximum
-    if value > top:
-        raise ValueError(f"{name} must be an integer >= {minimum} and <= {top}{or_none}, got {value!r} (too large)")
+    if value > top or value < -INT64_MAX:
+        bounds = f" >= {minimum} and <= {top}" if minimum is not None else f" from -{top} to {top}"
+        raise ValueError(f"{name} must be an integer{bounds}{or_none}, got {value!r} (too large)")
 
 
 def check_positive(name: str, value: Any) -> None:
@@ -39,8 +42,8 @@ def check_number(name: str, value: Any, low: float, high: float = math.inf, *, l
     ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open or high == math.inf else ']'}"
-        raise ValueError(f"{name} must be a finite number in {interval}{' or None' if allow_none else ''}, "
-                         f"got {value!r}")
+        where = "" if (low, high) == (-math.inf, math.inf) else f" in {interval}"
+        raise ValueError(f"{name} must be a finite number{where}{' or None' if allow_none else ''}, got {value!r}")
 
 
 def check_bool(name: str, value: Any, *, allow_none: bool = False) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ class FieldDoc:
     annotation: str
     default: Any
     doc: str
+    meta: dict = field(default_factory=dict)
+    """The literal keywords of its :func:`~unstable.utils.schema.setting` (``flat``, the bounds ...)."""
 
     @property
     def summary(self) -> str:
@@ -67,13 +69,26 @@ def field_docs(module: str, class_name: str) -> dict[str, FieldDoc]:
         doc = ""
         if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
             doc = nxt.value.value.strip()
-        try:
-            default = ast.literal_eval(stmt.value) if stmt.value is not None else None
-        except ValueError:
-            default = None
         name = stmt.target.id
-        fields[name] = FieldDoc(name, ast.unparse(stmt.annotation), default, doc)
+        default, meta = _default_and_meta(stmt.value)
+        fields[name] = FieldDoc(name, ast.unparse(stmt.annotation), default, doc, meta)
     return fields
+
+
+def _literal(node: ast.expr | None) -> Any:
+    try:
+        return ast.literal_eval(node) if node is not None else None
+    except ValueError:
+        return None
+
+
+def _default_and_meta(value: ast.expr | None) -> tuple[Any, dict]:
+    """A field's literal default and, when it is declared by ``setting(default, flat=..., ge=...)``, the
+    literal keywords of that call."""
+    if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "setting":
+        default = _literal(value.args[0]) if value.args else None
+        return default, {k.arg: _literal(k.value) for k in value.keywords if k.arg}
+    return _literal(value), {}
 
 
 def add_field_options(parser: argparse.ArgumentParser, module: str, class_name: str, names: list[str],
@@ -92,6 +107,7 @@ def add_field_options(parser: argparse.ArgumentParser, module: str, class_name: 
         if not field.doc:
             raise ValueError(f"{module}.{class_name}.{name} has no docstring to make its --help from")
         base = field.annotation.split("|")[0].strip()
+        base = "str" if base.startswith("Literal[") else base  # a choice of words: the config checks which
         if base not in _TYPES:
             raise TypeError(f"{module}.{class_name}.{name}: no command-line type for {field.annotation!r}")
         default = "" if field.default is None else f" (default: {field.default})"
