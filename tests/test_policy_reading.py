@@ -263,12 +263,17 @@ def test_all_checkpoints_of_a_run_are_read_and_appended(answering_model, tmp_pat
               {"uid": "base", "iteration": 0, "path_or_name": None, "lineage": "model", "fixed": False}]
     (tmp_path / "registry" / "registry.json").write_text(json.dumps({"models": models}))
     assert main(["eval", "--exploitability", "--run", str(tmp_path), "--all-checkpoints", "--env",
-                 "KuhnPoker-v0-train", "--temperature", "1", "--top-p", "1"]) == 0
+                 "KuhnPoker-v0-train", "--temperature", "1", "--top-p", "1", "--out", str(tmp_path / "avg.json")]) == 0
     lines = [json.loads(x) for x in (tmp_path / "exploitability.jsonl").read_text().splitlines()]
     assert [(x["uid"], x["learner_step"]) for x in lines] == [("base", 0), ("ckpt-3", 3)]
     key = "eval/KuhnPoker-v0-train/exploitability"
     assert all(0 <= x[f"{key}_other_mass"] <= 1 and key in x for x in lines)
     assert lines[0][key] != lines[1][key]  # the adapter changed the policy
+    # The average of the checkpoints so far: of one, the checkpoint itself; of two, the table in --out.
+    assert lines[0][f"{key}_average"] == pytest.approx(lines[0][key], abs=1e-12)
+    average = json.loads((tmp_path / "avg.json").read_text())
+    assert average["checkpoints"] == 2 and average["exploitability"] == lines[1][f"{key}_average"]
+    assert len(average["policy"]) == 12 and lines[1][f"{key}_average"] not in (lines[0][key], lines[1][key])
     assert "ckpt-3" in capsys.readouterr().out
 
 

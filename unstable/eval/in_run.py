@@ -25,7 +25,11 @@ reached when it finished. The keys (:func:`exploitability_metrics`), for each en
   first / second (per seat);
 * ``eval/<env>/exploitability_other_mass``: the mean mass not on a legal move's canonical answer;
 * ``eval/<env>/exploitability_wall_s``: what the evaluation took;
-* KuhnPoker also ``eval/<env>/exploitability_textarena``: the hand scored as TextArena's env pays it.
+* KuhnPoker also ``eval/<env>/exploitability_textarena``: the hand scored as TextArena's env pays it;
+* ``eval/<env>/exploitability_average``: the exploitability of the reach-weighted average of every
+  checkpoint this evaluator has read so far, each weighted equally (fictitious play's output,
+  :mod:`unstable.eval.average_policy`). Checkpoints a newer one overtook are not in it, and a resumed run
+  starts a new average; ``unstable eval --exploitability --run RUN --all-checkpoints`` reads every one.
 
 The same ``eval/<env>/exploitability`` key as ``unstable eval --exploitability --all-checkpoints`` writes,
 so ``unstable plot`` draws either. An evaluation's error is kept and raised by the next ``submit`` (the
@@ -40,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from unstable.eval.average_policy import PolicyAverage
 from unstable.eval.exploitability import (
     SOLVED_GAMES,
     ExploitabilityResult,
@@ -145,6 +150,7 @@ class ExploitabilityEvaluator:
         self.model_name, self.targets, self.sampling, self.tracker = model_name, tuple(targets), sampling, tracker
         self.backend = backend
         self.evaluated: list[int] = []  # learner steps evaluated, in order
+        self.averages: dict[str, PolicyAverage] = {}  # env -> the average of the checkpoints evaluated
         self.skipped: list[int] = []  # learner steps a newer checkpoint overtook before their turn
         self._cond = threading.Condition()
         self._pending: tuple[int, str | None, AdapterPayload | None] | None = None
@@ -195,6 +201,9 @@ class ExploitabilityEvaluator:
                 max_new_tokens=self.sampling.max_new_tokens, action_extraction=target.action_extraction,
                 backend=self.backend)
             metrics |= exploitability_metrics(result)
+            average = self.averages.setdefault(target.env_id, PolicyAverage(base_name(target.env_id)))
+            average.add(result.policy)
+            metrics[f"eval/{target.env_id}/exploitability_average"] = average.exploitability()
         if self.tracker is not None:
             call(self.tracker, "log_at", metrics, version)
         self.evaluated.append(version)

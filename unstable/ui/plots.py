@@ -12,7 +12,8 @@ TrueSkill ratings saved when the run stops). The files, each written only when i
 * ``move_quality.png``: format-ok and invalid-move rates of the collected (training) games;
 * ``game_length.png``: turns per collected game;
 * ``training.png``: the learner's loss and gradient norm;
-* ``exploitability.png``: the exact exploitability of each checkpoint and its other (invalid) mass, from
+* ``exploitability.png``: the exact exploitability of each checkpoint (and of the average of the checkpoints
+  so far, :mod:`unstable.eval.average_policy`, where measured) and its other (invalid) mass, from
   ``eval/<env>/exploitability`` values in ``metrics.jsonl`` or ``exploitability.jsonl`` (written by
   ``unstable eval --exploitability --run RUN --all-checkpoints``).
 
@@ -258,7 +259,9 @@ def _exploitability(plt: Any, run: RunData) -> Any | None:
     rows = run.rows
     envs = [k.removeprefix("eval/").removesuffix("/exploitability") for k in _keys(rows, "eval/", "/exploitability")]
     return _curves_figure(plt, rows, "Exploitability (exact best response; 0 = unexploitable)", [
-        ("exploitability", {e: f"eval/{e}/exploitability" for e in envs}, FROM_ZERO),
+        ("exploitability", {label: key for e in envs for label, key in (
+            (e, f"eval/{e}/exploitability"),
+            (f"{e}, average of the checkpoints", f"eval/{e}/exploitability_average"))}, FROM_ZERO),
         ("other (invalid) mass, mean over states", {e: f"eval/{e}/exploitability_other_mass" for e in envs}, RATE),
     ])
 
