@@ -27,12 +27,14 @@ def test_the_gpu_check_rehearses_on_cpu_and_summarises_every_step(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     status = {s["step"]: s["status"] for s in summary["steps"]}
-    assert set(status) == set(STEPS)
+    assert set(status) == {*STEPS, "quickstart"} and status["quickstart"] == "not run"  # STEPS leaves it out
     log = proc.stdout[-4000:]
     # the packages are installed here: no bundle needed; the fast steps must finish within their caps
     assert status["setup"] == "ok", log
     assert status["inference"] == "ok", log
     for step, state in status.items():
+        if step == "quickstart":
+            continue
         assert state in ("ok", "timeout", "skipped", "missing"), f"{step}: {state}\n{log}"
         if state == "missing":  # only a script another change adds may be absent from this tree
             assert step == "vram" and not (ROOT / "benchmarks" / "bench_vram.py").exists()

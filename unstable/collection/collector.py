@@ -81,8 +81,8 @@ class Collector:
     function) are registered in this process first: the user's registrations, when the collector
     runs in a Ray actor.
 
-    Several trainable models: ``buffers`` maps each model (lineage) to its buffer, instead of one
-    ``buffer``. A finished train game goes to the buffer of each lineage that has a collected seat
+    ``buffers`` maps each trainable model (its lineage) to its buffer; ``buffer=b`` is the one-model
+    shorthand for ``buffers={None: b}`` (``build()`` always passes ``buffers``). A finished train game goes to the buffer of each lineage that has a collected seat
     in it, which keeps only that lineage's seats; a lineage whose buffer is full or stopped is
     *paused* (the scheduler draws no game that only it would learn from). ``backend_groups`` maps a
     lineage to the indices of the backends serving its base model (models that share a base share

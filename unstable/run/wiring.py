@@ -165,28 +165,19 @@ def _env_sampler(cfg):
 
 
 def start_actors(cfg, run_name: str) -> Actors:
-    """Start every actor of a run from a validated :class:`~unstable.run.config.BuildConfig`.
+    """Start every actor of a run from a validated :class:`~unstable.run.config.BuildConfig`, in the order a
+    reader can follow: where each model resumes, Ray, the services (tracker, registry, scheduler), the
+    buffers and the evaluator, the learners, the inference engines, the collector.
 
-    With several trainable models (see :func:`_start_engines` for where they go): a buffer and a
-    learner per model, one engine group per distinct base model (models sharing a base share its
-    engines and serve their adapters side by side), one registry with a lineage per model.
+    One model or several take the same path: every model has a buffer and a learner, keyed by its name;
+    its registry lineage is its name, or ``None`` in a one-model run (the seed's names: ``ckpt-N``, no
+    metrics prefix). Models sharing a base model share its engines (see :func:`_start_engines`).
     """
     models = cfg.models
-    several = len(models) > 1
-    lineage = {m.name: (m.name if several else None) for m in models}  # registry lineage / metrics prefix
-    # where each model resumes (one point per model; they share the run's state snapshot)
-    points = {m.name: find_resume_point(cfg.resume_from, lineage[m.name]) for m in models} if cfg.resume_from else {}
+    lineage = {m.name: (m.name if len(models) > 1 else None) for m in models}  # registry lineage / metrics prefix
+    points = _resume_points(cfg, lineage)
     resume = points[models[0].name] if points else None
-    for m in models:  # the checkpoint each learner starts from must fit its base model (model_name may be new)
-        point = points.get(m.name)
-        if point is not None and point.checkpoint is not None:
-            check_adapter(str(point.checkpoint), "the checkpoint to resume from", check_model(m.model_name))
-    try:  # W&B is optional: without an API key it logs offline, and we say so once, here
-        wandb = wandb_plan(cfg.tracker.wandb_project, cfg.tracker.use_wandb)
-    except ImportError as exc:
-        raise ValueError(str(exc)) from None
-    if wandb.notice:
-        print(f"unstable: {wandb.notice}", flush=True)
+    wandb = _wandb_plan(cfg)
     ensure_ray(cfg.ray_address)
     cluster = ray.cluster_resources()
     check_resources(models, cluster)
@@ -194,9 +185,82 @@ def start_actors(cfg, run_name: str) -> Actors:
     driver_node = ray.get_runtime_context().get_node_id()
     # hard affinity: a soft one lets Ray place them on any node whose worker pool is less busy
     light = {"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(driver_node, soft=False)}
+    run_id = new_run_id(run_name)
+    tracker, registry, run_dir, in_memory = _start_tracking(cfg, run_name, run_id, lineage, points, resume, wandb,
+                                                            light)
+    scheduler = _start_scheduler(cfg, tracker, registry, run_dir, resume, light)
+    checkpoints_dir = ray.get(tracker.get_checkpoints_dir.remote())
+    # several learners take turns on their device instead of oversubscribing it; in sync mode the
+    # collector takes turns with them
+    turn_lock = None
+    if len(models) > 1 or cfg.mode == "sync":
+        turn_lock = actor_class(TurnLock).options(**light, max_concurrency=len(models) + 3).remote()
+    buffers = {m.name: _start_buffer(m, light, tracker, cfg.seed, lineage[m.name], len(models) > 1, run_id)
+               for m in models}
+    buffer_dropped = restore_buffers(resume.state, buffers) if resume else None
+    if buffer_dropped is not None:
+        ray.get(tracker.log.remote({"buffer/dropped_on_resume": buffer_dropped}))
+    evaluator, evaluate_hook = _start_evaluator(cfg, tracker, checkpoints_dir, points, light)
+    learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(ray.cluster_resources()), _learner_workers(models))
+    on_checkpoint = CheckpointHooks(RunStateWriter(run_dir, registry, scheduler, tracker, buffers), evaluate_hook)
+    learners, workers, pending = _start_learners(cfg, lineage, points, buffers, checkpoints_dir, learner_gpus,
+                                                 driver_node, tracker, registry, turn_lock, on_checkpoint, in_memory)
+    # after the learners, so they have their place before the inference actors take theirs
+    # by name, not handle: the inference actors may be restarted (see ActorByName)
+    source = ActorByName(actor_name(run_id, "ModelRegistry")) if in_memory else None
+    backends, groups, samplings, sleepers = _start_engines(models, lineage, gpus_per_actor, default_actors, run_id,
+                                                           adapter_source=source)
+    if sleepers:  # vLLM's sleep mode on the learner's GPU: the engines sleep while a learner updates
+        sleeping = SleepingEngines([b.handle for b in sleepers], lock=turn_lock)
+        ray.get([learner.set_turn_lock.remote(sleeping) for learner in learners.values()])
+    collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
+        tracker=tracker, game_scheduler=scheduler, backends=backends,
+        buffers={lineage[n]: b for n, b in buffers.items()}, backend_groups=groups, samplings=samplings,
+        sampling=samplings[lineage[models[0].name]], failure_budget=cfg.failure_budget,
+        api_opponents=cfg.api_opponents, prompt_templates=custom_templates(),
+        action_extractions=custom_action_extractions(), environments={env.name: env for env in cfg.environments},
+        turn_lock=turn_lock if cfg.mode == "sync" else None)
+    for learner, algorithm_kwargs in pending:  # only what it names (A2C: the critic's)
+        ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))
+    for name, learner in learners.items():
+        _join_learner_workers(learner, workers[name])
+    return Actors(tracker, registry, scheduler, collector, backends, run_dir, learners=learners, buffers=buffers,
+                  turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()},
+                  buffer_dropped_on_resume=buffer_dropped, run_id=run_id,
+                  learner_workers={name: ws for name, ws in workers.items() if ws}, evaluator=evaluator)
+
+
+def _resume_points(cfg, lineage: dict[str, str | None]) -> dict[str, Any]:
+    """Where each model resumes (one point per model; they share the run's state snapshot), empty for a new
+    run; the checkpoint each learner starts from must fit its base model (``model_name`` may be new)."""
+    if not cfg.resume_from:
+        return {}
+    points = {m.name: find_resume_point(cfg.resume_from, lineage[m.name]) for m in cfg.models}
+    for m in cfg.models:
+        point = points[m.name]
+        if point.checkpoint is not None:
+            check_adapter(str(point.checkpoint), "the checkpoint to resume from", check_model(m.model_name))
+    return points
+
+
+def _wandb_plan(cfg) -> Any:
+    """W&B is optional: without an API key it logs offline, and that is said once, here."""
+    try:
+        wandb = wandb_plan(cfg.tracker.wandb_project, cfg.tracker.use_wandb)
+    except ImportError as exc:
+        raise ValueError(str(exc)) from None
+    if wandb.notice:
+        print(f"unstable: {wandb.notice}", flush=True)
+    return wandb
+
+
+def _start_tracking(cfg, run_name: str, run_id: str, lineage: dict[str, str | None], points: dict, resume: Any,
+                    wandb: Any, light: dict) -> tuple[Any, Any, str, bool]:
+    """The Tracker and the ModelRegistry, restored when resumed (each model rolled back to its point), else
+    with each model's base at version 0; the fixed opponents registered. Returns them, the run directory and
+    whether adapters travel through Ray's object store."""
     # the caller's cwd, not the actor's
     run_dir = str(resume.run_dir) if resume else os.path.abspath(os.path.join(cfg.runs_dir, run_name))
-    run_id = new_run_id(run_name)
     tracker = actor_class(Tracker).options(**light, name=actor_name(run_id, "Tracker")).remote(
         run_name=run_name, wandb_project=cfg.tracker.wandb_project, run_dir=run_dir, use_wandb=wandb.enabled,
         wandb_mode=wandb.mode, config=cfg.to_dict(), config_file=resume is None,
@@ -213,9 +277,8 @@ def start_actors(cfg, run_name: str) -> Actors:
         ray.get(tracker.load_state_dict.remote(resume.state["tracker"]))
         ray.get(registry.load_state_dict.remote(resume.state["registry"]))
     else:
-        for m in models:
-            ray.get(registry.add_checkpoint.remote(uid=checkpoint_uid(0, lineage[m.name]), path=None, iteration=0,
-                                                   lineage=lineage[m.name]))
+        for name in lineage.values():
+            ray.get(registry.add_checkpoint.remote(uid=checkpoint_uid(0, name), path=None, iteration=0, lineage=name))
     if resume:
         for point in points.values():
             _register_missing_checkpoints(registry, point)
@@ -228,50 +291,51 @@ def start_actors(cfg, run_name: str) -> Actors:
     for name in sorted(opponents):
         if fixed_policy_ref(name).uid not in known:
             ray.get(registry.add_fixed.remote(name=name))
-    env_sampler = _env_sampler(cfg)
-    # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
+    return tracker, registry, run_dir, in_memory
+
+
+def _start_scheduler(cfg, tracker, registry, run_dir: str, resume: Any, light: dict) -> Any:
+    """The GameScheduler with the env sampler and the opponent sampler (a league's, when there is one),
+    restored when resumed."""
     league = getattr(cfg, "league", None)
-    fixed = tuple(fixed_policy_ref(name).uid for name in samplers.fixed_opponents)
-    opponents_sampler = opponent_sampler(samplers, registry, cfg.seed, fixed, tracker, run_dir)
-    model_sampler = league_model_sampler(league, models, opponents_sampler, cfg.seed)
+    fixed = tuple(fixed_policy_ref(name).uid for name in cfg.samplers.fixed_opponents)
+    opponents_sampler = opponent_sampler(cfg.samplers, registry, cfg.seed, fixed, tracker, run_dir)
+    # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
     scheduler = actor_class(GameScheduler).options(**light).remote(
-        model_sampler=model_sampler, env_sampler=env_sampler, logging_dir=None, seed=cfg.seed)
+        model_sampler=league_model_sampler(league, cfg.models, opponents_sampler, cfg.seed),
+        env_sampler=_env_sampler(cfg), logging_dir=None, seed=cfg.seed)
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
+    return scheduler
 
-    learner_gpus, gpus_per_actor, default_actors = gpu_layout(_gpus(ray.cluster_resources()), _learner_workers(models))
-    checkpoints_dir = ray.get(tracker.get_checkpoints_dir.remote())
-    turn_lock = None
-    # several learners take turns on their device instead of oversubscribing it; in sync mode the
-    # collector takes turns with them
-    if several or cfg.mode == "sync":
-        turn_lock = actor_class(TurnLock).options(**light, max_concurrency=len(models) + 3).remote()
-    buffers = {m.name: _start_buffer(m, light, tracker, cfg.seed, lineage[m.name], several, run_id)
-               for m in models}
-    buffer_dropped = restore_buffers(resume.state, buffers) if resume else None
-    if buffer_dropped is not None:
-        ray.get(tracker.log.remote({"buffer/dropped_on_resume": buffer_dropped}))
-    evaluator, evaluate_hook = _start_evaluator(cfg, tracker, checkpoints_dir, points, light)
-    learners, pending, workers = {}, [], {}
-    rules = reset_rules(league, models)  # a league's exploiters reset their adapters by these
+
+def _start_learners(cfg, lineage: dict[str, str | None], points: dict, buffers: dict, checkpoints_dir: str,
+                    learner_gpus: float, driver_node: str, tracker, registry, turn_lock, on_checkpoint,
+                    in_memory: bool) -> tuple[dict[str, Any], dict[str, list[Any]], list[tuple[Any, dict]]]:
+    """Each model's learner (rank 0, near the driver) and its other data-parallel ranks. Returns the
+    learners and the other ranks by model, and each actor with the algorithm settings it is to be
+    initialised with (after the engines have their place)."""
+    models = cfg.models
+    several = len(models) > 1
+    learners, workers, pending = {}, {}, []
+    rules = reset_rules(getattr(cfg, "league", None), models)  # a league's exploiters reset their adapters by these
     for m in models:
-        learner_cls, buffer = resolve_learner(m.algorithm), buffers[m.name]
+        learner_cls = resolve_learner(m.algorithm)
         resumed = {}
         point = points.get(m.name)
         if point is not None and point.checkpoint is not None:
             resumed = {"initial_lora_path": str(point.checkpoint), "initial_version": point.version,
                        "restore_training_state": True}
-        placement = _near(driver_node, 1, learner_gpus)
         learner_kwargs, algorithm_kwargs = m.learner_settings(learner_cls)
         cpus, gpus = _learner_share(learner_gpus, len(models))
         common = dict(model_name=m.model_name, lora_cfg=m.lora_cfg, **learner_kwargs,
                       output_dir=os.path.join(checkpoints_dir, m.name) if several else checkpoints_dir,
                       device=m.learner_device, seed=cfg.seed, lineage=lineage[m.name],
                       keep_last=None)  # keep every adapter: lagged opponents and the registry may point at old ones
-        learner = actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus, **placement).remote(
-            **common, buffer=buffer, tracker=tracker, model_registry=registry, turn_lock=turn_lock,
-            on_checkpoint=CheckpointHooks(RunStateWriter(run_dir, registry, scheduler, tracker, buffers),
-                                          evaluate_hook), publish_adapters=in_memory,
+        learner = actor_class(learner_cls).options(num_cpus=cpus, num_gpus=gpus,
+                                                   **_near(driver_node, 1, learner_gpus)).remote(
+            **common, buffer=buffers[m.name], tracker=tracker, model_registry=registry, turn_lock=turn_lock,
+            on_checkpoint=on_checkpoint, publish_adapters=in_memory,
             **resumed, **({"reset_rule": rules[m.name]} if m.name in rules else {}))
         # ranks 1..N-1 get rank 0's weights and optimiser states with the first batch: they read no
         # checkpoint (their node may not see it), and build the adapter from the run's lora_cfg
@@ -280,32 +344,7 @@ def start_actors(cfg, run_name: str) -> Actors:
                            for _ in range(m.num_learner_workers - 1)]
         pending.extend((w, algorithm_kwargs) for w in [learner, *workers[m.name]])
         learners[m.name] = learner
-    # after the learners, so they have their place before the inference actors take theirs
-    # by name, not handle: the inference actors may be restarted (see ActorByName)
-    source = ActorByName(actor_name(run_id, "ModelRegistry")) if in_memory else None
-    backends, groups, samplings, sleepers = _start_engines(models, lineage, gpus_per_actor, default_actors, run_id,
-                                                           adapter_source=source)
-    if sleepers:  # vLLM's sleep mode on the learner's GPU: the engines sleep while a learner updates
-        sleeping = SleepingEngines([b.handle for b in sleepers], lock=turn_lock)
-        ray.get([learner.set_turn_lock.remote(sleeping) for learner in learners.values()])
-    collector_buffers = {"buffers": {lineage[n]: b for n, b in buffers.items()}} if several else {
-        "buffer": buffers[models[0].name]}
-    collector = actor_class(Collector).options(**light, max_concurrency=1000).remote(
-        tracker=tracker, game_scheduler=scheduler, backends=backends,
-        sampling=samplings[lineage[models[0].name]], failure_budget=cfg.failure_budget,
-        api_opponents=cfg.api_opponents,
-        prompt_templates=custom_templates(), action_extractions=custom_action_extractions(),
-        environments={env.name: env for env in cfg.environments},
-        turn_lock=turn_lock if cfg.mode == "sync" else None, **collector_buffers,
-        **({"backend_groups": groups, "samplings": samplings} if several else {}))
-    for learner, algorithm_kwargs in pending:  # only what it names (A2C: the critic's)
-        ray.get(learner.initialize_algorithm.remote(**algorithm_kwargs))
-    for name, learner in learners.items():
-        _join_learner_workers(learner, workers[name])
-    return Actors(tracker, registry, scheduler, collector, backends, run_dir, learners=learners, buffers=buffers,
-                  turn_lock=turn_lock, start_versions={name: p.version for name, p in points.items()},
-                  buffer_dropped_on_resume=buffer_dropped, run_id=run_id,
-                  learner_workers={name: ws for name, ws in workers.items() if ws}, evaluator=evaluator)
+    return learners, workers, pending
 
 
 def _start_evaluator(cfg, tracker, checkpoints_dir: str, points: dict, light: dict) -> tuple[Any, Any]:
