@@ -168,6 +168,8 @@ def main() -> None:
     args = p.parse_args()
     import os
 
+    if args.quick:  # a smoke run: 5 updates, 2 left out, 2 repeats
+        args.steps, args.skip, args.repeats = min(args.steps, 5), min(args.skip, 2), min(args.repeats, 2)
     threads = args.threads or len(os.sched_getaffinity(0))
     info = machine()  # at the start, so both load averages are recorded
     with tempfile.TemporaryDirectory(prefix="bench-moves-") as tmp:
