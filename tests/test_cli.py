@@ -343,11 +343,12 @@ def test_eval_exploitability_reads_at_the_defaults_of_evaluate_exploitability(ti
 
     defaults = inspect.signature(exploitability.evaluate_exploitability).parameters
     assert (defaults["temperature"].default, defaults["top_p"].default) == (1.0, 1.0)
+    assert defaults["max_new_tokens"].default == 32  # and the completion length: the command read at 64
     seen = []
 
     def record(*args, **kwargs):
-        seen.append((kwargs["temperature"], kwargs["top_p"]) if "top_p" in kwargs else
-                    (kwargs["sampling"].temperature, kwargs["sampling"].top_p))
+        seen.append((kwargs["temperature"], kwargs["top_p"], kwargs["max_new_tokens"]) if "top_p" in kwargs else
+                    (kwargs["sampling"].temperature, kwargs["sampling"].top_p, kwargs["sampling"].max_new_tokens))
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(exploitability, "evaluate_exploitability", record)
@@ -355,7 +356,7 @@ def test_eval_exploitability_reads_at_the_defaults_of_evaluate_exploitability(ti
     for argv in (["--exploitability"], ["--exploitability", "--temperature", "0.5", "--top-p", "0.9"], []):
         with pytest.raises(RuntimeError, match="stop here"):
             main(["eval", "--model", tiny_model_dir, "--template", "qwen3-board", *argv])
-    assert seen == [(1.0, 1.0), (0.5, 0.9), (0.6, 0.95)]
+    assert seen == [(1.0, 1.0, 32), (0.5, 0.9, 32), (0.6, 0.95, 64)]
 
 
 def test_progress_prints_a_line_per_learner_step_and_a_last_one_for_the_last_reading():

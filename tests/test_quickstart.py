@@ -592,3 +592,18 @@ def test_a_quickstart_config_for_another_game_warm_starts_on_that_game(tmp_path)
     recipe.write_text("env_id: KuhnPoker-v0-train\nwarm_start: {env_id: TicTacToe-v0-train}\n")
     with pytest.raises(ValueError, match="must match env_id"):  # a contradiction the file wrote is still refused
         load_quickstart_config(str(recipe))
+
+
+def test_a_misspelt_opponent_is_refused_before_the_warm_start(tmp_path, monkeypatch):
+    """``eval_opponent: heurstic`` was read as an API model and refused for want of a key only after the warm
+    start (minutes on a fresh machine); now before it, with the scripted name it may have meant."""
+    import unstable.cli.quickstart as qs
+    import unstable.models.warmstart as warmstart
+
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    monkeypatch.setattr(warmstart, "warm_start_path", lambda *a, **k: pytest.fail("the warm start ran"))
+    with pytest.raises(ValueError, match=r"opponent 'heurstic' is not a scripted policy.*did you mean 'heuristic'"):
+        qs.run_quickstart(qs.QuickstartConfig(out=str(tmp_path / "q"), eval_opponent="heurstic"), say=lambda _: None)
+    with pytest.raises(ValueError, match=r"opponent 'optimall'.*did you mean 'optimal'"):
+        qs.run_quickstart(qs.QuickstartConfig(out=str(tmp_path / "q"), opponent_sampling_strategy="fixed",
+                                              fixed_opponents=["optimall"]), say=lambda _: None)

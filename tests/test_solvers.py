@@ -258,10 +258,14 @@ def test_an_invalid_move_loses_the_match():
     """Invalid in round 3 only: the best responder only has to reach round 3."""
     table = match_table_from_hand_table(kuhn_nash_table())
     table = {key: ({} if key.count("|") == 2 else probs) for key, probs in table.items()}
-    result = kuhn_match_exploitability(table)
+    result = kuhn_match_exploitability(table, allow_invalid_mass=True)
     assert result.best_response_player0 == 1.0 == result.best_response_player1
     with pytest.raises(ValueError, match=r"no entry for information state '[JQK]:"):
         kuhn_match_exploitability({})
+    # A hand-written table that sums below 1 is refused unless the rest is meant as invalid answers.
+    with pytest.raises(ValueError, match=r"probabilities sum to 0\.9, not 1.*allow_invalid_mass=True"):
+        kuhn_match_exploitability({k: {a: 0.9 * p for a, p in v.items()} for k, v in
+                                   match_table_from_hand_table(kuhn_nash_table()).items()})
 
 
 # ------------------------------------------------------------------------------------ the docs page
@@ -299,12 +303,13 @@ def _open(position):
 
 
 def test_connect_four_bounds_known_answers():
-    assert connect_four_exploitability_bounds(ColumnsTable(_open, share=0.0), depth=3).exploitability == (1.0, 1.0)
+    assert connect_four_exploitability_bounds(ColumnsTable(_open, share=0.0), depth=3,
+                                              allow_invalid_mass=True).exploitability == (1.0, 1.0)
     # Nobody can connect four before ply 7: until then only invalid moves decide, and the lower bound
     # is 1 - 2 * 0.9**k after the policy's k moves (upper bound 1).
     leaky = ColumnsTable(_open, share=0.9)
     for depth in (1, 2, 3, 4, 5):
-        result = connect_four_exploitability_bounds(leaky, depth)
+        result = connect_four_exploitability_bounds(leaky, depth, allow_invalid_mass=True)
         first, second = (depth + 1) // 2, depth // 2
         assert result.best_response_first == pytest.approx((1 - 2 * 0.9**first, 1.0), abs=1e-12)
         assert result.best_response_second == pytest.approx((1 - 2 * 0.9**second, 1.0), abs=1e-12)
@@ -317,6 +322,8 @@ def test_connect_four_bounds_known_answers():
 
 
 def test_connect_four_bad_tables_are_refused():
+    with pytest.raises(ValueError, match=r"sum to 0\.9 < 1.*allow_invalid_mass=True"):
+        connect_four_exploitability_bounds(ColumnsTable(_open, share=0.9), depth=2)
     with pytest.raises(ValueError, match=r"no entry for position '\.{42}'"):
         connect_four_exploitability_bounds({}, depth=2)
     with pytest.raises(ValueError, match="must give open columns"):

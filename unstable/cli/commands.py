@@ -139,7 +139,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from unstable.utils.paths import check_writable_file
 
     given = {k: v for k, v in (("temperature", args.temperature), ("top_p", args.top_p)) if v is not None}
-    sampling = SamplingParams(**given, max_new_tokens=args.max_new_tokens)  # games: 0.6 and 0.95 unless given
+    sampling = SamplingParams(**given, max_new_tokens=args.max_new_tokens or 64)  # games: 0.6, 0.95, 64 unless given
     done = []
 
     def progress(record) -> None:
@@ -452,7 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "unstable.evaluate_exploitability reads: the model's own distribution)")
     p.add_argument("--top-p", type=float, default=None,
                    help="nucleus (default 0.95; with --exploitability 1, as unstable.evaluate_exploitability reads)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="completion length (default 64; with --exploitability 32, as "
+                        "unstable.evaluate_exploitability reads)")
     p.add_argument("--seed", type=int, default=0)
     add_field_options(p, "unstable.policies.api", "APIOpponentConfig", API_OPTIONS, prefix="api_")
     from unstable.cli.exploitability import add_exploitability_options  # here: the import block is shared

@@ -312,11 +312,14 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     """Run the default job and return the summary it writes to ``cfg.out/summary.json``."""
     from unstable.local_models.tiny import tiny_model_path
     from unstable.models.warmstart import mixes, warm_start_path
+    from unstable.run.preflight import check_api_opponents
     from unstable.tracking.run_dir import atomic_write_json
     from unstable.ui.plots import plot_run, pyplot
 
     cfg = cfg or QuickstartConfig()
     run_dir = _check_out_dir(cfg.out).resolve()
+    # before the warm start: a misspelt opponent is otherwise read as an API model minutes later
+    check_api_opponents([cfg.eval_opponent, *(cfg.fixed_opponents if cfg._strategy() != "mirror" else ())])
     pyplot()  # the job ends with plots: without matplotlib, fail now rather than after the training
     t0 = time.perf_counter()
     say(f"[1/5] tiny model ({cfg.model_size})")

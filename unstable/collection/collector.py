@@ -82,12 +82,12 @@ class Collector:
     runs in a Ray actor.
 
     ``buffers`` maps each trainable model (its lineage) to its buffer; ``buffer=b`` is the one-model
-    shorthand for ``buffers={None: b}`` (``build()`` always passes ``buffers``). A finished train game goes to the buffer of each lineage that has a collected seat
-    in it, which keeps only that lineage's seats; a lineage whose buffer is full or stopped is
-    *paused* (the scheduler draws no game that only it would learn from). ``backend_groups`` maps a
-    lineage to the indices of the backends serving its base model (models that share a base share
-    its engines; a seat is served by its own lineage's group, fixed adapters by the first group),
-    and ``samplings`` gives a lineage its own sampling settings.
+    shorthand for ``buffers={None: b}`` (``build()`` always passes ``buffers``). A finished train game goes
+    to the buffer of each lineage that has a collected seat in it, which keeps only that lineage's seats; a
+    lineage whose buffer is full or stopped is *paused* (the scheduler draws no game that only it would
+    learn from). ``backend_groups`` maps a lineage to the indices of the backends serving its base model
+    (models that share a base share its engines; a seat is served by its own lineage's group, fixed adapters
+    by the first group), and ``samplings`` gives a lineage its own sampling settings.
 
     ``api_opponents`` (an :class:`~unstable.policies.api.APIOpponentConfig`) sets the timeout and
     retries of the seats played over an API.

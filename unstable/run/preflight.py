@@ -12,8 +12,10 @@ that fit the base model, API models with a key in the environment). It resolves 
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -116,15 +118,21 @@ def _check_opponents(cfg: BuildConfig, base: ModelInfo) -> tuple[str, ...]:
     for name in fixed:
         if looks_like_path(name):
             check_adapter(os.path.expanduser(name), f"the participant policy {name!r}", base)
-    api = [n for n in names if plays_fixed and n not in SCRIPTED_POLICIES and not os.path.isdir(n)]
-    api += [_opponent(s) for s in cfg.eval_envs if _opponent(s) not in SCRIPTED_POLICIES
-            and not os.path.isdir(_opponent(s))]
-    api += [n for n in fixed if not os.path.isdir(os.path.expanduser(n))]
+    check_api_opponents([n for n in names if plays_fixed] + [_opponent(s) for s in cfg.eval_envs] + fixed)
+    return tuple(names)
+
+
+def check_api_opponents(names: Sequence[str]) -> None:
+    """Opponents that are neither scripted nor a local adapter directory are played over the API, so they
+    need a key in :data:`DEFAULT_API_KEY_ENV`; without one the first is refused, with the scripted name it
+    may have meant. (The quickstart calls it before its warm start.)"""
+    api = [n for n in names if n not in SCRIPTED_POLICIES and not os.path.isdir(os.path.expanduser(n))]
     if api and not os.environ.get(DEFAULT_API_KEY_ENV):
+        close = difflib.get_close_matches(api[0], list(SCRIPTED_POLICIES), 1)
         raise ValueError(f"opponent {api[0]!r} is not a scripted policy or a local adapter directory, so it is "
                          f"played over the API and needs a key in the environment variable {DEFAULT_API_KEY_ENV} "
-                         f"(scripted opponents: {list(SCRIPTED_POLICIES)})")
-    return tuple(names)
+                         f"(scripted opponents: {list(SCRIPTED_POLICIES)}"
+                         f"{f'; did you mean {close[0]!r}?' if close else ''})")
 
 
 def _apply_warm_start(model: ModelConfig) -> None:

@@ -89,8 +89,8 @@ class ConnectFourExploitabilityBounds:
 
 
 class _Search:
-    def __init__(self, table: ConnectFourTable, me: str, depth: int):
-        self.table, self.me, self.depth = table, me, depth
+    def __init__(self, table: ConnectFourTable, me: str, depth: int, allow_invalid_mass: bool = False):
+        self.table, self.me, self.depth, self.allow_invalid_mass = table, me, depth, allow_invalid_mass
         self.memo: dict[str, Bounds] = {}
 
     def policy(self, position: str) -> Mapping[int, float]:
@@ -104,6 +104,10 @@ class _Search:
         if any(col not in open_cols for col in probs) or sum(probs.values()) > 1 + 1e-6:
             raise ValueError(f"ConnectFour table at {position!r}: {dict(probs)} must give open columns "
                              f"{open_cols} probabilities summing to at most 1")
+        if sum(probs.values()) < 1 - 1e-6 and not self.allow_invalid_mass:
+            raise ValueError(f"ConnectFour table at {position!r}: probabilities sum to {sum(probs.values()):.6g} < 1; "
+                             "the rest would count as an invalid move (a loss): give each position a distribution, "
+                             "or pass allow_invalid_mass=True if the rest is meant as invalid moves")
         return probs
 
     def bounds(self, position: str) -> Bounds:
@@ -139,11 +143,14 @@ class _Search:
         return result
 
 
-def connect_four_exploitability_bounds(table: ConnectFourTable, depth: int = 4) -> ConnectFourExploitabilityBounds:
-    """Bounds from a ``depth``-ply best-response search in both seats (see the module docstring)."""
+def connect_four_exploitability_bounds(table: ConnectFourTable, depth: int = 4, *,
+                                       allow_invalid_mass: bool = False) -> ConnectFourExploitabilityBounds:
+    """Bounds from a ``depth``-ply best-response search in both seats (see the module docstring).
+    ``allow_invalid_mass``: a position's probabilities may sum below 1, the rest an invalid move (a loss; a
+    model's reading); else such a table is refused."""
     if depth < 1:
         raise ValueError(f"depth must be at least 1 ply, got {depth}")
-    first = _Search(table, "X", depth).bounds(EMPTY_POSITION)
-    second = _Search(table, "O", depth).bounds(EMPTY_POSITION)
+    first = _Search(table, "X", depth, allow_invalid_mass).bounds(EMPTY_POSITION)
+    second = _Search(table, "O", depth, allow_invalid_mass).bounds(EMPTY_POSITION)
     mean = (first[0] + second[0]) / 2, (first[1] + second[1]) / 2
     return ConnectFourExploitabilityBounds(depth, first, second, mean)

@@ -78,10 +78,12 @@ def info_state(history: History, player: int) -> str:
 class _Match:
     """The tree of one match: children, terminal rewards, and the responder's best response."""
 
-    def __init__(self, table: KuhnMatchTable, responder: int, rounds: int, reward: str):
+    def __init__(self, table: KuhnMatchTable, responder: int, rounds: int, reward: str,
+                 allow_invalid_mass: bool = False):
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
         self.table, self.responder, self.rounds, self.reward = table, responder, rounds, reward
+        self.allow_invalid_mass = allow_invalid_mass
         self.infosets: dict[str, list[tuple[History, float]]] = {}
         self.values: dict[History, float] = {}
         self.best: dict[str, str] = {}
@@ -94,6 +96,11 @@ class _Match:
             raise ValueError(f"Kuhn match table has no entry for information state {key!r}; give every key of "
                              f"kuhn_match_info_states() (a per-hand table extends with match_table_from_hand_table)"
                              ) from None
+        total = sum(probs.values())
+        if total > 1 + 1e-6 or (total < 1 - 1e-6 and not self.allow_invalid_mass):
+            raise ValueError(f"Kuhn match table {key!r}: probabilities sum to {total:.6g}, not 1; the rest would count "
+                             "as an invalid answer (the match lost): give each information state a distribution, or "
+                             "pass allow_invalid_mass=True if the rest is meant as invalid answers")
         return action_probabilities(probs)
 
     def terminal_value(self, history: History) -> float | None:
@@ -183,18 +190,25 @@ class KuhnMatchExploitability:
         return asdict(self)
 
 
-def best_response_match_value(table: KuhnMatchTable, responder: int, rounds: int = 3, reward: str = "match") -> float:
+def best_response_match_value(table: KuhnMatchTable, responder: int, rounds: int = 3, reward: str = "match", *,
+                              allow_invalid_mass: bool = False) -> float:
     """The best responder's expected reward as TextArena player ``responder`` against ``table``."""
-    match = _Match(table, responder, rounds, reward)
+    match = _Match(table, responder, rounds, reward, allow_invalid_mass)
     root: History = ((), None, "")
     match.collect(root, 1.0)
     return match.value(root)
 
 
-def kuhn_match_exploitability(table: KuhnMatchTable, rounds: int = 3, reward: str = "match") -> KuhnMatchExploitability:
-    """Exact best response to ``table`` in both seats of the ``rounds``-round match (see the module docstring)."""
-    vs0 = best_response_match_value(table, responder=1, rounds=rounds, reward=reward)
-    vs1 = best_response_match_value(table, responder=0, rounds=rounds, reward=reward)
+def kuhn_match_exploitability(table: KuhnMatchTable, rounds: int = 3, reward: str = "match", *,
+                              allow_invalid_mass: bool = False) -> KuhnMatchExploitability:
+    """Exact best response to ``table`` in both seats of the ``rounds``-round match (see the module docstring).
+    ``allow_invalid_mass``: an information state's probabilities may sum below 1, the rest an invalid answer
+    that loses the match (a model's reading); else such a table is refused, as
+    :func:`~unstable.eval.solvers.kuhn.kuhn_exploitability` refuses it."""
+    vs0 = best_response_match_value(table, responder=1, rounds=rounds, reward=reward,
+                                    allow_invalid_mass=allow_invalid_mass)
+    vs1 = best_response_match_value(table, responder=0, rounds=rounds, reward=reward,
+                                    allow_invalid_mass=allow_invalid_mass)
     return KuhnMatchExploitability(vs0, vs1, (vs0 + vs1) / 2, rounds, reward)
 
 
