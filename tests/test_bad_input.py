@@ -303,6 +303,10 @@ BUILD_CASES = [
      r"exploitability_eval must be one of \['auto', 'off'\], got True"),
     ("exploitability_eval 'on'", {"exploitability_eval": "on"},
      r"exploitability_eval must be one of \['auto', 'off'\], got 'on'"),
+    ("exploitability_wait_s negative", {"exploitability_wait_s": -1},
+     r"exploitability_wait_s must be a finite number in \[0, inf\), got -1"),
+    ("exploitability_wait_s a word", {"exploitability_wait_s": "long"},
+     "exploitability_wait_s must be a finite number .*got 'long'"),
     ("mode sync with staleness", {"mode": "sync", "max_staleness": 2},
      r"max_staleness=2, but mode='sync' trains every step on the version that played it"),
 ]
