@@ -106,6 +106,6 @@ def test_a_run_whose_evaluator_is_killed_trains_to_the_end(tiny_model_dir, tmp_p
                               eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **game)])
     with unstable.build(**kwargs) as run:
         ray_session.kill(run.actors.evaluator, no_restart=True)
-        summary = run.start(learning_steps=2, num_collection_workers=4, num_eval_workers=1)
-    assert summary["exploitability"]["died"] and summary["checkpoints"][-1] == "ckpt-2"
+        summary = run.start(learning_steps=1, num_collection_workers=4, num_eval_workers=1)
+    assert summary["exploitability"]["died"] and summary["checkpoints"][-1] == "ckpt-1"
     assert "the in-run exploitability evaluator died" in capsys.readouterr().out
