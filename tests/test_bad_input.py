@@ -158,6 +158,8 @@ BUILD_CASES = [
     ("league not a mapping", {"league": 3}, "league must be a mapping of league settings"),
     ("league unknown setting", {"league": {"exploiter": 1}}, r"unknown league settings \['exploiter'\]"),
     ("league exploiters 0", {"league": {"exploiters": 0}}, r"league\['exploiters'\] must be an integer >= 1"),
+    ("league exploiters 1000", {"league": {"exploiters": 1000}},
+     r"league\['exploiters'\] must be an integer >= 1 and <= 16, got 1000"),
     ("league exploiter_reset unknown", {"league": {"exploiter_reset": "base"}},
      r"league\['exploiter_reset'\] must be one of"),
     ("league reset_after_checkpoints 0", {"league": {"reset_after_checkpoints": 0}},
@@ -326,6 +328,12 @@ TRAIN_ENV_CASES = [
     ("action_extraction_fn None", {"action_extraction_fn": None}, "action_extraction_fn must be an extraction name"),
     ("error_allowance negative", {"error_allowance": -1}, "error_allowance must be an integer >= 0"),
     ("error_allowance float", {"error_allowance": 1.5}, "error_allowance must be an integer"),
+    ("prompt_template qwen3-grid on Kuhn", {"env_id": "KuhnPoker-v0-train", "prompt_template": "qwen3-grid"},
+     r"train_envs\[0\]: prompt_template 'qwen3-grid' does not fit KuhnPoker-v0-train: template 'qwen3-grid' reads a"),
+    ("prompt_template qwen3-grid on ConnectFour", {"env_id": "ConnectFour-v0-train", "prompt_template": "qwen3-grid"},
+     "prompt_template 'qwen3-grid' does not fit ConnectFour-v0-train"),
+    ("prompt_template qwen3-hand on TicTacToe", {"prompt_template": "qwen3-hand"},
+     "prompt_template 'qwen3-hand' does not fit TicTacToe-v0-train: template 'qwen3-hand' reads a Kuhn poker hand"),
     ("unknown spec field", {"fixed_opponent": "random"}, r"train_envs\[0\]: .*unexpected keyword argument"),
     ("spec field missing", {"num_actors": None}, "num_actors must be an integer"),
 ]
@@ -345,6 +353,8 @@ EVAL_ENV_CASES = [
      "cannot play 'TicTacToe-v0-train': game 'TicTacToe' has the scripted baselines random, heuristic, optimal"),
     ("eval num_players 0", {"num_players": 0}, "num_players must be an integer >= 1"),
     ("eval prompt_template unknown", {"prompt_template": "chatml"}, "unknown prompt template"),
+    ("eval prompt_template qwen3-hand on TicTacToe", {"prompt_template": "qwen3-hand"},
+     r"eval_envs\[0\]: prompt_template 'qwen3-hand' does not fit TicTacToe-v0-train"),
     ("eval num_actors (a train-only field)", {"num_actors": 1}, "unexpected keyword argument 'num_actors'"),
 ]
 
