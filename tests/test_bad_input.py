@@ -947,3 +947,20 @@ def test_a_failed_build_leaves_ray_off_in_a_fresh_process(tiny_model_dir):
     assert out.returncode == 0, out.stderr
     assert "error: lora_config['lora_rank'] must be an integer >= 1" in out.stdout
     assert "ray initialised: False" in out.stdout
+
+
+@pytest.mark.parametrize(("settings", "line"), [
+    ({"pfsp_weighting": "even"}, "pfsp_weighting='even' is a setting of opponent_sampling_strategy='pfsp'; this run "
+                                 "has opponent_sampling_strategy='mirror', so it has no effect"),
+    ({**VS_FIXED, "psro_every": 3}, "psro_every=3 is a setting of opponent_sampling_strategy='psro'; this run has "
+                                    "opponent_sampling_strategy='fixed'"),
+    ({"opponent_lag": 2}, "opponent_lag=2 is a setting of opponent_sampling_strategy='lagged'"),
+    ({"env_curriculum_target": 0.7}, "env_curriculum_target=0.7 is a setting of env_sampling_strategy='curriculum'"),
+])
+def test_a_setting_of_a_strategy_not_in_use_is_one_warning_line_before_ray(settings, line, tiny_model_dir, bad_paths,
+                                                                          capsys, no_ray):
+    """Accepted with no word before: the run goes on (it has no effect), and the user hears it once."""
+    with pytest.raises(AssertionError, match="Ray or its actors were started"):
+        unstable.build(**_fill({**VALID, **settings}, {"$MODEL": tiny_model_dir, "$TMP": bad_paths}))
+    out = capsys.readouterr().out
+    assert out.count("unstable: warning:") == 1 and f"unstable: warning: {line}" in out
