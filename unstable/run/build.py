@@ -45,7 +45,8 @@ def build(**kwargs: Any) -> Run:
     if kwargs.get("resume_from") is not None:
         from unstable.run.resume import load_run_config
 
-        saved, _ = load_run_config(check_resume_from(kwargs["resume_from"]))
+        saved, _ = load_run_config(check_resume_from(kwargs["resume_from"]),
+                                   reward_transforms=kwargs.get("reward_transforms") is not None)
         known = argument_names()
         unknown = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}  # BuildConfig names them
         kwargs = {**merge_arguments(saved, kwargs), **unknown}  # flat or nested, over the saved sections
