@@ -227,3 +227,20 @@ def test_a_first_run_shows_neither_rays_token_notice_nor_trueskills_warning(tmp_
     assert proc.returncode == 0 and "ok" in proc.stdout, output[-3000:]
     assert "Token authentication is enabled" not in output and "invalid escape sequence" not in output
     assert "Generated new authentication token" not in output and "Started a local Ray instance" not in output
+
+
+def test_install_sh_ignores_setuptools_editable_notice_and_no_other_warning():
+    """scripts/install.sh showed setuptools' "BuildBackendWarning: Editable installation" box: the filter it
+    sets for the editable install drops that warning (its text as setuptools words it) and nothing else."""
+    import re
+
+    script = (REPO / "scripts" / "install.sh").read_text()
+    notice = re.search(r'^EDITABLE_NOTICE="([^"]+)"$', script, re.M).group(1)
+    assert 'PYTHONWARNINGS="$EDITABLE_NOTICE' in script and 'pip_install -e ".${extras}"' in script
+    code = ("import warnings\n"
+            "class BuildBackendWarning(UserWarning): pass\n"
+            "warnings.warn('Editable installation.\\n!!\\n  Please be careful with folders', BuildBackendWarning)\n"
+            "warnings.warn('Editable mode is deprecated and will fail', BuildBackendWarning)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONWARNINGS": notice},
+                          capture_output=True, text=True, timeout=60)
+    assert "Editable installation" not in proc.stderr and "will fail" in proc.stderr, proc.stderr
