@@ -32,5 +32,8 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
   pip_install torch==2.13.0
 fi
-pip_install -e ".${extras}"
+# setuptools warns in a box at every editable install ("BuildBackendWarning: Editable installation ... folders
+# with the same name as your package"), which a newcomer reads as an error: that warning only is ignored
+EDITABLE_NOTICE="ignore:Editable installation"
+PYTHONWARNINGS="$EDITABLE_NOTICE${PYTHONWARNINGS:+,$PYTHONWARNINGS}" pip_install -e ".${extras}"
 echo "installed unstable into .venv ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

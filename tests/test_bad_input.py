@@ -158,6 +158,8 @@ BUILD_CASES = [
     ("league not a mapping", {"league": 3}, "league must be a mapping of league settings"),
     ("league unknown setting", {"league": {"exploiter": 1}}, r"unknown league settings \['exploiter'\]"),
     ("league exploiters 0", {"league": {"exploiters": 0}}, r"league\['exploiters'\] must be an integer >= 1"),
+    ("league exploiters 1000", {"league": {"exploiters": 1000}},
+     r"league\['exploiters'\] must be an integer >= 1 and <= 16, got 1000"),
     ("league exploiter_reset unknown", {"league": {"exploiter_reset": "base"}},
      r"league\['exploiter_reset'\] must be one of"),
     ("league reset_after_checkpoints 0", {"league": {"reset_after_checkpoints": 0}},
@@ -303,6 +305,10 @@ BUILD_CASES = [
      r"exploitability_eval must be one of \['auto', 'off'\], got True"),
     ("exploitability_eval 'on'", {"exploitability_eval": "on"},
      r"exploitability_eval must be one of \['auto', 'off'\], got 'on'"),
+    ("exploitability_wait_s negative", {"exploitability_wait_s": -1},
+     r"exploitability_wait_s must be a finite number in \[0, inf\), got -1"),
+    ("exploitability_wait_s a word", {"exploitability_wait_s": "long"},
+     "exploitability_wait_s must be a finite number .*got 'long'"),
     ("mode sync with staleness", {"mode": "sync", "max_staleness": 2},
      r"max_staleness=2, but mode='sync' trains every step on the version that played it"),
 ]
@@ -322,6 +328,12 @@ TRAIN_ENV_CASES = [
     ("action_extraction_fn None", {"action_extraction_fn": None}, "action_extraction_fn must be an extraction name"),
     ("error_allowance negative", {"error_allowance": -1}, "error_allowance must be an integer >= 0"),
     ("error_allowance float", {"error_allowance": 1.5}, "error_allowance must be an integer"),
+    ("prompt_template qwen3-grid on Kuhn", {"env_id": "KuhnPoker-v0-train", "prompt_template": "qwen3-grid"},
+     r"train_envs\[0\]: prompt_template 'qwen3-grid' does not fit KuhnPoker-v0-train: template 'qwen3-grid' reads a"),
+    ("prompt_template qwen3-grid on ConnectFour", {"env_id": "ConnectFour-v0-train", "prompt_template": "qwen3-grid"},
+     "prompt_template 'qwen3-grid' does not fit ConnectFour-v0-train"),
+    ("prompt_template qwen3-hand on TicTacToe", {"prompt_template": "qwen3-hand"},
+     "prompt_template 'qwen3-hand' does not fit TicTacToe-v0-train: template 'qwen3-hand' reads a Kuhn poker hand"),
     ("unknown spec field", {"fixed_opponent": "random"}, r"train_envs\[0\]: .*unexpected keyword argument"),
     ("spec field missing", {"num_actors": None}, "num_actors must be an integer"),
 ]
@@ -341,6 +353,8 @@ EVAL_ENV_CASES = [
      "cannot play 'TicTacToe-v0-train': game 'TicTacToe' has the scripted baselines random, heuristic, optimal"),
     ("eval num_players 0", {"num_players": 0}, "num_players must be an integer >= 1"),
     ("eval prompt_template unknown", {"prompt_template": "chatml"}, "unknown prompt template"),
+    ("eval prompt_template qwen3-hand on TicTacToe", {"prompt_template": "qwen3-hand"},
+     r"eval_envs\[0\]: prompt_template 'qwen3-hand' does not fit TicTacToe-v0-train"),
     ("eval num_actors (a train-only field)", {"num_actors": 1}, "unexpected keyword argument 'num_actors'"),
 ]
 
@@ -933,3 +947,20 @@ def test_a_failed_build_leaves_ray_off_in_a_fresh_process(tiny_model_dir):
     assert out.returncode == 0, out.stderr
     assert "error: lora_config['lora_rank'] must be an integer >= 1" in out.stdout
     assert "ray initialised: False" in out.stdout
+
+
+@pytest.mark.parametrize(("settings", "line"), [
+    ({"pfsp_weighting": "even"}, "pfsp_weighting='even' is a setting of opponent_sampling_strategy='pfsp'; this run "
+                                 "has opponent_sampling_strategy='mirror', so it has no effect"),
+    ({**VS_FIXED, "psro_every": 3}, "psro_every=3 is a setting of opponent_sampling_strategy='psro'; this run has "
+                                    "opponent_sampling_strategy='fixed'"),
+    ({"opponent_lag": 2}, "opponent_lag=2 is a setting of opponent_sampling_strategy='lagged'"),
+    ({"env_curriculum_target": 0.7}, "env_curriculum_target=0.7 is a setting of env_sampling_strategy='curriculum'"),
+])
+def test_a_setting_of_a_strategy_not_in_use_is_one_warning_line_before_ray(settings, line, tiny_model_dir, bad_paths,
+                                                                          capsys, no_ray):
+    """Accepted with no word before: the run goes on (it has no effect), and the user hears it once."""
+    with pytest.raises(AssertionError, match="Ray or its actors were started"):
+        unstable.build(**_fill({**VALID, **settings}, {"$MODEL": tiny_model_dir, "$TMP": bad_paths}))
+    out = capsys.readouterr().out
+    assert out.count("unstable: warning:") == 1 and f"unstable: warning: {line}" in out

@@ -133,6 +133,36 @@ def test_rays_token_auth_notice_is_dropped_and_other_ray_warnings_are_not(monkey
     assert len(seen) == 2 and seen[0].startswith("Token authentication is disabled"), seen
 
 
+def test_rays_start_info_lines_are_dropped_and_its_errors_are_not(monkeypatch):
+    """A new user's quickstart printed "Generated new authentication token" and "Started a local Ray instance"
+    (INFO, read as errors by a newcomer); the same loggers' other lines and errors still show."""
+    import ray
+
+    import unstable.run.wiring as wiring
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    seen: list[str] = []
+    loggers = [logging.getLogger(name) for name in (RAY_TOKEN_AUTH_LOGGER, "ray._private.worker")]
+    for logger in loggers:
+        monkeypatch.setattr(logger, "filters", [])
+        monkeypatch.setattr(logger, "handlers", [Collect()])
+        monkeypatch.setattr(logger, "propagate", False)
+        monkeypatch.setattr(logger, "level", logging.INFO)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    wiring.ensure_ray()
+    token, worker = loggers
+    token.info("Generated new authentication token and saved to /home/u/.ray/auth_token")
+    worker.info("Started a local Ray instance.")
+    assert seen == []
+    worker.info("Connected to Ray cluster.")
+    worker.error("Started a local Ray instance, then it failed")  # an error is never dropped
+    token.error("Generated new authentication token, but could not save it")
+    assert len(seen) == 3, seen
+
+
 def _trueskill_source() -> tuple[str, str]:
     import importlib.util
 
@@ -196,3 +226,21 @@ def test_a_first_run_shows_neither_rays_token_notice_nor_trueskills_warning(tmp_
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "ok" in proc.stdout, output[-3000:]
     assert "Token authentication is enabled" not in output and "invalid escape sequence" not in output
+    assert "Generated new authentication token" not in output and "Started a local Ray instance" not in output
+
+
+def test_install_sh_ignores_setuptools_editable_notice_and_no_other_warning():
+    """scripts/install.sh showed setuptools' "BuildBackendWarning: Editable installation" box: the filter it
+    sets for the editable install drops that warning (its text as setuptools words it) and nothing else."""
+    import re
+
+    script = (REPO / "scripts" / "install.sh").read_text()
+    notice = re.search(r'^EDITABLE_NOTICE="([^"]+)"$', script, re.M).group(1)
+    assert 'PYTHONWARNINGS="$EDITABLE_NOTICE' in script and 'pip_install -e ".${extras}"' in script
+    code = ("import warnings\n"
+            "class BuildBackendWarning(UserWarning): pass\n"
+            "warnings.warn('Editable installation.\\n!!\\n  Please be careful with folders', BuildBackendWarning)\n"
+            "warnings.warn('Editable mode is deprecated and will fail', BuildBackendWarning)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONWARNINGS": notice},
+                          capture_output=True, text=True, timeout=60)
+    assert "Editable installation" not in proc.stderr and "will fail" in proc.stderr, proc.stderr

@@ -376,14 +376,32 @@ def test_the_quickstart_says_who_the_learner_plays():
 
 @pytest.mark.slow
 def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
-    """A few learner steps of the default job: summary, evaluations, plots, transcripts, replay."""
+    """A few learner steps of the default job, stopped by Ctrl-C after its first checkpoint and resumed with
+    ``quickstart --resume RUN_DIR`` (its own settings, its reward transforms too, which ``train --resume``
+    cannot restore): summary, evaluations, plots, transcripts, replay."""
+    import time
+
+    import unstable.cli.quickstart as qs
     from unstable.cli.commands import main
 
     monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "qs"
+
+    def interrupted(run, total, say):  # Ctrl-C once the first checkpoint is written
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoints" / "ckpt-1" / "COMPLETE").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        raise KeyboardInterrupt
+
+    real = qs.wait_with_progress
+    monkeypatch.setattr(qs, "wait_with_progress", interrupted)
     assert main(["quickstart", "--out", str(out), "--learning-steps", "2", "--eval-games", "8",
-                 "--warm-start-positions", "256", "--batch-size", "16", "--eval-workers", "1"]) == 0
+                 "--warm-start-positions", "256", "--batch-size", "16", "--eval-workers", "1"]) == 130
+    assert f"go on: unstable quickstart --resume {out}" in capsys.readouterr().err
+    monkeypatch.setattr(qs, "wait_with_progress", real)
+    assert main(["quickstart", "--resume", str(out)]) == 0
     text = capsys.readouterr().out
+    assert "(resumed at learner step " in text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env_id"] == "TicTacToe-v0-train" and summary["learner_steps"] == 2
     for which in ("initial", "final"):
@@ -410,6 +428,8 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
         from unstable.cli.quickstart import QuickstartConfig, run_quickstart
 
         run_quickstart(QuickstartConfig(out=str(out)), say=lambda _: None)
+    assert main(["quickstart", "--resume", str(out)]) == 2
+    assert "is a finished quickstart run" in capsys.readouterr().err
 
 
 def test_a_valid_task_answer_has_the_right_form_right_or_wrong():

@@ -89,9 +89,13 @@ def _cmd_play(args: argparse.Namespace) -> int:
 def _cmd_quickstart(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from unstable.cli.quickstart import QuickstartConfig, load_quickstart_config, run_quickstart
+    from unstable.cli.quickstart import QuickstartConfig, load_quickstart_config, load_resumable, run_quickstart
 
-    if args.config:
+    if args.resume:
+        if args.config or args.out:
+            raise ValueError("--resume RUN_DIR goes on with that run's own settings: give no --config or --out")
+        cfg = load_resumable(args.resume)
+    elif args.config:
         cfg = load_quickstart_config(args.config, **({"out": args.out} if args.out else {}))
     else:
         cfg = QuickstartConfig(out=args.out)
@@ -106,10 +110,11 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     print(f"unstable quickstart: {cfg.describe_training()} on {cfg.env_id} with the tiny {cfg.model_size} model "
           f"-> {cfg.out}", flush=True)
     try:
-        summary = run_quickstart(cfg, say=lambda line: print(line, flush=True))
+        summary = run_quickstart(cfg, say=lambda line: print(line, flush=True), resume=bool(args.resume))
     except KeyboardInterrupt:
         print(f"\nunstable quickstart: stopping; a finished warm start is cached (the next quickstart reuses it), "
-              f"and what the job wrote is in {cfg.out}", file=sys.stderr, flush=True)
+              f"and what the job wrote is in {cfg.out} (go on: unstable quickstart --resume {cfg.out})",
+              file=sys.stderr, flush=True)
         raise
     return 0 if summary["learner_steps"] == cfg.learning_steps else 1
 
@@ -484,6 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, metavar="YAML",
                    help="a YAML file of the job's settings (e.g. configs/tictactoe-vs-heuristic.yaml); "
                         "the options below override it")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR",
+                   help="go on with a stopped quickstart (Ctrl-C) in RUN_DIR, with its settings: the warm start is "
+                        "cached, training resumes from its newest checkpoint, then the final evaluation")
     add_field_options(p, "unstable.cli.quickstart", "QuickstartConfig", QUICKSTART_OPTIONS)
     add_field_options(p, "unstable.models.warmstart", "WarmStartConfig", WARM_START_OPTIONS, prefix="warm_start_")
     p.set_defaults(fn=_cmd_quickstart)

@@ -204,6 +204,21 @@ def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
     return QuickstartConfig(**data)
 
 
+QUICKSTART_FILE = "quickstart.json"
+"""The job's settings, written to its run directory before training, so ``quickstart --resume`` can go on."""
+
+
+def load_resumable(run_dir: str) -> QuickstartConfig:
+    """The settings of the quickstart run in ``run_dir`` (its ``quickstart.json``), to resume it."""
+    path = Path(run_dir) / QUICKSTART_FILE
+    if not path.is_file():
+        raise ValueError(f"{run_dir} is not a quickstart run that reached training (no {QUICKSTART_FILE}); "
+                         "start a new one: unstable quickstart")
+    if (Path(run_dir) / "summary.json").is_file():
+        raise ValueError(f"{run_dir} is a finished quickstart run (it holds summary.json): nothing to resume")
+    return load_quickstart_config(str(path), out=str(run_dir))
+
+
 def _check_out_dir(out: str) -> Path:
     path = Path(out)
     if path.exists() and any(path.iterdir()):
@@ -240,9 +255,12 @@ def _transforms(cfg: QuickstartConfig) -> tuple:
 
 
 def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tuple[str, int]:
-    """Self-play training through build(); returns the last checkpoint's path and the learner steps."""
+    """Self-play training through build(); returns the last checkpoint's path and the learner steps. A run
+    directory that already holds checkpoints (``--resume``) goes on from its newest complete one."""
     import unstable
 
+    where = ({"resume_from": str(run_dir)} if (run_dir / "checkpoints").is_dir()
+             else {"runs_dir": str(run_dir.parent), "run_name": run_dir.name})
     run = unstable.build(
         model_name=model,
         # mirror self-play trains on both seats; the other strategies need the second seat for their opponent
@@ -272,8 +290,7 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
         temperature=cfg.temperature,
         reward_transforms=_transforms(cfg),
         wandb_project=None,
-        runs_dir=str(run_dir.parent),
-        run_name=run_dir.name,
+        **where,
         seed=cfg.seed,
     )
     # a league's models keep their checkpoints apart; the main model is the job's, under the default name
@@ -308,8 +325,11 @@ def _summary_entry(result: Any, adapter: str | None) -> dict[str, Any]:
                          for seat, s in result.per_seat.items()}}
 
 
-def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) -> dict[str, Any]:
-    """Run the default job and return the summary it writes to ``cfg.out/summary.json``."""
+def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, resume: bool = False,
+                   ) -> dict[str, Any]:
+    """Run the default job and return the summary it writes to ``cfg.out/summary.json``. ``resume``: go on with
+    the stopped job in ``cfg.out`` (:func:`load_resumable`): the warm start is cached, the training resumes from
+    its newest checkpoint."""
     from unstable.local_models.tiny import tiny_model_path
     from unstable.models.warmstart import mixes, warm_start_path
     from unstable.run.preflight import check_api_opponents
@@ -317,7 +337,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     from unstable.ui.plots import plot_run, pyplot
 
     cfg = cfg or QuickstartConfig()
-    run_dir = _check_out_dir(cfg.out).resolve()
+    run_dir = (Path(cfg.out) if resume else _check_out_dir(cfg.out)).resolve()
     # before the warm start: a misspelt opponent is otherwise read as an API model minutes later
     check_api_opponents([cfg.eval_opponent, *(cfg.fixed_opponents if cfg._strategy() != "mirror" else ())])
     pyplot()  # the job ends with plots: without matplotlib, fail now rather than after the training
@@ -370,6 +390,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print) ->
     say(f"[4/5] {how} training: {cfg.learning_steps} learner steps of {cfg.batch_size} moves "
         f"(watch it: unstable dashboard {run_dir})")
     run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(run_dir / QUICKSTART_FILE, asdict(cfg))
     t_train = time.perf_counter()
     adapter, steps = _train(str(model), cfg, run_dir, say)
     train_s = time.perf_counter() - t_train

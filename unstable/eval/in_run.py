@@ -39,6 +39,7 @@ learner's hook, so the run stops with its cause) and by ``finish``.
 from __future__ import annotations
 
 import os
+import shlex
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -154,6 +155,7 @@ class ExploitabilityEvaluator:
         self.skipped: list[int] = []  # learner steps a newer checkpoint overtook before their turn
         self._cond = threading.Condition()
         self._pending: tuple[int, str | None, AdapterPayload | None] | None = None
+        self._current: int | None = None  # the learner step being evaluated now
         self._closed = False
         self._every_core = False
         self._error: Exception | None = None
@@ -178,15 +180,50 @@ class ExploitabilityEvaluator:
         raises an evaluation's error, or ``TimeoutError`` after ``timeout`` seconds. ``every_core``: an
         evaluation that starts from now on uses as many torch threads as the process may use cores
         (a run calls it once its games and updates are done, so the one thread it kept to is free)."""
+        state = self.wait(timeout, every_core)
+        if not state["done"]:
+            raise TimeoutError(f"the exploitability evaluation did not finish within {timeout:g} s")
+        return {"evaluated": state["evaluated"], "skipped": state["skipped"]}
+
+    def wait(self, timeout: float | None = None, every_core: bool = False) -> dict[str, Any]:
+        """:meth:`finish` that returns after ``timeout`` seconds whether or not the evaluation is done:
+        ``done``, the steps ``evaluated`` and ``skipped``, and, while not done, the step being read
+        (``current``) and the one queued after it (``pending``). Raises an evaluation's error."""
         with self._cond:
             self._closed = True
             self._every_core = self._every_core or every_core
             self._cond.notify_all()
         self._thread.join(timeout)
         self._raise()
-        if self._thread.is_alive():
-            raise TimeoutError(f"the exploitability evaluation did not finish within {timeout:g} s")
-        return {"evaluated": list(self.evaluated), "skipped": list(self.skipped)}
+        with self._cond:
+            pending = self._pending[0] if self._pending is not None else None
+            return {"done": not self._thread.is_alive(), "evaluated": list(self.evaluated),
+                    "skipped": list(self.skipped), "current": self._current, "pending": pending}
+
+    def raise_priority(self, niceness: int = 0) -> str | None:
+        """Set every thread of this process to ``niceness`` (the run's training is over: nothing to leave the
+        CPU to); ``None`` once done, else why not (lowering a niceness needs a privilege most users lack)."""
+        tasks = "/proc/self/task"
+        threads = [int(t) for t in os.listdir(tasks)] if os.path.isdir(tasks) else [0]  # Linux: nice is per thread
+        try:
+            for tid in threads:
+                os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except OSError as exc:
+            return f"niceness {os.getpriority(os.PRIO_PROCESS, 0)} -> {niceness}: {exc.strerror or exc}"
+        return None
+
+    def commands(self, versions: Sequence[int], run_dir: str) -> list[str]:
+        """The ``unstable eval --exploitability`` commands that read ``versions`` (learner steps of the run in
+        ``run_dir``; 0: the base model) later, as this evaluator reads them."""
+        out = []
+        reading = (f"--temperature {self.sampling.temperature:g} --top-p {self.sampling.top_p:g} "
+                   f"--max-new-tokens {self.sampling.max_new_tokens}")
+        for version in versions:
+            where = (f"--model {shlex.quote(self.model_name)}" if version == 0
+                     else f"--run {shlex.quote(str(run_dir))} --checkpoint ckpt-{version}")
+            out += [f"unstable eval --exploitability {where} --env {t.env_id} --template {t.prompt_template} "
+                    f"{reading}" for t in self.targets]
+        return out
 
     def evaluate(self, version: int, adapter: str | None = None, payload: AdapterPayload | None = None,
                  ) -> dict[str, float]:
@@ -220,7 +257,7 @@ class ExploitabilityEvaluator:
                 if self._pending is None:
                     return
                 job, self._pending = self._pending, None
-                every_core = self._every_core
+                every_core, self._current = self._every_core, job[0]
             if every_core:  # in this thread: torch's thread count is read per thread
                 import torch
 
@@ -231,6 +268,8 @@ class ExploitabilityEvaluator:
                 with self._cond:
                     self._error = exc
                 return
+            finally:
+                self._current = None
 
 
 class SubmitCheckpoint:

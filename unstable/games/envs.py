@@ -118,19 +118,32 @@ def _static_problem(env_id: str) -> str | None:
 @functools.cache
 def _probe(env_id: str, num_players: int) -> str | None:
     """Make and reset the env once; returns TextArena's complaint, if any."""
+    return _start(env_id, num_players)[0]
+
+
+@functools.cache
+def _start(env_id: str, num_players: int) -> tuple[str | None, str]:
+    """Make and reset the env once: TextArena's complaint (or ``None``) and the first observation."""
     problem = _syntax_problem(env_id)
     if problem is not None:
-        return problem
+        return problem, ""
     state = random.getstate()  # reset() seeds the global RNG; leave the caller's untouched
     try:
         env = ta.make(env_id)
         env.reset(num_players=num_players, seed=0)
-        env.get_observation()
+        observation = env.get_observation()[1]
     except Exception as exc:
-        return f"TextArena could not start it with num_players={num_players}: {type(exc).__name__}: {exc}"
+        return f"TextArena could not start it with num_players={num_players}: {type(exc).__name__}: {exc}", ""
     finally:
         random.setstate(state)
-    return None
+    return None, observation if isinstance(observation, str) else str(observation)
+
+
+def first_observation(env_id: str, num_players: int) -> str:
+    """The first player's observation at the start of a game of ``env_id`` (seed 0; cached), for a check
+    that a prompt template can read the game before any game is played."""
+    check_env_id(env_id, num_players)
+    return _start(env_id, num_players)[1]
 
 
 def check_env_id(env_id: str, num_players: int | None = None) -> None:

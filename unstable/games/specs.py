@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from unstable.games.envs import check_env_id
+from unstable.games.envs import check_env_id, first_observation
 from unstable.games.extraction import get_action_extraction
 from unstable.games.legal_moves import SCRIPTED_POLICIES, check_scripted_opponent
 from unstable.games.mixture import EnvironmentMixture
@@ -29,6 +29,17 @@ def _check_common(spec) -> None:
     get_template(spec.prompt_template)
     get_action_extraction(spec.action_extraction_fn)
     check_env_id(spec.env_id, spec.num_players)
+    check_template_fits(spec.prompt_template, spec.env_id, spec.num_players)
+
+
+def check_template_fits(prompt_template: str, env_id: str, num_players: int = 2) -> None:
+    """Render ``prompt_template`` on the first observation of ``env_id``: a template made for one game
+    (``qwen3-grid``: TicTacToe's board; ``qwen3-hand``: a Kuhn poker hand) raises ``ValueError`` on another's,
+    said here instead of at the run's first game."""
+    try:
+        get_template(prompt_template)(first_observation(env_id, num_players))
+    except ValueError as exc:
+        raise ValueError(f"prompt_template {prompt_template!r} does not fit {env_id}: {exc}") from None
 
 
 OPPONENT_SEAT = "opponent"

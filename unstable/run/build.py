@@ -27,6 +27,7 @@ from unstable.utils.paths import NAME_MAX
 
 log = logging.getLogger(__name__)
 
+PROGRESS_S = 15.0  # how often Run.wait() says how the wait for the last exploitability reading goes
 WATCH_INTERVAL_S = 2.0  # how often Run.wait() asks the Tracker whether its writes still reach the disk
 # the runs this process built and has not stopped: their actors hold CPUs/GPUs until stop() (a Run
 # dropped unstopped takes its actors with it, as Ray ends actors whose handles are gone)
@@ -44,7 +45,8 @@ def build(**kwargs: Any) -> Run:
     if kwargs.get("resume_from") is not None:
         from unstable.run.resume import load_run_config
 
-        saved, _ = load_run_config(check_resume_from(kwargs["resume_from"]))
+        saved, _ = load_run_config(check_resume_from(kwargs["resume_from"]),
+                                   reward_transforms=kwargs.get("reward_transforms") is not None)
         known = argument_names()
         unknown = {k: kwargs.pop(k) for k in list(kwargs) if k not in known}  # BuildConfig names them
         kwargs = {**merge_arguments(saved, kwargs), **unknown}  # flat or nested, over the saved sections
@@ -249,15 +251,43 @@ class Run:
         return self.summary()
 
     def _finish_evaluation(self) -> None:
-        """Wait for the in-run exploitability of the last checkpoint (see :mod:`unstable.run.evaluator`);
-        an evaluation's error is raised here."""
+        """Wait for the in-run exploitability of the last checkpoint (see :mod:`unstable.run.evaluator`) at
+        niceness 0, saying how it goes every :data:`PROGRESS_S`, for at most ``exploitability_wait_s``; an
+        evaluation's error is raised here. An evaluator that died, or one past the bound, costs a line."""
         import ray
 
         evaluator = getattr(self.actors, "evaluator", None)
         if evaluator is None or self.exploitability is not None:
             return
-        print("unstable: waiting for the last checkpoint's exploitability", flush=True)
-        self.exploitability = ray.get(evaluator.finish.remote(every_core=True))
+        bound = self.config.exploitability_wait_s
+        try:
+            refused = ray.get(evaluator.raise_priority.remote())
+            if refused:
+                print(f"unstable: could not raise the exploitability evaluator's priority ({refused}); it reads "
+                      "the rest as it was", flush=True)
+            print(f"unstable: waiting for the last checkpoint's exploitability (at most {bound:g} s: "
+                  "exploitability_wait_s)", flush=True)
+            start = time.monotonic()
+            while True:
+                left = bound - (time.monotonic() - start)
+                state = ray.get(evaluator.wait.remote(max(0.0, min(PROGRESS_S, left)), every_core=True))
+                waited = time.monotonic() - start
+                if state["done"] or waited >= bound:
+                    break
+                print(f"unstable: still reading the exploitability of learner step {state['current']} "
+                      f"({waited:.0f} s of at most {bound:g})", flush=True)
+            unread = [v for v in (state["current"], state["pending"]) if v is not None and not state["done"]]
+            if unread:
+                commands = ray.get(evaluator.commands.remote(unread, self.run_dir))
+                print(f"unstable: stopped waiting after {bound:g} s (exploitability_wait_s): the exploitability of "
+                      f"learner step {', '.join(map(str, unread))} was not read; read it later with:\n  "
+                      + "\n  ".join(commands), flush=True)
+            self.exploitability = {"evaluated": state["evaluated"], "skipped": state["skipped"], "not_read": unread}
+        except ray.exceptions.RayActorError as exc:
+            print(f"unstable: warning: the in-run exploitability evaluator died ({type(exc).__name__}); the run ends "
+                  "without the exploitability of its last checkpoints (unstable eval --exploitability --run "
+                  f"{self.run_dir} --all-checkpoints reads them)", flush=True)
+            self.exploitability = {"evaluated": [], "skipped": [], "not_read": [], "died": True}
 
     def _tracker_write_error(self) -> RunDirUnwritableError | None:
         """The write the Tracker's filesystem refused, if any (``None`` too if it does not answer)."""

@@ -386,6 +386,10 @@ class BuildConfig:
     logged as ``eval/<env>/exploitability`` at its learner step (about 20-40 s a checkpoint for a tiny model on
     TicTacToe, on CPU, beside training; see docs/evaluation.md). ``"off"``: never (YAML's unquoted ``off``,
     which it reads as false, too)."""
+    exploitability_wait_s: float = setting(60.0, ge=0)
+    """Once training is over, how long the run waits for the in-run exploitability of the checkpoints not read
+    yet (the last one, mostly); past it the run ends and says which were not read and the command that reads
+    them later (``unstable eval --exploitability``)."""
 
     def __init__(self, **arguments: Any) -> None:
         extra = sorted(set(arguments) - argument_names(), key=str)

@@ -4,12 +4,16 @@ It lives on the driver's node with the other light actors and reserves no CPU fr
 process beside the learner and the inference actors, with one torch thread, at a lower priority
 (:data:`EVALUATOR_NICENESS`), so it reads policies mostly with CPU time they leave idle instead of
 taking a core from them. The learner never waits for it (its hook only queues the checkpoint);
-``Run.wait()`` waits for the last checkpoint's evaluation once training and collection have stopped.
+``Run.wait()`` waits for the last checkpoint's evaluation once training and collection have stopped, at
+niceness 0 where the OS permits it, for at most ``exploitability_wait_s``. The measurement is optional:
+if the actor dies, the run goes on without it (:class:`OptionalHook`) and ends as it would have.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ray.exceptions import RayActorError
 
 from unstable.eval.in_run import ExploitabilityEvaluator, SubmitCheckpoint, plan_exploitability
 from unstable.games.extraction import custom_action_extractions
@@ -33,6 +37,24 @@ class CheckpointHooks:
             hook(version)
 
 
+class OptionalHook:
+    """A learner hook that feeds an optional side actor (the evaluator): if the actor dies, the run goes on
+    without it, said once, instead of the learner's hook raising and stopping the run."""
+
+    def __init__(self, hook: Any, what: str):
+        self.hook, self.what, self.dead = hook, what, False
+
+    def __call__(self, version: int) -> None:
+        if self.dead:
+            return
+        try:
+            self.hook(version)
+        except RayActorError as exc:
+            self.dead = True
+            print(f"unstable: warning: the {self.what} died ({type(exc).__name__}); the run goes on without it",
+                  flush=True)
+
+
 def start_evaluator(cfg: Any, tracker: Any, checkpoints_dir: str, sampling: SamplingParams,
                     start: tuple[int, str | None], options: dict[str, Any]) -> tuple[Any, Any]:
     """The evaluator actor of a run and the learner hook that feeds it, or ``(None, None)`` when the run
@@ -52,4 +74,5 @@ def start_evaluator(cfg: Any, tracker: Any, checkpoints_dir: str, sampling: Samp
     evaluator.submit.remote(version, path, read_adapter(path) if path else None)  # its error: at the next submit
     print(f"unstable: in-run exploitability of each checkpoint on {', '.join(t.env_id for t in targets)} "
           f"(T={sampling.temperature:g}, top_p={sampling.top_p:g}; exploitability_eval='off' turns it off)", flush=True)
-    return evaluator, SubmitCheckpoint(evaluator, checkpoints_dir)
+    hook = OptionalHook(SubmitCheckpoint(evaluator, checkpoints_dir), "in-run exploitability evaluator")
+    return evaluator, hook

@@ -51,6 +51,8 @@ def preflight(cfg: BuildConfig) -> BuildConfig:
             choose_backend("vllm")  # raises, saying how to install it, where vLLM does not import
     infos = [_check_model(model, i, several) for i, model in enumerate(cfg.models)]
     cfg.samplers.fixed_opponents = _check_opponents(cfg, infos[0])
+    for line in cfg.samplers.unused_settings():
+        print(f"unstable: warning: {line}", flush=True)
     return cfg
 
 

@@ -334,9 +334,12 @@ def _skip_issued_games(scheduler_state: dict[str, Any], run_dir: Path) -> None:
             scheduler_state["train_idx"] = max(scheduler_state["train_idx"], seed + 1)
 
 
-def load_run_config(run_dir: str | os.PathLike, overrides: list[str] | None = None) -> tuple[dict, dict]:
+def load_run_config(run_dir: str | os.PathLike, overrides: list[str] | None = None,
+                    reward_transforms: bool = False) -> tuple[dict, dict]:
     """``(build kwargs, start kwargs)`` from ``<run_dir>/config.json`` with ``key=value`` overrides,
-    checked like any config file (:func:`unstable.run.config_file.load_config`; JSON is YAML)."""
+    checked like any config file (:func:`unstable.run.config_file.load_config`; JSON is YAML).
+    ``reward_transforms``: the caller gives the run's custom reward transforms again (``build(resume_from=...,
+    reward_transforms=...)``), so the names saved for them are left out; otherwise such a run is refused."""
     from unstable.run.config_file import load_config
 
     path = Path(run_dir) / CONFIG_FILE
@@ -345,11 +348,17 @@ def load_run_config(run_dir: str | os.PathLike, overrides: list[str] | None = No
     saved = json.loads(path.read_text(encoding="utf-8"))
     models = saved.get("models") if isinstance(saved.get("models"), list) else []
     buffers = [m.get("buffer") or {} for m in models if isinstance(m, dict)]  # nested; flat: the top level
-    if any(b.get("reward_transforms") is not None for b in [saved, *buffers] if isinstance(b, dict)):
+    custom = [b for b in [saved, *buffers] if isinstance(b, dict) and b.get("reward_transforms") is not None]
+    if custom and not reward_transforms:
         raise ValueError(f"{path}: the run used custom reward_transforms, which a config file cannot hold; "
                          "resume it from Python: unstable.build(resume_from=..., reward_transforms=...)")
     build, start = load_config(str(path), overrides)
     build.pop("resume_from", None)
+    if custom:  # only their names were saved: the caller's objects take their place
+        build.pop("reward_transforms", None)
+        for model in build.get("models") or []:
+            if isinstance(model, dict) and isinstance(model.get("buffer"), dict):
+                model["buffer"].pop("reward_transforms", None)
     return build, start
 
 

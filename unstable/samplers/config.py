@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from unstable.samplers.league import PFSP_WEIGHTINGS
@@ -12,6 +12,8 @@ from unstable.samplers.strategies import OPPONENT_STRATEGIES
 from unstable.utils.schema import check_fields, setting
 
 ENV_SAMPLING_STRATEGIES = ("random", "curriculum")
+ENV_CURRICULUM_SETTINGS = ("env_curriculum_window", "env_curriculum_target", "env_curriculum_width")
+"""The settings only env ``"curriculum"`` reads."""
 OPPONENT_SAMPLING_STRATEGIES = tuple(OPPONENT_STRATEGIES)
 
 
@@ -80,6 +82,21 @@ class SamplerConfig:
         self.fixed_opponents = opponent_names(self.fixed_opponents)
         if self.opponent_sampling_strategy == "fixed" and not self.fixed_opponents:
             raise ValueError("opponent_sampling_strategy='fixed' needs at least one name in fixed_opponents")
+
+    def unused_settings(self) -> list[str]:
+        """A line for each setting given another value than its default that only a strategy this config does
+        not use reads (``pfsp_weighting`` with ``"mirror"``): the run goes on, and the user hears it once."""
+        owners = {name: ("opponent_sampling_strategy", strategy)
+                  for strategy, row in OPPONENT_STRATEGIES.items() for name in row.settings}
+        owners |= {name: ("env_sampling_strategy", "curriculum") for name in ENV_CURRICULUM_SETTINGS}
+        defaults = {f.name: f.default for f in fields(self)}
+        lines = []
+        for name, (switch, wanted) in owners.items():
+            value, used = getattr(self, name), getattr(self, switch)
+            if value != defaults[name] and used != wanted:
+                lines.append(f"{name}={value!r} is a setting of {switch}={wanted!r}; this run has "
+                             f"{switch}={used!r}, so it has no effect")
+        return lines
 
     def draws_opponents(self) -> bool:
         """Whether the opponent sampler (with its rating curriculum) seats anyone but the learner itself."""

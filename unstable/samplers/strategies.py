@@ -21,13 +21,15 @@ from unstable.samplers.psro import PSRO_LOG_FILE, PSROModelSampler
 @dataclass(frozen=True, slots=True)
 class OpponentStrategy:
     """One strategy: whether it seats opponents beside the trained models, whether those include the fixed
-    opponents, whether a league's main model may use it (it draws from every lineage's checkpoints), and
-    ``sampler(settings, registry, seed, fixed, tracker, run_dir)``, its model sampler."""
+    opponents, whether a league's main model may use it (it draws from every lineage's checkpoints),
+    ``sampler(settings, registry, seed, fixed, tracker, run_dir)``, its model sampler, and the
+    :class:`~unstable.samplers.config.SamplerConfig` ``settings`` only it reads."""
 
     draws_opponents: bool
     plays_fixed: bool
     sampler: Callable[..., Any]
     league_main: bool = False
+    settings: tuple[str, ...] = ()
 
 
 def _self_play(s: Any, registry: Any, seed: int, *_: Any) -> Any:
@@ -56,13 +58,15 @@ OPPONENT_STRATEGIES: dict[str, OpponentStrategy] = {
     "mirror": OpponentStrategy(False, False, _self_play),
     "fixed": OpponentStrategy(True, True, lambda s, registry, seed, *_: ms.FixedOpponentModelSampler(
         model_registry=registry, rng_seed=seed)),
-    "lagged": OpponentStrategy(True, False, _lagged),
+    "lagged": OpponentStrategy(True, False, _lagged, settings=("opponent_lag", "opponent_window")),
     "match-quality": OpponentStrategy(True, False, lambda s, registry, seed, *_: ms.MatchQualityModelSampler(
         model_registry=registry, rng_seed=seed), league_main=True),
     "pool": OpponentStrategy(True, True, lambda s, registry, seed, *_: ms.PoolModelSampler(
         model_registry=registry, rng_seed=seed), league_main=True),
-    "pfsp": OpponentStrategy(True, True, _pfsp, league_main=True),
-    "psro": OpponentStrategy(True, True, _psro, league_main=True),
+    "pfsp": OpponentStrategy(True, True, _pfsp, league_main=True,
+                             settings=("pfsp_weighting", "pfsp_prior", "pfsp_window")),
+    "psro": OpponentStrategy(True, True, _psro, league_main=True,
+                             settings=("psro_every", "psro_games_per_cell", "psro_pool_size", "psro_meta_solver")),
 }
 
 

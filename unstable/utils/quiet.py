@@ -5,9 +5,10 @@
   whenever it compiles that file, which an install without bytecode does on first import.
   :func:`import_trueskill` imports trueskill with a filter for that warning, from trueskill's files, only.
 * Ray enables token authentication for a new local cluster and logs ``Token authentication is
-  enabled for this Ray cluster...`` at WARNING. :func:`quiet_ray_token_auth_notice` drops that
-  record from that logger only: other Ray warnings (and the one for a cluster where token
-  authentication is *disabled*) still show.
+  enabled for this Ray cluster...`` at WARNING, ``Generated new authentication token ...`` and
+  ``Started a local Ray instance.`` at INFO. :func:`quiet_ray_token_auth_notice` drops those records
+  from their loggers only: other Ray warnings (and the one for a cluster where token authentication
+  is *disabled*) and every error still show.
 """
 
 from __future__ import annotations
@@ -38,16 +39,29 @@ def import_trueskill() -> ModuleType:
     return trueskill
 
 
-class _DropTokenAuthNotice(logging.Filter):
+#: The notices a new local Ray logs at every first run, by logger: dropped, and nothing else of those loggers.
+RAY_START_NOTICES = {
+    RAY_TOKEN_AUTH_LOGGER: (RAY_TOKEN_AUTH_NOTICE, "Generated new authentication token"),
+    "ray._private.worker": ("Started a local Ray instance",),
+}
+
+
+class _DropNotices(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]):
+        super().__init__()
+        self.prefixes = prefixes
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(RAY_TOKEN_AUTH_NOTICE)
+        return record.levelno > logging.WARNING or not record.getMessage().startswith(self.prefixes)
 
 
-_RAY_FILTER = _DropTokenAuthNotice()
+_RAY_FILTERS = {name: _DropNotices(prefixes) for name, prefixes in RAY_START_NOTICES.items()}
 
 
 def quiet_ray_token_auth_notice() -> None:
-    """Drop Ray's "token authentication is enabled" notice (call before ``ray.init``; once is enough)."""
-    logger = logging.getLogger(RAY_TOKEN_AUTH_LOGGER)
-    if _RAY_FILTER not in logger.filters:
-        logger.addFilter(_RAY_FILTER)
+    """Drop Ray's start notices (:data:`RAY_START_NOTICES`: token authentication enabled, a new token saved,
+    a local instance started; call before ``ray.init``; once is enough). Errors of those loggers still show."""
+    for name, notice_filter in _RAY_FILTERS.items():
+        logger = logging.getLogger(name)
+        if notice_filter not in logger.filters:
+            logger.addFilter(notice_filter)
