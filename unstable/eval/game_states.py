@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
-import textarena as ta
-
 from unstable.collection.rollout import _as_text
 from unstable.eval.solvers import board_key, reachable_boards
-from unstable.games.envs import base_name
+from unstable.games.envs import base_name, make_env
 from unstable.games.legal_moves import _unwrap, legal_moves
 
 KUHN_CARDS = ("J", "Q", "K")
@@ -53,7 +51,7 @@ def replay(env_id: str, history: Sequence[str], seed: int = 0) -> tuple[int, str
     observation text, env)``. Raises ``ValueError`` when a move is invalid or ends the game."""
     outer = random.getstate()
     try:
-        env = ta.make(env_id)
+        env = make_env(env_id)
         env.reset(num_players=2, seed=seed)
         env.state.error_allowance = 0
         for i, move in enumerate(history):
