@@ -46,11 +46,16 @@ def tabular_policy(env_id: str, table: OpenSpielTable) -> Any:
 
 
 def openspiel_exploitability(env_id: str, table: OpenSpielTable) -> dict[str, Any]:
-    """``{"exploitability", "nash_conv", "states"}`` of ``table`` on ``env_id`` (see the module docstring)."""
-    from open_spiel.python.algorithms import exploitability
+    """``table`` solved on ``env_id`` (see the module docstring): ``exploitability``, ``nash_conv``, ``states``, and as
+    the Kuhn solver names them ``best_response_first`` (a best responder's expected return when the policy is
+    player 0) and ``best_response_second`` (when it is player 1)."""
+    from open_spiel.python.algorithms import expected_game_score, exploitability
 
     game = load_game(env_id)
     policy = tabular_policy(env_id, table)
-    nash_conv = float(exploitability.nash_conv(game, policy))
-    return {"exploitability": nash_conv / game.num_players(), "nash_conv": nash_conv,
+    result = exploitability.nash_conv(game, policy, return_only_nash_conv=False)
+    on_policy = expected_game_score.policy_value(game.new_initial_state(), [policy] * game.num_players())
+    responses = [float(gain + value) for gain, value in zip(result.player_improvements, on_policy, strict=True)]
+    return {"exploitability": float(result.nash_conv) / game.num_players(), "nash_conv": float(result.nash_conv),
+            "best_response_first": responses[1], "best_response_second": responses[0],
             "states": len(policy.state_lookup)}
