@@ -169,11 +169,6 @@ class OpenSpielEnv(ta.Env):
         return self.state.step(rotate_player=False)
 
 
-def legal_moves(env: Any) -> list[str]:
-    """The legal moves of the bare :class:`OpenSpielEnv` ``env``, as offered (for scripted players)."""
-    return move_labels(env.spiel)
-
-
 def register(env_id: str) -> None:
     """Register ``env_id`` with TextArena (once per process), after checking its game loads."""
     from textarena.envs.registration import ENV_REGISTRY, EnvSpec
