@@ -104,3 +104,14 @@ def test_every_openspiel_game_has_a_solver_and_kuhn_reads_end_to_end(tiny_model_
 def _renormalised(policy: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """The read table over legal moves only, as the bridge scores it (invalid mass renormalised away)."""
     return {k: {m: p / sum(probs.values()) for m, p in probs.items()} for k, probs in policy.items()}
+
+
+def test_the_leduc_quickstart_config_loads(tmp_path):
+    from pathlib import Path
+
+    from unstable.cli.quickstart import load_quickstart_config
+
+    config = Path(__file__).resolve().parent.parent / "configs" / "leduc-selfplay.yaml"
+    cfg = load_quickstart_config(str(config), out=str(tmp_path / "run"))
+    assert (cfg.env_id, cfg.prompt_template) == ("openspiel:leduc_poker", "qwen3-spiel")
+    assert cfg.warm_start.env_id == cfg.env_id and cfg.invalid_move_penalty < -13  # below Leduc's worst hand
