@@ -47,6 +47,8 @@ BASE_YAML = (
 )
 KEY = "sk-or-v1-0123456789abcdef0123456789"  # the shape of an OpenRouter key; never a real one
 NOT_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
+NO_OPENSPIEL = pytest.mark.skipif(importlib.util.find_spec("pyspiel") is None,
+                                  reason="open_spiel is not installed (pip install unstable-baselines[openspiel])")
 NO_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 
 BUILD_CASES = [
@@ -318,6 +320,15 @@ TRAIN_ENV_CASES = [
     ("env_id a number", {"env_id": 5}, "env_id must be a non-empty string"),
     ("env_id needs an API key", {"env_id": "Debate-v0"}, "needs an OpenRouter API key"),
     ("env_id needs Python 3.12", {"env_id": "Chess-v0"}, "Python 3.12"),
+    pytest.param("OpenSpiel game unknown", {"env_id": "openspiel:leducpoker"},
+                 "unknown OpenSpiel game 'leducpoker'.*did you mean leduc_poker", marks=NO_OPENSPIEL),
+    pytest.param("OpenSpiel parameter of the wrong type", {"env_id": "openspiel:goofspiel(num_cards=four)"},
+                 "OpenSpiel could not load 'goofspiel\\(num_cards=four\\)': .*num_cards", marks=NO_OPENSPIEL),
+    pytest.param("OpenSpiel game of 4 players", {"env_id": "openspiel:hearts"},
+                 "has 4 players; the OpenSpiel bridge plays two-player games", marks=NO_OPENSPIEL),
+    pytest.param("OpenSpiel game with num_players 3", {"env_id": "openspiel:leduc_poker", "num_players": 3,
+                                                      "num_actors": 1},
+                 "openspiel:leduc_poker is played by 2 players, not 3", marks=NO_OPENSPIEL),
     ("num_players wrong for the game", {"num_players": 3, "num_actors": 1}, "The number of players has to be 2"),
     ("num_players a string", {"num_players": "2"}, "num_players must be an integer >= 1"),
     ("num_actors 0", {"num_actors": 0}, "num_actors must be an integer >= 1"),

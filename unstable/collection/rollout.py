@@ -29,6 +29,7 @@ from typing import Any
 import textarena as ta
 
 from unstable.environments.base import ask_policy, game_failure
+from unstable.games.envs import make_env
 from unstable.policies.base import Policy, PolicyOutput, TurnContext
 from unstable.records import FailedGame, GameFailedError, GameRecord, GameSpec, Turn
 
@@ -102,7 +103,7 @@ async def play_game(spec: GameSpec, policies: Mapping[int, Policy]) -> GameRecor
     stage = "make"
     try:
         with scope:
-            env = ta.make(spec.env_id)
+            env = make_env(spec.env_id)
             stage = "reset"
             env.reset(num_players=spec.num_players, seed=spec.seed)
             env.state.error_allowance = spec.error_allowance

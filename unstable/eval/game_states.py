@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
-import textarena as ta
-
 from unstable.collection.rollout import _as_text
 from unstable.eval.solvers import board_key, reachable_boards
-from unstable.games.envs import base_name
+from unstable.games import openspiel
+from unstable.games.envs import base_name, make_env
 from unstable.games.legal_moves import _unwrap, legal_moves
 
 KUHN_CARDS = ("J", "Q", "K")
@@ -53,7 +52,7 @@ def replay(env_id: str, history: Sequence[str], seed: int = 0) -> tuple[int, str
     observation text, env)``. Raises ``ValueError`` when a move is invalid or ends the game."""
     outer = random.getstate()
     try:
-        env = ta.make(env_id)
+        env = make_env(env_id)
         env.reset(num_players=2, seed=seed)
         env.state.error_allowance = 0
         for i, move in enumerate(history):
@@ -161,3 +160,22 @@ def _acting_player(env_id: str, history: tuple[str, ...]) -> int:
     """Who acts after ``history`` in round 1 (TextArena's round 1 starts with player 1)."""
     player, _, _ = replay(env_id, ())
     return player if len(history) % 2 == 0 else 1 - player
+
+
+# ----------------------------------------------------------------------------- OpenSpiel games
+def openspiel_states(env_id: str) -> dict[str, GameState]:
+    """Every information state of the OpenSpiel game of ``env_id`` (``"openspiel:<game>"``), as OpenSpiel's
+    ``TabularPolicy`` enumerates them, keyed by the game's information-state string; each with one state
+    of it, the observation the env shows there (:func:`unstable.games.openspiel.observation`, the same
+    function the turn loop reads) and its move labels. ``history`` holds that state's action ids."""
+    from open_spiel.python import policy as spiel_policy
+
+    if not openspiel.is_openspiel_id(env_id):
+        raise ValueError(f"openspiel_states needs an 'openspiel:' env id, got {env_id!r}")
+    tabular = spiel_policy.TabularPolicy(openspiel.load_game(env_id))
+    states = {}
+    for key, row in tabular.state_lookup.items():
+        state = tabular.states[row]
+        states[key] = GameState(key, state.current_player(), tuple(str(a) for a in state.history()),
+                                openspiel.observation(env_id, state), tuple(openspiel.move_labels(state)))
+    return states

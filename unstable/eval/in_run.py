@@ -47,13 +47,12 @@ from typing import Any
 
 from unstable.eval.average_policy import PolicyAverage
 from unstable.eval.exploitability import (
-    SOLVED_GAMES,
     ExploitabilityResult,
     evaluate_exploitability,
+    has_solver,
     history_dependent,
 )
 from unstable.eval.policy_reading import default_method
-from unstable.games.envs import base_name
 from unstable.games.extraction import register_action_extraction
 from unstable.games.specs import EvalEnvSpec
 from unstable.inference.adapters import AdapterPayload, read_adapter
@@ -87,7 +86,7 @@ def plan_exploitability(eval_envs: Sequence[Any], setting: str = "auto", *, mode
     targets: dict[str, ExploitabilityTarget] = {}
     skipped: list[str] = []
     for spec in eval_envs:
-        if not isinstance(spec, EvalEnvSpec) or base_name(spec.env_id) not in SOLVED_GAMES:
+        if not isinstance(spec, EvalEnvSpec) or not has_solver(spec.env_id):
             continue
         where = f"{spec.env_id} ({spec.prompt_template})"
         if spec.env_id in targets:

@@ -40,7 +40,7 @@ from unstable.inference.base import GenerationRequest, SamplingParams
 from unstable.inference.transformers_backend import TransformersBackend
 from unstable.models.warmstart import answer_text
 
-DIRECT_ANSWER_TEMPLATES = frozenset({"qwen3-board", "qwen3-grid", "qwen3-hand", "qwen3-task"})
+DIRECT_ANSWER_TEMPLATES = frozenset({"qwen3-board", "qwen3-grid", "qwen3-hand", "qwen3-spiel", "qwen3-task"})
 """Built-in templates that ask for the answer alone ("Answer in \\boxed{}."): read exactly by default.
 The others ask the model to reason first and are read by sampling."""
 

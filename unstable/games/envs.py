@@ -20,6 +20,8 @@ import sys
 import textarena as ta
 from textarena.envs.registration import ENV_REGISTRY
 
+from unstable.games import openspiel
+
 # Games known to work offline on Python 3.11 with TextArena 0.7.4 (two-player unless noted);
 # offered as suggestions.
 RECOMMENDED_ENV_IDS = (
@@ -149,10 +151,13 @@ def first_observation(env_id: str, num_players: int) -> str:
 def check_env_id(env_id: str, num_players: int | None = None) -> None:
     """Raise :class:`EnvNotAvailableError` unless ``env_id`` can be played here.
 
-    With ``num_players`` the env is also made and reset once (a few milliseconds, cached).
+    With ``num_players`` the env is also made and reset once (a few milliseconds, cached). An
+    ``openspiel:`` id (:mod:`unstable.games.openspiel`) is loaded by OpenSpiel and registered here.
     """
     if not isinstance(env_id, str) or not env_id:
         raise EnvNotAvailableError(f"env_id must be a non-empty string, got {env_id!r}")
+    if openspiel.is_openspiel_id(env_id):
+        _check_openspiel(env_id)
     if env_id not in ENV_REGISTRY:
         raise EnvNotAvailableError(
             f"unknown env id {env_id!r} (not registered in textarena {ta.__version__}). {_suggest(env_id)}"
@@ -164,6 +169,21 @@ def check_env_id(env_id: str, num_players: int | None = None) -> None:
         problem = _syntax_problem(env_id)
     if problem is not None:
         raise EnvNotAvailableError(f"env {env_id!r} cannot be played here: {problem}. {_suggest(env_id)}")
+
+
+def _check_openspiel(env_id: str) -> None:
+    """Load and register an ``openspiel:`` id, so the checks below and ``ta.make`` see it."""
+    try:
+        openspiel.register(env_id)
+    except (ImportError, ValueError) as exc:
+        raise EnvNotAvailableError(f"env {env_id!r} cannot be played here: {exc}") from None
+
+
+def make_env(env_id: str):
+    """``ta.make(env_id)``, after registering an ``openspiel:`` id in this process (a Ray worker included)."""
+    if openspiel.is_openspiel_id(env_id):
+        openspiel.register(env_id)
+    return ta.make(env_id)
 
 
 def _register_own_envs() -> None:

@@ -16,8 +16,9 @@ from typing import Any
 
 import textarena as ta
 
+from unstable.games import openspiel
 from unstable.games.envs import base_name
-from unstable.games.scripted_names import SCRIPTED_BASELINES, SCRIPTED_POLICIES
+from unstable.games.scripted_names import OPENSPIEL_BASELINES, SCRIPTED_BASELINES, SCRIPTED_POLICIES
 
 
 class NoScriptedBaselineError(ValueError):
@@ -70,8 +71,8 @@ SUPPORTED_GAMES = tuple(_READERS)
 
 
 def has_scripted_baseline(env_id: str) -> bool:
-    """Whether scripted policies can play ``env_id`` (any variant of a supported game)."""
-    return base_name(env_id) in _READERS
+    """Whether scripted policies can play ``env_id`` (any variant of a supported game, or an OpenSpiel game)."""
+    return openspiel.is_openspiel_id(env_id) or base_name(env_id) in _READERS
 
 
 def require_legal_move_reader(env_id: str) -> None:
@@ -106,11 +107,15 @@ def legal_moves(env_id: str, env: Any, player_id: int) -> list[str]:
     deterministic, so a seeded ``random.Random`` picks the same move for the same position.
     """
     state = game_state(env_id, env, player_id)  # raises first for a game without a reader
+    if openspiel.is_openspiel_id(env_id):
+        return openspiel.move_labels(state["spiel"])
     return _READERS[base_name(env_id)](state)
 
 
 def scripted_baselines(env_id: str) -> tuple[str, ...]:
     """The scripted baselines that can play ``env_id`` (any variant of its game); none if no reader."""
+    if openspiel.is_openspiel_id(env_id):
+        return OPENSPIEL_BASELINES
     return SCRIPTED_BASELINES.get(base_name(env_id), ())
 
 

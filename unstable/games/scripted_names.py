@@ -19,6 +19,9 @@ SCRIPTED_BASELINES: dict[str, tuple[str, ...]] = {
     "SimpleTak": ("random",),
 }
 
+#: The scripted baselines of every OpenSpiel game (``openspiel:<game>``): its legal moves are the game's own.
+OPENSPIEL_BASELINES: tuple[str, ...] = ("random",)
+
 #: Every scripted baseline's name, whatever game it plays: these names are scripted opponents (not
 #: API models or adapter paths) wherever an opponent is named.
 SCRIPTED_POLICIES = tuple(dict.fromkeys(name for names in SCRIPTED_BASELINES.values() for name in names))

@@ -139,6 +139,26 @@ def _qwen3_hand(obs: str) -> str:
     return f"<|im_start|>user\n{hand_view(obs)}\nAnswer in \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
 
 
+_SPIEL_SEAT = re.compile(r"^You are player (\d+)\.$", re.MULTILINE)
+
+
+def spiel_view(obs: str) -> str:
+    """An OpenSpiel game's observation (:func:`unstable.games.openspiel.observation`) cut to what a small model
+    needs: ``P<seat>``, the seat's view of the game (its information-state or board string) and the legal
+    moves, each on its own lines in that order. Raises ``ValueError`` on any other observation."""
+    seat = _SPIEL_SEAT.search(obs)
+    state = obs.find("\nState:\n")
+    moves = obs.rfind("\nMoves: ")
+    if seat is None or state < 0 or moves < state:
+        raise ValueError("template 'qwen3-spiel' reads an OpenSpiel game's observation ('openspiel:' env ids); "
+                         f"this one is not, so use 'qwen3-board': {obs[-160:]!r}")
+    return f"P{seat.group(1)}\n{obs[state + 8:moves]}\n{obs[moves + 1:]}"
+
+
+def _qwen3_spiel(obs: str) -> str:
+    return f"<|im_start|>user\n{spiel_view(obs)}\nAnswer in \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
+
+
 def _gemma3_zs(obs: str) -> str:
     return (
         f"<start_of_turn>user\n{_ZERO_SUM}\nObservation: {obs}\n{_REASON_THEN_BOX}<end_of_turn>\n<start_of_turn>model\n"
@@ -212,6 +232,7 @@ for _name, _fn, _desc in [
     ("qwen3-board", _qwen3_board, "Qwen3 chat turn with only the current board and moves (small models)"),
     ("qwen3-grid", _qwen3_grid, "Qwen3 chat turn with the player's mark and the board one token a cell (TicTacToe)"),
     ("qwen3-hand", _qwen3_hand, "Qwen3 chat turn with the player's card and the hand's moves (Kuhn poker)"),
+    ("qwen3-spiel", _qwen3_spiel, "Qwen3 chat turn with the seat, its view and the moves (OpenSpiel games)"),
     ("qwen3-task", _qwen3_task, "Qwen3 chat turn: the task as it is, then 'Answer in \\boxed{}.' (environments)"),
 ]:
     register_template(_name, _fn, description=_desc)

@@ -47,11 +47,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-import textarena as ta
 import torch
 from torch import Tensor
 
-from unstable.games.envs import base_name, check_env_id
+from unstable.games.envs import base_name, check_env_id, make_env
 from unstable.games.extraction import extract_boxed_action
 from unstable.games.templates import get_template, render_prompt
 from unstable.learners.checkpoints import atomic_save
@@ -182,7 +181,7 @@ def _position_stream(env_id: str, seed: int, num_players: int, few_moves_bias: f
         try:
             if game_state is not None:
                 random.setstate(game_state)
-            env = ta.make(env_id)
+            env = make_env(env_id)
             env.reset(num_players=num_players, seed=env_seed + game)
             game += 1
             done = False
