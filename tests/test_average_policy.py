@@ -12,9 +12,13 @@ converges.
 
 import pytest
 import torch
-from test_magnet import BRPS, NASH
+from test_magnet import BRPS, NASH, adapter_state, batch_of, same
+from test_packed_batches import FAST
 
 from unstable.algorithms import masked_mean, policy_loss
+from unstable.learners import GRPOLearner, LearnerConfig
+from unstable.learners import model_utils as mu
+from unstable.learners.average import AVERAGE_ADAPTER
 from unstable.learners.reservoir import Reservoir
 
 
@@ -103,3 +107,50 @@ def test_the_average_policy_converges_where_the_last_iterate_does_not():
             "plain": sum(plain[-tail:]) / tail}
     assert mean["last"] > 0.3 and mean["plain"] > 0.15, mean
     assert mean["average"] < 0.1 and max(average[-tail:]) < 0.15, mean
+
+
+# ------------------------------------------------------------------------------- the learner
+def test_the_learner_trains_its_average_policy_on_the_reservoir_and_a_resume_restores_both(model_dir, tmp_path):
+    settings = dict(FAST, batch_size=4, average_reservoir=6, average_batch_size=4, average_learning_rate=1e-2)
+    lrn = GRPOLearner(model_dir, output_dir=str(tmp_path / "run"), **settings)
+    start = adapter_state(lrn.model, mu.POLICY_ADAPTER)
+    assert same(adapter_state(lrn.model, AVERAGE_ADAPTER), start)  # the average starts as the policy
+    metrics = lrn.update(batch_of(1)).metrics
+    assert metrics["train/reservoir_size"] == 4.0 and metrics["train/average_loss"] > 0
+    policy, average = adapter_state(lrn.model, mu.POLICY_ADAPTER), adapter_state(lrn.model, AVERAGE_ADAPTER)
+    assert not same(policy, start) and not same(average, start) and not same(average, policy)  # both moved
+    assert lrn.update(batch_of(2)).metrics["train/reservoir_size"] == 6.0  # capacity 6 of the 8 moves
+    ckpt2 = tmp_path / "run" / "ckpt-2"
+    assert (ckpt2 / AVERAGE_ADAPTER / "adapter_model.safetensors").is_file()  # the average travels with it
+    at_two, kept = adapter_state(lrn.model, AVERAGE_ADAPTER), list(lrn.reservoir.items)
+    after = lrn.update(batch_of(3)).metrics
+    resumed = GRPOLearner(model_dir, output_dir=str(tmp_path / "resumed"), initial_lora_path=str(ckpt2),
+                          initial_version=2, restore_training_state=True, **settings)
+    assert same(adapter_state(resumed.model, AVERAGE_ADAPTER), at_two)
+    again = resumed.update(batch_of(3)).metrics  # the reservoir and the optimisers are loaded first
+    assert resumed.reservoir.seen == 12 and [s.game_id for s in resumed.reservoir.items] == \
+        [s.game_id for s in lrn.reservoir.items] and len(kept) == 6
+    assert again["train/average_loss"] == pytest.approx(after["train/average_loss"], rel=1e-4)
+    resumed_average, uninterrupted = adapter_state(resumed.model, AVERAGE_ADAPTER), adapter_state(lrn.model,
+                                                                                                  AVERAGE_ADAPTER)
+    assert all(torch.allclose(resumed_average[k], uninterrupted[k], atol=1e-6) for k in uninterrupted)
+
+
+def test_a_resume_of_a_run_without_an_average_policy_is_refused(model_dir, tmp_path):
+    lrn = GRPOLearner(model_dir, output_dir=str(tmp_path / "run"), **dict(FAST, batch_size=4))
+    lrn.update(batch_of(1))
+    resumed = GRPOLearner(model_dir, output_dir=str(tmp_path / "run"), initial_lora_path=str(tmp_path / "run/ckpt-1"),
+                          initial_version=1, restore_training_state=True, **dict(FAST, batch_size=4,
+                                                                                 average_reservoir=6))
+    with pytest.raises(ValueError, match="trained without average_reservoir"):
+        resumed.update(batch_of(2))
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"average_reservoir": 0}, "average_reservoir must be an integer >= 1"),
+    ({"average_batch_size": 0}, "average_batch_size must be an integer >= 1"),
+    ({"average_learning_rate": 0}, r"average_learning_rate must be a finite number in \(0, 1\]"),
+])
+def test_average_policy_settings_are_checked(settings, message):
+    with pytest.raises(ValueError, match=message):
+        LearnerConfig(model_name="x", **settings)
