@@ -181,6 +181,16 @@ class LearnerConfig:
     carry it (``reference/``) so a resumed run keeps it; ``train/magnet_version`` is the version of the
     magnet an update was pulled towards. Needs ``beta > 0``. ``None``: the reference stays fixed (the
     base model, or ``reference_adapter``)."""
+    average_reservoir: int | None = setting(None, ge=1)
+    """NFSP's average policy (Heinrich & Silver 2016, arXiv 1603.01121): a second LoRA adapter, saved in each
+    checkpoint's ``average/``, fitted by supervised learning to a reservoir of this many of the policy's own
+    past moves (Vitter's algorithm R: a uniform sample of every move trained on), one step of
+    ``average_batch_size`` moves per update (see :mod:`unstable.learners.average`). ``None``: no average
+    policy."""
+    average_batch_size: int = setting(64, ge=1)
+    """Moves drawn from the reservoir for each supervised step of the average policy."""
+    average_learning_rate: float = setting(1e-4, gt=0, le=MAX_LEARNING_RATE)
+    """AdamW learning rate of the average policy's adapter."""
     entropy_coef: float = setting(0.0, ge=0)
     """Weight of the entropy bonus (subtracted from the loss); 0: entropy is only measured. The entropy is
     the next-token entropy over the whole vocabulary at every completion token, which rewards illegal

@@ -40,6 +40,7 @@ from unstable.algorithms import (
     target_logprobs,
 )
 from unstable.learners import model_utils as mu
+from unstable.learners.average import AveragePolicy
 from unstable.learners.base import BaseLearner
 from unstable.learners.batching import (
     TokenBatch,
@@ -82,7 +83,7 @@ class _Totals:
         return out
 
 
-class REINFORCELearner(BaseLearner):
+class REINFORCELearner(AveragePolicy, BaseLearner):
     """Policy gradient on a LoRA adapter with ``A = Step.reward``.
 
     The advantage is each step's ``reward`` as the buffer shaped it (final, step and sampling
@@ -109,6 +110,7 @@ class REINFORCELearner(BaseLearner):
             else:
                 self.model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(self.model.peft_config[mu.POLICY_ADAPTER]))
                 mu.copy_adapter(self.model, mu.POLICY_ADAPTER, REFERENCE_ADAPTER)
+        self._init_average()  # NFSP's average policy, with average_reservoir (unstable.learners.average)
         self.model.set_adapter(mu.POLICY_ADAPTER)  # PEFT: only the active adapter is trainable
         self.magnet_version = cfg.initial_version - cfg.initial_version % cfg.magnet_every if cfg.magnet_every else None
         self.packed = cfg.micro_batching == "packed" or (cfg.micro_batching == "auto" and self.device.type == "cuda")
@@ -156,7 +158,10 @@ class REINFORCELearner(BaseLearner):
                     self._optimizer_step()
         if self.data_parallel is not None:
             totals = _Totals.merged(self.data_parallel.all_gather(totals))
-        return self._metrics(totals, len(steps), max(len(self._norms), 1))  # steps taken (1: update() takes it)
+        metrics = self._metrics(totals, len(steps), max(len(self._norms), 1))  # steps taken (1: update() takes it)
+        if self.reservoir is not None:
+            metrics.update(self.average_update(list(steps)))
+        return metrics
 
     def _partition(self, n: int, generator: torch.Generator) -> list[list[int]]:
         """``minibatches`` near-equal parts of ``range(n)``, shuffled when there is more than one."""
