@@ -125,6 +125,9 @@ class PolicyAverage:
 
 
 _OWN_REACH = {"KuhnPoker": kuhn_own_reach, "TicTacToe": tictactoe_own_reach}
+AVERAGED_GAMES = tuple(_OWN_REACH)
+"""Games whose checkpoint average is computed (an OpenSpiel game's is not yet: its exploitability has no
+``_average``)."""
 
 
 def average_policy(tables: Sequence[Table], game: str, weights: Sequence[float] | None = None,
@@ -143,4 +146,4 @@ def average_policy(tables: Sequence[Table], game: str, weights: Sequence[float] 
     return average.table()
 
 
-__all__ = ["PolicyAverage", "average_policy", "kuhn_own_reach", "tictactoe_own_reach"]
+__all__ = ["AVERAGED_GAMES", "PolicyAverage", "average_policy", "kuhn_own_reach", "tictactoe_own_reach"]

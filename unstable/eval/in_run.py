@@ -45,12 +45,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from unstable.eval.average_policy import PolicyAverage
+from unstable.eval.average_policy import AVERAGED_GAMES, PolicyAverage
 from unstable.eval.exploitability import (
     ExploitabilityResult,
     evaluate_exploitability,
     has_solver,
     history_dependent,
+    require_solver,
 )
 from unstable.eval.policy_reading import default_method
 from unstable.games.extraction import register_action_extraction
@@ -237,9 +238,11 @@ class ExploitabilityEvaluator:
                 max_new_tokens=self.sampling.max_new_tokens, action_extraction=target.action_extraction,
                 backend=self.backend)
             metrics |= exploitability_metrics(result)
-            average = self.averages.setdefault(target.env_id, PolicyAverage(base_name(target.env_id)))
-            average.add(result.policy)
-            metrics[f"eval/{target.env_id}/exploitability_average"] = average.exploitability()
+            game = require_solver(target.env_id)
+            if game in AVERAGED_GAMES:
+                average = self.averages.setdefault(target.env_id, PolicyAverage(game))
+                average.add(result.policy)
+                metrics[f"eval/{target.env_id}/exploitability_average"] = average.exploitability()
         if self.tracker is not None:
             call(self.tracker, "log_at", metrics, version)
         self.evaluated.append(version)
