@@ -147,11 +147,16 @@ def test_a_model_that_fails_every_game_stops_collection_with_the_first_failure_a
 
 
 def test_a_broken_template_stops_collection_at_its_first_game_with_its_own_error(backend):
-    """A bug is not a failed game: no game is counted, the template's error itself comes out."""
+    """A bug is not a failed game: no game is counted, the template's error itself comes out. (The template
+    breaks only once the specs are made: a template that breaks on a game's first observation is refused
+    when its spec is made, the next test.)"""
+    armed = [False]
+
     def broken(obs: str) -> str:
-        return f"{obs} {1 / 0}"
+        return f"{obs} {1 / 0}" if armed[0] else obs
 
     collector, _ = local_collector(backend, register("broken-local", broken))
+    armed[0] = True
     with pytest.raises(ZeroDivisionError) as info:
         asyncio.run(asyncio.wait_for(collector.collect(4, 0), timeout=120))
     assert "in broken" in "".join(traceback.format_tb(info.value.__traceback__))
@@ -255,11 +260,18 @@ def test_train_games_are_unaffected_by_eval_games_whose_opponent_adapter_is_corr
 def test_a_broken_prompt_template_stops_a_build_run_with_its_error(ray_session, tiny_model_dir, tmp_path):
     """The issue's test: a registered template that raises stops a real run (no hang) and
     ``run.wait()`` raises the template's error, with its traceback and the game it happened in."""
+    armed = tmp_path / "armed"  # a file: the template runs in the collector's process too
+
     def broken_board(obs: str) -> str:
-        return f"{obs} {len(obs) // 0}"
+        return f"{obs} {len(obs) // 0}" if armed.exists() else obs
 
     unstable.register_template("broken-board", broken_board, overwrite=True)
     ttt = {**TTT, "prompt_template": "broken-board"}
+    armed.touch()  # broken from the first observation: refused when the spec is made, before Ray
+    with pytest.raises(ZeroDivisionError) as info:
+        unstable.TrainEnvSpec(num_actors=2, **ttt)
+    assert "raised by prompt_template 'broken-board' on the first observation" in "".join(info.value.__notes__)
+    armed.unlink()  # broken only in play, from here on: the run must stop with its error
     run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, "broken-template",
                                             train_envs=[unstable.TrainEnvSpec(num_actors=2, **ttt)],
                                             eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **ttt)],
@@ -270,6 +282,7 @@ def test_a_broken_prompt_template_stops_a_build_run_with_its_error(ray_session, 
             lambda c: (c.failure_budget, c.api_opponents)))
         assert budget == FailureBudget(max_consecutive_failures=7)
         assert api == APIOpponentConfig(timeout_s=7.5)  # the collector's API opponents get build()'s settings
+        armed.touch()
         run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=2, block=False)
         waited = pool.submit(run.wait)
         error = waited.exception(timeout=180)  # a regression that hangs fails here instead

@@ -36,10 +36,14 @@ def check_template_fits(prompt_template: str, env_id: str, num_players: int = 2)
     """Render ``prompt_template`` on the first observation of ``env_id``: a template made for one game
     (``qwen3-grid``: TicTacToe's board; ``qwen3-hand``: a Kuhn poker hand) raises ``ValueError`` on another's,
     said here instead of at the run's first game."""
+    observation = first_observation(env_id, num_players)
     try:
-        get_template(prompt_template)(first_observation(env_id, num_players))
+        get_template(prompt_template)(observation)
     except ValueError as exc:
         raise ValueError(f"prompt_template {prompt_template!r} does not fit {env_id}: {exc}") from None
+    except Exception as exc:  # a bug in the template: its own error and traceback, said before any game
+        exc.add_note(f"raised by prompt_template {prompt_template!r} on the first observation of {env_id}")
+        raise
 
 
 OPPONENT_SEAT = "opponent"
