@@ -270,11 +270,11 @@ def test_an_invalid_move_loses_the_match():
 
 # ------------------------------------------------------------------------------------ the docs page
 def test_the_exploitability_section_of_the_docs_runs_and_prints_what_it_shows(capsys):
-    """docs/evaluation.md, "## Exploitability": its python blocks as one script print its text block."""
+    """docs/evaluation.md, "## Exploitability": its python blocks as one script print its text blocks."""
     section = (REPO / "docs" / "evaluation.md").read_text(encoding="utf-8").split("\n## Exploitability\n", 1)[1]
     section = section.split("\n## ", 1)[0]
     script = "\n".join(re.findall(r"```python\n(.*?)```", section, re.S))
-    (shown,) = re.findall(r"```text\n(.*?)```", section, re.S)
+    shown = "".join(re.findall(r"```text\n(.*?)```", section, re.S))  # each python block's output, in order
     exec(compile(script, "docs/evaluation.md", "exec"), {})
     assert capsys.readouterr().out == shown
 
