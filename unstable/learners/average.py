@@ -18,9 +18,7 @@ The forward passes, batching and backward are the learner's own (``collate``, ``
 
 from __future__ import annotations
 
-import copy
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,12 +43,7 @@ class AveragePolicy:
         cfg = self.config
         if cfg.average_reservoir is None:
             return
-        saved = Path(cfg.initial_lora_path or "") / AVERAGE_ADAPTER
-        if cfg.initial_lora_path and saved.is_dir():
-            self.model.load_adapter(str(saved), adapter_name=AVERAGE_ADAPTER, is_trainable=True)
-        else:
-            self.model.add_adapter(AVERAGE_ADAPTER, copy.deepcopy(self.model.peft_config[mu.POLICY_ADAPTER]))
-            mu.copy_adapter(self.model, mu.POLICY_ADAPTER, AVERAGE_ADAPTER)
+        mu.add_saved_or_copied_adapter(self.model, AVERAGE_ADAPTER, cfg.initial_lora_path, trainable=True)
         self.average_params = mu.adapter_parameters(self.model, AVERAGE_ADAPTER)
         self.average_optimizer = torch.optim.AdamW(self.average_params, lr=cfg.average_learning_rate,
                                                    weight_decay=cfg.weight_decay)

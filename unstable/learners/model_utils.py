@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -86,6 +88,17 @@ def copy_adapter(model: nn.Module, source: str, target: str) -> None:
                 copied += 1
     if not copied:
         raise ValueError(f"no LoRA layers hold both adapter {source!r} and {target!r}")
+
+
+def add_saved_or_copied_adapter(model: PeftModel, name: str, checkpoint: str | None, trainable: bool) -> None:
+    """Add adapter ``name``: the one ``checkpoint`` keeps in its subfolder ``name`` (a resume), else a copy of
+    the policy adapter (a new run). The magnet (``reference``) and NFSP's ``average`` start this way."""
+    saved = Path(checkpoint or "") / name
+    if checkpoint and saved.is_dir():
+        model.load_adapter(str(saved), adapter_name=name, is_trainable=trainable)
+    else:
+        model.add_adapter(name, copy.deepcopy(model.peft_config[POLICY_ADAPTER]))
+        copy_adapter(model, POLICY_ADAPTER, name)
 
 
 def adapter_parameters(model: nn.Module, adapter_name: str) -> list[nn.Parameter]:

@@ -22,11 +22,9 @@ and writes the checkpoint. GRPO, GSPO, A2C and PPO change the advantages and the
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -104,12 +102,7 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
         if cfg.reference_adapter is not None:
             self.model.load_adapter(cfg.reference_adapter, adapter_name=REFERENCE_ADAPTER, is_trainable=False)
         elif cfg.magnet_every is not None:  # the magnet: a checkpoint's own, else the starting policy
-            saved = Path(cfg.initial_lora_path or "") / REFERENCE_ADAPTER
-            if cfg.initial_lora_path and saved.is_dir():
-                self.model.load_adapter(str(saved), adapter_name=REFERENCE_ADAPTER, is_trainable=False)
-            else:
-                self.model.add_adapter(REFERENCE_ADAPTER, copy.deepcopy(self.model.peft_config[mu.POLICY_ADAPTER]))
-                mu.copy_adapter(self.model, mu.POLICY_ADAPTER, REFERENCE_ADAPTER)
+            mu.add_saved_or_copied_adapter(self.model, REFERENCE_ADAPTER, cfg.initial_lora_path, trainable=False)
         self._init_average()  # NFSP's average policy, with average_reservoir (unstable.learners.average)
         self.model.set_adapter(mu.POLICY_ADAPTER)  # PEFT: only the active adapter is trainable
         self.magnet_version = cfg.initial_version - cfg.initial_version % cfg.magnet_every if cfg.magnet_every else None
