@@ -71,13 +71,14 @@ def opening_prompts() -> dict[str, str]:
     return {card: render_prompt(TEMPLATE, states[(card, ())].observation) for card in CARDS}
 
 
-def warm_start_model(positions: int = 2560, max_rounds: int = 4, seed: int = 0) -> str:
-    """The 1M model warm-started on legal Kuhn moves only (uniform over them: card-blind), cached."""
+def warm_start_model(positions: int = 2560, max_rounds: int = 4, seed: int = 0, teacher: str = "random") -> str:
+    """The 1M model warm-started on legal Kuhn moves only, cached: ``"random"`` teaches uniform over them
+    (card-blind), ``"mixed"`` a random mixture per hand (see :mod:`unstable.models.warmstart`)."""
     from unstable.local_models.tiny import tiny_model_path
     from unstable.models.warmstart import WarmStartConfig, warm_start_path
 
     cfg = WarmStartConfig(env_id=ENV_ID, prompt_template=TEMPLATE, positions=positions, max_rounds=max_rounds,
-                          seed=seed)
+                          seed=seed, teacher=teacher)
     return str(warm_start_path(tiny_model_path("1m"), cfg)[0])
 
 

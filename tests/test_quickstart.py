@@ -21,6 +21,7 @@ from unstable.models.warmstart import (
     _loss,
     answer_text,
     lr_scale,
+    mixes,
     random_game_positions,
     warm_start_path,
 )
@@ -141,6 +142,37 @@ def _assert_loss_matches_the_reference(model, batch, pad_id, greedy_key):
     assert stats["teacher_tv"] == pytest.approx(expected["teacher_tv"], abs=1e-5)
 
 
+def test_answers_of_different_lengths_are_labelled_softly_where_they_part(tiny):
+    """OpenSpiel's Leduc moves are one or two tokens for the tiny tokenizer (``[Call]``, ``[Fold]``,
+    ``[Raise]``): the soft label goes on the first token where the answers part, one entry per distinct token,
+    the answer the example goes on with is drawn by the teacher's weights, and the rest of it is labelled
+    token by token. Two answers that share their parting token share its label, their weights added up."""
+    tok, model = tiny
+    answers = {m: tok(answer_text(m) + tok.eos_token, add_special_tokens=False).input_ids
+               for m in ("[Fold]", "[Call]", "[Raise]", "[Raised]")}
+    assert len({len(a) for a in answers.values()}) > 1  # the case this test is about
+    leduc = Position("Moves: [Fold] [Call] [Raise]", ("[Fold]", "[Call]", "[Raise]"),
+                     ("[Fold]", "[Call]", "[Raise]"), (0.1, 0.3, 0.6))
+    drawn, rng = [], random.Random(0)
+    for _ in range(1000):
+        e = _encode(tok, "qwen3-board", leduc, tok.eos_token, rng, answers)
+        part = e.choice_pos - e.prompt_len
+        assert all(a[:part] == answers["[Fold]"][:part] for a in answers.values())
+        assert e.choice_ids == tuple(answers[m][part] for m in leduc.moves)
+        assert dict(zip(e.target_ids, e.target_weights, strict=True)) == {
+            answers[m][part]: w for m, w in zip(leduc.moves, leduc.weights, strict=True)}
+        drawn.append(next(m for m in leduc.moves if e.ids[e.prompt_len:] == answers[m]))
+    shares = [drawn.count(m) / len(drawn) for m in leduc.moves]
+    assert shares == pytest.approx(leduc.weights, abs=0.045)  # 3 standard errors of the largest
+    if answers["[Raise]"][part] == answers["[Raised]"][part]:  # they part later: one token, weights summed
+        e = _encode(tok, "qwen3-board", Position("x", ("[Call]", "[Raise]", "[Raised]")), tok.eos_token,
+                    random.Random(0))
+        assert e.choice_ids == (answers["[Call]"][part], answers["[Raise]"][part])
+        assert e.target_weights == (1.0, 2.0)
+    batch = [_encode(tok, "qwen3-board", leduc, tok.eos_token, random.Random(s)) for s in range(4)]
+    _assert_loss_matches_the_reference(model, batch, tok.pad_token_id, "greedy_teacher")
+
+
 def test_loss_is_cross_entropy_with_a_uniform_target_over_the_legal_moves(tiny):
     tok, model = tiny
     rng = random.Random(0)
@@ -191,6 +223,33 @@ def test_the_nash_teacher_labels_kuhn_moves_with_the_equilibriums_probabilities(
     rng = random.Random(0)
     batch = [_encode(tok, "qwen3-board", p, tok.eos_token, rng) for p in positions[:6]]
     assert all(e.choice_pos is not None and e.target_weights for e in batch)
+    _assert_loss_matches_the_reference(model, batch, tok.pad_token_id, "greedy_teacher")
+
+
+def test_the_mixed_teacher_gives_each_position_its_own_seeded_random_mixture(tiny):
+    """``teacher="mixed"``: the target of each Kuhn position is a distribution over its legal moves drawn from
+    the flat Dirichlet, the same whenever the same position (the same text) comes again and another under
+    another seed, and differing between hands: the thing the uniform target lacks. The flat Dirichlet on
+    two moves is uniform on [0, 1]: its draws' mean is 1/2 and variance 1/12."""
+    from unstable.models.warmstart import random_mixture
+
+    draws = [random_mixture(f"key {i}", 2)[0] for i in range(4000)]
+    assert sum(draws) / len(draws) == pytest.approx(0.5, abs=0.015)
+    assert sum((d - 0.5) ** 2 for d in draws) / len(draws) == pytest.approx(1 / 12, abs=0.005)
+    assert random_mixture("key 0.1", 3) == random_mixture("key 0.1", 3) != random_mixture("key 0.2", 3)
+    assert sum(random_mixture("key 0.1", 3)) == pytest.approx(1.0)
+    positions = random_game_positions("KuhnPoker-v0-chips-train", 60, seed=2, teacher="mixed")
+    by_text = {}
+    for p in positions:
+        assert p.targets == p.moves and len(p.weights) == len(p.moves) and sum(p.weights) == pytest.approx(1.0)
+        assert by_text.setdefault(p.observation, p.weights) == p.weights
+    assert len({p.weights for p in positions}) == len(by_text) > 6  # a hand of its own, each
+    other_seed = {p.observation: p.weights for p in random_game_positions("KuhnPoker-v0-chips-train", 60, seed=3,
+                                                                            teacher="mixed")}
+    assert all(other_seed[o] != w for o, w in by_text.items() if o in other_seed)
+    assert mixes(WarmStartConfig(env_id="KuhnPoker-v0-chips-train", teacher="mixed"))
+    tok, model = tiny
+    batch = [_encode(tok, "qwen3-hand", p, tok.eos_token, random.Random(0)) for p in positions[:6]]
     _assert_loss_matches_the_reference(model, batch, tok.pad_token_id, "greedy_teacher")
 
 
@@ -327,9 +386,9 @@ def test_bad_warm_start_settings_fail_early(tiny_model_dir, tmp_path):
             WarmStartConfig(**{name: bad})
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         warm_start_path(tmp_path / "missing", cache_dir=tmp_path)
-    with pytest.raises(ValueError, match=r"teacher must be one of \['random', 'heuristic', 'optimal'\]"):
+    with pytest.raises(ValueError, match=r"teacher must be one of \['random', 'mixed', 'heuristic', 'optimal'\]"):
         WarmStartConfig(teacher="minimax")
-    with pytest.raises(ValueError, match=r"teacher must be one of \['random', 'nash'\] for 'KuhnPoker-v0-train'"):
+    with pytest.raises(ValueError, match=r"one of \['random', 'mixed', 'nash'\] for 'KuhnPoker-v0-train'"):
         WarmStartConfig(env_id="KuhnPoker-v0-train", teacher="heuristic")
 
 

@@ -346,10 +346,11 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
     ws = cfg.warm_start
     mixing = mixes(ws)
-    teacher = ("" if ws.teacher == "random" else f", labelled with the {ws.teacher} baseline's "
+    own = ws.teacher in ("random", "mixed")  # a target of the warm start's own, not a baseline's
+    teacher = (", labelled with a random mixture of the legal moves per position" if ws.teacher == "mixed"
+               else "" if own else f", labelled with the {ws.teacher} baseline's "
                f"{'probabilities' if mixing else 'moves'}")
-    likely = ("a legal most likely move" if ws.teacher == "random"
-              else f"one of the {ws.teacher} baseline's moves as most likely")
+    likely = ("a legal most likely move" if own else f"one of the {ws.teacher} baseline's moves as most likely")
     close = f", within {ws.target_teacher_tv:.2f} (total variation) of its mixture," if mixing else ""
     say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}{teacher}, until "
         f"{ws.target_legal_mass:.0%} probability on legal moves{close} and {likely} in "
@@ -364,7 +365,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
             if "held_out_legal_mass" in stats:
                 line += (f" (held-out positions: {stats['held_out_legal_mass']:.1%}, most likely move legal in "
                          f"{stats['held_out_greedy_legal']:.1%}")
-                if ws.teacher != "random":
+                if not own:
                     line += f", the {ws.teacher} baseline's in {stats['held_out_greedy_teacher']:.1%}"
                 if mixing:
                     line += f", {stats['held_out_teacher_tv']:.3f} from its mixture"

@@ -14,6 +14,15 @@ play, which measures what the model can represent rather than what RL finds. Wit
 (Kuhn poker) the target is the equilibrium's own mixture (bet a Jack 1/3 of the time, ...), so the
 model must learn probabilities that depend on its card, not just which moves are good.
 
+``teacher="mixed"`` is a random policy that knows only the rules: each position's target is its own
+distribution over the legal moves, drawn from a flat Dirichlet seeded by the position's text (so a
+position seen twice gets the same one). The uniform target of ``"random"`` is the same for every hand
+with the same legal moves, so it teaches the model to ignore what tells those hands apart: on Kuhn poker
+(``qwen3-hand``) the 1M model's last hidden state at the answer no longer tells a Jack from a King
+(relative distance 0.32 before, 0.002 after), and policy-gradient RL from there stays card-blind for
+hundreds of updates. A target that differs from hand to hand, at random, keeps the model reading its
+card without teaching it anything about what to do with it (``benchmarks/results/learning-signal-2026-11-28``).
+
 How much of that a fixed budget teaches depends on the random weights: with the 1M model, 20,480
 positions took seed 0 to 98.7% probability on legal moves and seed 1 to 86%. So the warm start
 trains in rounds of ``positions`` fresh positions, each with its own warm-up and cosine decay, and
@@ -58,7 +67,7 @@ from unstable.policies.baselines import MOVE_DISTRIBUTIONS, UNIFORM_MOVE_SETS
 from unstable.policies.scripted import legal_moves
 from unstable.utils.schema import check_fields, setting
 
-WARM_START_VERSION = 4
+WARM_START_VERSION = 5
 """Bump when the recipe changes: cached warm starts are keyed by it."""
 UNDO_DROP = 0.02
 """How far a round may lower the held-out probability on legal moves before it is undone. Rounds that
@@ -105,7 +114,9 @@ class WarmStartConfig:
     seed: int = setting(0, ge=0)
     teacher: str = "random"
     """Whose moves the model learns to play: ``"random"`` (the target is uniform over the legal moves:
-    no strategy) or a scripted baseline that picks uniformly from a set, e.g. ``"heuristic"`` for
+    no strategy), ``"mixed"`` (a random policy: each position its own seeded mixture over the legal moves,
+    no strategy either, but the model must keep reading the state; see the module docstring) or a scripted
+    baseline that picks uniformly from a set, e.g. ``"heuristic"`` for
     TicTacToe and ConnectFour (win now, else block, else any legal move; the target is uniform over
     that set), ``"optimal"`` for TicTacToe (the minimax-best cells), or a baseline that mixes with set
     probabilities, ``"nash"`` for Kuhn poker (the target is its distribution). Positions still come from random
@@ -122,13 +133,13 @@ class WarmStartConfig:
 
 def mixes(cfg: WarmStartConfig) -> bool:
     """Whether ``cfg``'s teacher mixes with set probabilities (its distribution, not a set, is the target)."""
-    return (base_name(cfg.env_id), cfg.teacher) in MOVE_DISTRIBUTIONS
+    return cfg.teacher == "mixed" or (base_name(cfg.env_id), cfg.teacher) in MOVE_DISTRIBUTIONS
 
 
 def check_teacher(teacher: object, env_id: str) -> None:
     """Fail early on a warm-start ``teacher`` that is not ``"random"`` or a baseline of the game that picks
     uniformly from a set or with set probabilities."""
-    known = ["random", *sorted(name for game, name in (*UNIFORM_MOVE_SETS, *MOVE_DISTRIBUTIONS)
+    known = ["random", "mixed", *sorted(name for game, name in (*UNIFORM_MOVE_SETS, *MOVE_DISTRIBUTIONS)
                                if game == base_name(env_id))]
     if teacher not in known:
         raise ValueError(f"warm_start.teacher must be one of {known} for {env_id!r}, got {teacher!r}")
@@ -149,6 +160,14 @@ def _teacher_moves(teacher: str, env_id: str, env: Any, player: int,
     if not targets or not set(targets) <= set(moves):
         raise RuntimeError(f"teacher {teacher!r} chose {targets} outside the legal moves {moves} of {env_id!r}")
     return targets, weights
+
+
+def random_mixture(key: str, size: int) -> tuple[float, ...]:
+    """A distribution over ``size`` moves drawn from the flat Dirichlet (uniform on the simplex), the same for
+    the same ``key``: normalised exponential draws (Devroye 1986, ch. XI.4)."""
+    rng = random.Random(key)
+    draws = [rng.expovariate(1.0) for _ in range(size)]
+    return tuple(d / sum(draws) for d in draws)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +208,11 @@ def _position_stream(env_id: str, seed: int, num_players: int, few_moves_bias: f
                 player, observation = env.get_observation()
                 moves = tuple(legal_moves(env_id, env, player))
                 if few_moves_bias <= 0 or rng.random() < few_moves_bias / len(moves):
-                    targets, weights = ((), ()) if teacher == "random" else _teacher_moves(teacher, env_id, env,
-                                                                                           player, moves)
+                    if teacher == "mixed":
+                        targets, weights = moves, random_mixture(f"{seed}/{observation}", len(moves))
+                    else:
+                        targets, weights = ((), ()) if teacher == "random" else _teacher_moves(
+                            teacher, env_id, env, player, moves)
                     positions.append(Position(observation, moves, targets, weights))
                 done, _ = env.step(rng.choice(moves))
             env.close()
@@ -240,7 +262,13 @@ def _answer_ids(tokenizer, move: str, end: str) -> list[int]:
 
 def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: random.Random,
             answer_cache: dict[str, list[int]] | None = None) -> _Example:
-    """Tokenize a position with every legal answer; if they differ in one token, label it softly.
+    """Tokenize a position with every legal answer and label softly the first token where they part.
+
+    The soft label there is the teacher's distribution over the answers, summed over those that share that
+    token; the example goes on with one answer (the teacher's first when the answers differ in that token
+    only, else one drawn by the teacher's weights), labelled token by token. Its expected loss is the
+    cross-entropy of the teacher's distribution over whole answers: exact when the parting token names
+    the answer, as OpenSpiel's ``[Fold]``/``[Call]``/``[Raise]`` of one, two and two tokens do.
 
     ``answer_cache`` (move -> answer ids) lets many positions share one tokenization per move.
     """
@@ -251,14 +279,23 @@ def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: 
             cache[move] = _answer_ids(tokenizer, move, end)
     answers = [cache[m] for m in position.moves]
     targets = position.targets or position.moves
+    weights = position.weights or (1.0,) * len(targets)
     first = answers[0]
-    differing = {i for ids in answers for i in range(len(first)) if len(ids) != len(first) or ids[i] != first[i]}
-    if len(position.moves) > 1 and all(len(a) == len(first) for a in answers) and len(differing) == 1:
-        pos = differing.pop()
-        return _Example(prompt_ids + cache[targets[0]], len(prompt_ids), len(prompt_ids) + pos,
-                        tuple(a[pos] for a in answers), tuple(cache[m][pos] for m in targets), position.weights)
-    move = rng.choices(targets, position.weights)[0] if position.weights else rng.choice(targets)
-    return _Example(prompt_ids + cache[move], len(prompt_ids), None, ())
+    part = min((next((i for i, (x, y) in enumerate(zip(a, first)) if x != y), min(len(a), len(first)))
+                for a in answers[1:]), default=None)
+    if part is None or any(part >= len(a) for a in answers):  # one move: nothing to choose; or a prefix of another
+        move = rng.choices(targets, weights)[0]
+        return _Example(prompt_ids + cache[move], len(prompt_ids), None, ())
+    only_there = all(len(a) == len(first) and a[:part] + a[part + 1:] == first[:part] + first[part + 1:]
+                     for a in answers)
+    move = targets[0] if only_there else rng.choices(targets, weights)[0]
+    on_token: dict[int, float] = {}
+    for m, w in zip(targets, weights, strict=True):
+        on_token[cache[m][part]] = on_token.get(cache[m][part], 0.0) + w
+    shared = len(on_token) < len(targets)  # answers that part later: their weights add up on one token
+    return _Example(prompt_ids + cache[move], len(prompt_ids), len(prompt_ids) + part,
+                    tuple(dict.fromkeys(a[part] for a in answers)), tuple(on_token),
+                    tuple(on_token.values()) if position.weights or shared else ())
 
 
 def _loss(model, batch: list[_Example], pad_id: int) -> tuple[torch.Tensor, dict[str, float]]:
