@@ -1,0 +1,150 @@
+"""The tabular twin of Kuhn self-play: what the learner's own update allows when every information set has
+its own parameters.
+
+A softmax table ``theta[information set, move]`` over Kuhn poker's 12 information sets plays mirror self-play
+(both seats sample from it), in batches of at least ``batch`` moves, each move rewarded with its seat's chips for
+the hand. The update is the library's: GRPO advantages (:func:`unstable.algorithms.group_advantages`, one group
+per information set, as ``group_by: [env_id, prompt]`` makes one per prompt), :func:`unstable.algorithms.policy_loss`
+with the k3 KL to a magnet at ``beta`` (the starting table, or the current one every ``magnet_every`` updates),
+Adam. The exact exploitability (:func:`unstable.eval.solvers.kuhn.kuhn_exploitability`, OpenSpiel's NashConv / 2)
+is read after every update, and that of the reach-weighted average of the tables so far (fictitious play's output,
+:class:`unstable.eval.average_policy.PolicyAverage`, as ``unstable eval --all-checkpoints`` reads a run's), so the curve can be put beside a run of the 1M model on the same number of moves
+(``configs/kuhn-hand-selfplay-*.yaml``).
+
+Starts: ``uniform`` (what ``warm_start: {teacher: random}`` teaches) or ``mixed`` (each information set its own
+flat-Dirichlet mixture, as ``teacher: mixed``; seeded).
+
+    .venv/bin/python benchmarks/kuhn_tabular_selfplay.py --updates 300 --beta 0.1 --start mixed --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from unstable.algorithms import group_advantages, policy_loss
+from unstable.eval.average_policy import PolicyAverage
+from unstable.eval.solvers.kuhn import CARDS, INFO_SETS, LEGAL_ACTIONS, kuhn_exploitability
+from unstable.models.warmstart import random_mixture
+
+RANK = {card: i for i, card in enumerate(CARDS)}
+
+
+def play_hand(probs: torch.Tensor, rng: random.Random) -> list[tuple[int, int, float]]:
+    """One hand of mirror self-play from the table ``probs`` (12 x 2, rows in :data:`INFO_SETS` order, columns in
+    :data:`LEGAL_ACTIONS` order): ``(information set, move, the mover's chips)`` for each move."""
+    cards = rng.sample(CARDS, 2)
+    history: list[str] = []
+    moves: list[tuple[int, int]] = []  # (information set, move) per turn; the seat is the turn's parity
+    while True:
+        seat = len(history) % 2
+        key = f"{cards[seat]}:{','.join(history)}"
+        row = INFO_SETS.index(key)
+        move = 0 if rng.random() < float(probs[row, 0]) else 1
+        action = LEGAL_ACTIONS[",".join(history)][move]
+        moves.append((row, move))
+        history.append(action)
+        if action == "fold":  # the folder loses its stake so far: the ante
+            winner, stake = 1 - seat, 1
+            break
+        if history in (["check", "check"], ["bet", "call"], ["check", "bet", "call"]):
+            winner = 0 if RANK[cards[0]] > RANK[cards[1]] else 1
+            stake = 1 if history == ["check", "check"] else 2
+            break
+    return [(row, move, float(stake if i % 2 == winner else -stake)) for i, (row, move) in enumerate(moves)]
+
+
+def table_of(probs: torch.Tensor) -> dict[str, dict[str, float]]:
+    """``probs`` as a :data:`~unstable.eval.solvers.kuhn.KuhnTable`."""
+    return {key: dict(zip(LEGAL_ACTIONS[key.split(":", 1)[1]], map(float, probs[i]), strict=True))
+            for i, key in enumerate(INFO_SETS)}
+
+
+def start_table(start: str, seed: int) -> torch.Tensor:
+    """The starting logits: 0 (uniform) or the log of each information set's seeded random mixture."""
+    if start == "uniform":
+        return torch.zeros(len(INFO_SETS), 2)
+    if start == "mixed":
+        return torch.tensor([random_mixture(f"tabular/{seed}/{key}", 2) for key in INFO_SETS]).log()
+    raise ValueError(f"start must be 'uniform' or 'mixed', got {start!r}")
+
+
+def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta: float = 0.0,
+        magnet_every: int | None = None, start: str = "uniform", seed: int = 0, lr_schedule: str = "constant",
+        scale_rewards: bool = True) -> dict[str, Any]:
+    """Self-play the table for ``updates`` updates of at least ``batch`` moves; the exploitability after each.
+    ``lr_schedule`` ``"linear"`` decays the rate to 0 over the updates, as the learner's does; ``scale_rewards``
+    False keeps the group mean but not the std (Dr. GRPO)."""
+    rng = random.Random(seed)
+    theta = start_table(start, seed).requires_grad_(True)
+    magnet = theta.detach().log_softmax(-1)
+    opt = torch.optim.Adam([theta], lr=learning_rate)
+    decay = torch.optim.lr_scheduler.LambdaLR(
+        opt, (lambda u: 1 - u / updates) if lr_schedule == "linear" else (lambda u: 1.0))
+    average = PolicyAverage("KuhnPoker")
+    average.add(table_of(theta.detach().softmax(-1)))
+    first = kuhn_exploitability(table_of(theta.detach().softmax(-1))).exploitability
+    curve = [{"update": 0, "moves": 0, "exploitability": first, "average": first}]
+    moves_played = 0
+    for update in range(1, updates + 1):
+        probs = theta.detach().softmax(-1)
+        steps: list[tuple[int, int, float]] = []
+        while len(steps) < batch:
+            steps += play_hand(probs, rng)
+        moves_played += len(steps)
+        rows, moves, rewards = (torch.tensor(x) for x in zip(*steps, strict=True))
+        adv = group_advantages(rewards.float(), rows.tolist(), scale=scale_rewards)
+        logp = theta.log_softmax(-1)[rows, moves][:, None]
+        loss, _ = policy_loss(logp, logp.detach(), adv, torch.ones_like(logp, dtype=torch.bool),
+                              max_generation_len=1, batch_sequences=len(steps), batch_tokens=len(steps),
+                              ref_logp=magnet[rows, moves][:, None] if beta else None, beta=beta)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        decay.step()
+        if magnet_every and update % magnet_every == 0:
+            magnet = theta.detach().log_softmax(-1)
+        table = table_of(theta.detach().softmax(-1))
+        average.add(table)
+        curve.append({"update": update, "moves": moves_played,
+                      "exploitability": kuhn_exploitability(table).exploitability,
+                      "average": average.exploitability()})
+    return {"start": start, "seed": seed, "beta": beta, "magnet_every": magnet_every, "learning_rate": learning_rate,
+            "lr_schedule": lr_schedule, "scale_rewards": scale_rewards, "batch": batch, "curve": curve, "final_table": table_of(theta.detach().softmax(-1))}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--updates", type=int, default=300)
+    p.add_argument("--batch", type=int, default=128, help="moves an update (at least; whole hands)")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--lr-schedule", default="constant", choices=["constant", "linear"])
+    p.add_argument("--no-scale", action="store_true", help="advantages without the group's std (Dr. GRPO)")
+    p.add_argument("--beta", type=float, default=0.0)
+    p.add_argument("--magnet-every", type=int, default=None)
+    p.add_argument("--start", default="uniform", choices=["uniform", "mixed"])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--out", default=None, help="JSON result file")
+    args = p.parse_args()
+    results = [run(args.updates, args.batch, args.lr, args.beta, args.magnet_every, args.start, s, args.lr_schedule,
+                   not args.no_scale) for s in args.seeds]
+    for r in results:
+        ex = [c["exploitability"] for c in r["curve"]]
+        marks = {u: ex[u] for u in (0, 50, 100, 200, 300, args.updates) if u < len(ex)}
+        print(f"seed {r['seed']}: " + ", ".join(f"{u}: {v:.3f}" for u, v in marks.items())
+              + f"; lowest {min(ex):.3f}; last 50 mean {sum(ex[-50:]) / len(ex[-50:]):.3f}"
+              + f"; average of all {r['curve'][-1]['average']:.3f}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
