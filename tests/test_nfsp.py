@@ -1,7 +1,7 @@
 """NFSP's opponents (Heinrich & Silver 2016, arXiv 1603.01121): with ``average_eta`` an opponent seat of self-play
 plays the current checkpoint's average policy (``average/``) with probability ``1 - eta``; the learner's own
 seats play the policy. The sampler's share, the seat it names, how the registry counts such a game, the
-settings refused before Ray, the in-run reading of ``average/``, and a short real run."""
+in-run reading of ``average/``, and a short real run (the settings refused: tests/test_bad_input.py)."""
 
 from __future__ import annotations
 
@@ -106,25 +106,6 @@ def test_a_game_against_the_average_is_the_checkpoints_unrated_self_play():
     assert (entry["games"], entry["self_games"], entry["wins"], entry["losses"]) == (1, 1, 0, 0)
     assert registry.ratings() == before and registry.fixed_uids() == []
     assert registry.match_counts() == {"ckpt-3": {"ckpt-3": 1}}
-
-
-# ----------------------------------------------------------------------------- the settings
-@pytest.mark.parametrize(("settings", "message"), [
-    pytest.param({"learner": {"average_eta": 0.1}}, "average_eta=0.1 seats NFSP's average policy, which only "
-                 "average_reservoir", id="without average_reservoir"),
-    pytest.param({"learner": {"average_reservoir": 8, "average_eta": 1.5}},
-                 r"average_eta must be a finite number in \[0, 1\]", id="above 1"),
-    pytest.param({"learner": {"average_reservoir": 8, "average_eta": 0.1}, "num_actors": 2},
-                 "num_actors == num_players", id="no opponent seat"),
-    pytest.param({"learner": {"average_reservoir": 8, "average_eta": 0.1}, "opponent_sampling_strategy": "fixed"},
-                 "opponent_sampling_strategy='fixed' draws other opponents", id="not self-play"),
-])
-def test_bad_nfsp_settings_are_refused_before_ray(settings, message, tiny_model_dir, tmp_path, no_ray):
-    from conftest import TTT, small_run_kwargs
-
-    train = [unstable.TrainEnvSpec(num_actors=settings.pop("num_actors", 1), **TTT)]
-    with pytest.raises(ValueError, match=message):
-        unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path, train_envs=train, **settings))
 
 
 # ----------------------------------------------------------------------------- the in-run reading
