@@ -11,6 +11,7 @@ reference: the policy's output, the :class:`Turn` and the :class:`Step` all hold
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from itertools import pairwise
@@ -18,6 +19,8 @@ from typing import Any, Literal
 
 PolicyKind = Literal["checkpoint", "scripted", "api"]
 Outcome = Literal["win", "draw", "loss"]
+AVERAGE_ADAPTER = "average"
+"""NFSP's average policy: the subfolder of a checkpoint that holds it (:mod:`unstable.learners.average`)."""
 
 
 def checkpoint_uid(version: int, lineage: str | None = None) -> str:
@@ -36,6 +39,8 @@ class PolicyRef:
     ``version`` is the learner step that produced the adapter (0 for the base model, ``None`` for
     policies that are not learner checkpoints); ``lineage`` is the trainable model the checkpoint
     belongs to (``None`` for fixed policies): its seats' data goes to that model's learner.
+    ``average_of``: the uid of the checkpoint whose NFSP average policy plays the seat (its
+    ``average/`` adapter, see :func:`average_policy_ref`); ``None`` for every other policy.
     """
 
     uid: str
@@ -43,6 +48,19 @@ class PolicyRef:
     adapter_path: str | None = None
     version: int | None = None
     lineage: str | None = None
+    average_of: str | None = None
+
+
+def average_policy_ref(checkpoint: PolicyRef) -> PolicyRef:
+    """The seat of ``checkpoint``'s NFSP average policy: uid ``<checkpoint uid>/average``, the adapter in the
+    checkpoint's ``average/`` subfolder (the base model's average is the base model: the average starts as
+    a copy of the starting policy), the checkpoint's version and lineage."""
+    if checkpoint.kind != "checkpoint" or checkpoint.average_of is not None:
+        raise ValueError(f"only a learner checkpoint has an average policy, not {checkpoint.uid!r}")
+    path = checkpoint.adapter_path
+    return PolicyRef(uid=f"{checkpoint.uid}/{AVERAGE_ADAPTER}", kind="checkpoint",
+                     adapter_path=None if path is None else os.path.join(path, AVERAGE_ADAPTER),
+                     version=checkpoint.version, lineage=checkpoint.lineage, average_of=checkpoint.uid)
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,11 +205,17 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 def run_checkpoint(run_dir: str, uid: str | None = None) -> tuple[str, str | None, str | None]:
     """(base model, adapter directory, prompt template) of the checkpoint ``uid`` of a run: any
-    model's in a run with several (``bob-ckpt-3``); ``None``: the first model's newest."""
+    model's in a run with several (``bob-ckpt-3``); ``None``: the first model's newest. ``ckpt-3/average``:
+    that checkpoint's NFSP average policy (its ``average/`` adapter; the base model's is the base model)."""
+    import os
     from pathlib import Path
 
+    from unstable.records import AVERAGE_ADAPTER
     from unstable.run.resume import REGISTRY_FILE, read_run_files
 
+    if uid is not None and uid.endswith(f"/{AVERAGE_ADAPTER}"):
+        model, adapter, template = run_checkpoint(run_dir, uid.removesuffix(f"/{AVERAGE_ADAPTER}"))
+        return model, os.path.join(adapter, AVERAGE_ADAPTER) if adapter is not None else None, template
     config, registry = read_run_files(run_dir)
     entries = {m["uid"]: m for m in registry["models"] if not m.get("fixed")}
     models = config.get("models") or [{"name": "model", "model_name": config.get("model_name")}]
@@ -439,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "players and prompt template come from the run unless given")
     p.add_argument("--checkpoint", default=None, metavar="UID",
                    help="with --run: a registry uid such as ckpt-5, or bob-ckpt-3 in a run with several models "
-                        "(default: the first model's newest checkpoint)")
+                        "(default: the first model's newest checkpoint); ckpt-5/average: its NFSP average policy")
     p.add_argument("--env", default=None,
                    help="the game (default: with --run, the run's game, which a run of several needs; else "
                         "TicTacToe-v0-train)")

@@ -30,6 +30,11 @@ reached when it finished. The keys (:func:`exploitability_metrics`), for each en
   checkpoint this evaluator has read so far, each weighted equally (fictitious play's output,
   :mod:`unstable.eval.average_policy`). Checkpoints a newer one overtook are not in it, and a resumed run
   starts a new average; ``unstable eval --exploitability --run RUN --all-checkpoints`` reads every one.
+* ``eval/<env>/exploitability_nfsp_average`` and ``eval/<env>/exploitability_nfsp_average_other_mass``, in a
+  run that trains NFSP's average policy (``average_reservoir``): the same reading of the checkpoint's
+  ``average/`` adapter (the network fitted to the policy's past moves, :mod:`unstable.learners.average`;
+  the base model's average is the base model). Not the same as ``exploitability_average``, the average
+  of the checkpoints' tables computed exactly.
 
 The same ``eval/<env>/exploitability`` key as ``unstable eval --exploitability --all-checkpoints`` writes,
 so ``unstable plot`` draws either. An evaluation's error is kept and raised by the next ``submit`` (the
@@ -59,6 +64,7 @@ from unstable.games.specs import EvalEnvSpec
 from unstable.inference.adapters import AdapterPayload, read_adapter
 from unstable.inference.base import SamplingParams
 from unstable.learners.checkpoints import checkpoint_dir
+from unstable.records import AVERAGE_ADAPTER
 from unstable.utils.calls import call
 from unstable.utils.checks import check_choice
 from unstable.utils.machine import usable_cores
@@ -129,11 +135,12 @@ class ExploitabilityEvaluator:
     process: the run's evaluator actor, a process of its own, uses one thread and ``nice=10`` while
     the run trains, and every core for what is left once it is done (``finish(every_core=True)``).
     ``action_extractions`` (name -> function): extractions registered in the user's process
-    (:func:`~unstable.games.extraction.custom_action_extractions`), which a Ray actor starts without."""
+    (:func:`~unstable.games.extraction.custom_action_extractions`), which a Ray actor starts without.
+    ``nfsp_average``: also read each checkpoint's NFSP average policy (its ``average/`` adapter)."""
 
     def __init__(self, model_name: str, targets: Sequence[ExploitabilityTarget], sampling: SamplingParams,
                  tracker: Any = None, *, device: str = "cpu", torch_threads: int | None = None, nice: int = 0,
-                 backend: Any = None, action_extractions: dict[str, Any] | None = None):
+                 backend: Any = None, action_extractions: dict[str, Any] | None = None, nfsp_average: bool = False):
         if not targets:
             raise ValueError("ExploitabilityEvaluator needs at least one target (see plan_exploitability)")
         for name, extraction in (action_extractions or {}).items():
@@ -149,12 +156,12 @@ class ExploitabilityEvaluator:
 
             backend = TransformersBackend(model_name, device=device)
         self.model_name, self.targets, self.sampling, self.tracker = model_name, tuple(targets), sampling, tracker
-        self.backend = backend
+        self.backend, self.nfsp_average = backend, nfsp_average
         self.evaluated: list[int] = []  # learner steps evaluated, in order
         self.averages: dict[str, PolicyAverage] = {}  # env -> the average of the checkpoints evaluated
         self.skipped: list[int] = []  # learner steps a newer checkpoint overtook before their turn
         self._cond = threading.Condition()
-        self._pending: tuple[int, str | None, AdapterPayload | None] | None = None
+        self._pending: tuple[int, str | None, AdapterPayload | None, AdapterPayload | None] | None = None
         self._current: int | None = None  # the learner step being evaluated now
         self._closed = False
         self._every_core = False
@@ -162,17 +169,18 @@ class ExploitabilityEvaluator:
         self._thread = threading.Thread(target=self._loop, name="exploitability", daemon=True)
         self._thread.start()
 
-    def submit(self, version: int, adapter: str | None = None, payload: AdapterPayload | None = None) -> None:
+    def submit(self, version: int, adapter: str | None = None, payload: AdapterPayload | None = None,
+               average: AdapterPayload | None = None) -> None:
         """Queue checkpoint ``version`` (``adapter``: its directory, ``None`` for the base model; ``payload``:
-        its files, when this process cannot read the directory), replacing one not started yet. Raises
-        the error of an evaluation that failed."""
+        its files, when this process cannot read the directory; ``average``: its ``average/`` adapter's files),
+        replacing one not started yet. Raises the error of an evaluation that failed."""
         with self._cond:
             self._raise()
             if self._closed:
                 raise RuntimeError("the exploitability evaluator has finished; it takes no more checkpoints")
             if self._pending is not None:
                 self.skipped.append(self._pending[0])
-            self._pending = (version, adapter, payload)
+            self._pending = (version, adapter, payload, average)
             self._cond.notify_all()
 
     def finish(self, timeout: float | None = None, every_core: bool = False) -> dict[str, list[int]]:
@@ -226,27 +234,37 @@ class ExploitabilityEvaluator:
         return out
 
     def evaluate(self, version: int, adapter: str | None = None, payload: AdapterPayload | None = None,
-                 ) -> dict[str, float]:
-        """Evaluate checkpoint ``version`` now, in the caller's thread, log its metrics and return them."""
-        if payload is not None:
-            self.backend.add_adapter(adapter, payload)
+                 average: AdapterPayload | None = None) -> dict[str, float]:
+        """Evaluate checkpoint ``version`` now, in the caller's thread, log its metrics and return them
+        (``average``: the files of its NFSP average policy, read with ``nfsp_average``)."""
+        average_path = os.path.join(adapter, AVERAGE_ADAPTER) if adapter is not None else None
+        for path, files in ((adapter, payload), (average_path, average)):
+            if files is not None:
+                self.backend.add_adapter(path, files)
         metrics: dict[str, float] = {}
         for target in self.targets:
-            result = evaluate_exploitability(
-                self.model_name, target.env_id, adapter, prompt_template=target.prompt_template,
-                temperature=self.sampling.temperature, top_p=self.sampling.top_p,
-                max_new_tokens=self.sampling.max_new_tokens, action_extraction=target.action_extraction,
-                backend=self.backend)
+            result = self._read(target, adapter)
             metrics |= exploitability_metrics(result)
             game = require_solver(target.env_id)
             if game in AVERAGED_GAMES:
-                average = self.averages.setdefault(target.env_id, PolicyAverage(game))
-                average.add(result.policy)
-                metrics[f"eval/{target.env_id}/exploitability_average"] = average.exploitability()
+                checkpoints = self.averages.setdefault(target.env_id, PolicyAverage(game))
+                checkpoints.add(result.policy)
+                metrics[f"eval/{target.env_id}/exploitability_average"] = checkpoints.exploitability()
+            if self.nfsp_average:  # the base model's average is the base model: read once
+                nfsp = result if average_path is None else self._read(target, average_path)
+                key = f"eval/{target.env_id}/exploitability_nfsp_average"
+                metrics |= {key: nfsp.exploitability, f"{key}_other_mass": nfsp.other_mean}
         if self.tracker is not None:
             call(self.tracker, "log_at", metrics, version)
         self.evaluated.append(version)
         return metrics
+
+    def _read(self, target: ExploitabilityTarget, adapter: str | None) -> ExploitabilityResult:
+        return evaluate_exploitability(
+            self.model_name, target.env_id, adapter, prompt_template=target.prompt_template,
+            temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+            max_new_tokens=self.sampling.max_new_tokens, action_extraction=target.action_extraction,
+            backend=self.backend)
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -277,11 +295,20 @@ class ExploitabilityEvaluator:
 class SubmitCheckpoint:
     """A learner's ``on_checkpoint`` hook: hands each new checkpoint of ``checkpoints_dir`` to ``evaluator``
     (an :class:`ExploitabilityEvaluator` or its actor). The adapter is read here, in the learner's
-    process, and sent with the call, so the evaluator needs no access to the run directory."""
+    process, and sent with the call, so the evaluator needs no access to the run directory; with
+    ``nfsp_average``, its ``average/`` adapter too."""
 
-    def __init__(self, evaluator: Any, checkpoints_dir: str):
-        self.evaluator, self.checkpoints_dir = evaluator, str(checkpoints_dir)
+    def __init__(self, evaluator: Any, checkpoints_dir: str, nfsp_average: bool = False):
+        self.evaluator, self.checkpoints_dir, self.nfsp_average = evaluator, str(checkpoints_dir), nfsp_average
 
     def __call__(self, version: int) -> None:
         path = checkpoint_dir(self.checkpoints_dir, version)
-        call(self.evaluator, "submit", version, str(path), read_adapter(path))
+        call(self.evaluator, "submit", version, str(path), *checkpoint_files(path, self.nfsp_average))
+
+
+def checkpoint_files(path: Any, nfsp_average: bool = False) -> tuple[AdapterPayload, ...]:
+    """The files :meth:`ExploitabilityEvaluator.submit` takes for the checkpoint at ``path``: its adapter's,
+    and with ``nfsp_average`` its ``average/`` adapter's."""
+    if not nfsp_average:
+        return (read_adapter(path),)
+    return read_adapter(path), read_adapter(os.path.join(path, AVERAGE_ADAPTER))

@@ -27,9 +27,7 @@ from unstable.learners import model_utils as mu
 from unstable.learners.base import NonFiniteError
 from unstable.learners.batching import collate, kept_completion_tokens
 from unstable.learners.reservoir import Reservoir
-from unstable.records import Step
-
-AVERAGE_ADAPTER = "average"  # NFSP's average policy: a checkpoint's average/ subfolder
+from unstable.records import AVERAGE_ADAPTER, Step  # NFSP's average policy: a checkpoint's average/ subfolder
 
 
 class AveragePolicy:

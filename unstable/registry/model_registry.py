@@ -24,6 +24,10 @@ Rules (the seed's behaviour, minus its bugs):
   diagonal of the match matrix, but no win/draw/loss. A single-seat game has no opponent and is not
   rated (the seed rated it against a dummy "env" model, mixing game difficulty into skill); its
   outcome is the sign of the score.
+* **NFSP's average policy.** A seat played by a checkpoint's average policy (``PolicyRef.average_of``,
+  uid ``ckpt-N/average``: :class:`~unstable.samplers.nfsp.NFSPModelSampler`) is not registered: it counts
+  as that checkpoint, so a game of ``ckpt-N`` against its own average is ``ckpt-N``'s self-play (counted in
+  ``games`` and ``self_games``, not rated), as a mirror game is.
 * **Unknown players.** :meth:`record_game` adds a seat's policy it has not seen as a fixed model (kind
   from its :class:`~unstable.records.PolicyRef`), so eval games against an unregistered baseline are
   rated; :meth:`update_ratings` with bare uids requires them registered.
@@ -175,6 +179,9 @@ class ModelRegistry:
         return ref.uid
 
     def _ensure_known(self, ref: PolicyRef) -> None:
+        if ref.average_of is not None:
+            self._entry(ref.average_of)  # its checkpoint's: KeyError if that is unknown
+            return
         if ref.uid in self._models:
             return
         log.info("registry: adding %s policy %r seen in a game as a fixed model", ref.kind, ref.uid)
@@ -186,7 +193,7 @@ class ModelRegistry:
         agents = sorted(record.spec.agents, key=lambda a: a.player_id)
         for agent in agents:
             self._ensure_known(agent.policy)
-        uids = [a.policy.uid for a in agents]
+        uids = [a.policy.average_of or a.policy.uid for a in agents]  # an average seat counts as its checkpoint
         scores = [float(record.final_rewards[a.player_id]) for a in agents]
         self.update_ratings(uids, scores, env_id=record.env_id)
 

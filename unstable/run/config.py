@@ -316,6 +316,11 @@ class ModelConfig:
                              "behaviour probability to weigh by; sample training games at a temperature > 0")
 
     @property
+    def average_eta(self) -> float | None:
+        """NFSP's anticipatory parameter from the learner settings (``None``: the average policy plays no game)."""
+        return self.learner.get("average_eta")
+
+    @property
     def lora_cfg(self) -> dict:
         """The adapter's LoRA settings: ``DEFAULT_LORA_CFG`` with ``lora`` over it."""
         return {**DEFAULT_LORA_CFG, **(self.lora or {})}
@@ -420,7 +425,8 @@ class BuildConfig:
             if name not in ("train_envs", "eval_envs", "league"):
                 setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
         check_fields(self)
-        for rule in (_check_models, _check_placement, _check_sync, _check_seats, _check_opponent_seats, _check_psro):
+        for rule in (_check_models, _check_placement, _check_sync, _check_seats, _check_opponent_seats, _check_psro,
+                     _check_average_eta):
             rule(self, nested)
 
     def __getattr__(self, name: str) -> Any:
@@ -590,6 +596,28 @@ def _check_opponent_seats(cfg: BuildConfig, nested: dict) -> None:
         raise ValueError(f"fixed_opponents {list(cfg.samplers.fixed_opponents)} would never play: {why}, and "
                          f"opponent_sampling_strategy={strategy!r} draws no opponent: {fix} and set "
                          "opponent_sampling_strategy='fixed', or leave fixed_opponents out")
+
+
+def _check_average_eta(cfg: BuildConfig, nested: dict) -> None:
+    """NFSP's ``average_eta`` seats the average policy in the opponent seats of a one-model self-play run:
+    the run needs such seats, and a strategy whose opponent is the current checkpoint."""
+    if all(m.average_eta is None for m in cfg.models):
+        return
+    eta = next(m.average_eta for m in cfg.models if m.average_eta is not None)
+    if len(cfg.models) > 1:
+        raise ValueError(f"average_eta={eta!r}: a run with several trainable models does not seat NFSP's average "
+                         "policy yet; train one model, or drop average_eta (the average policy is still trained "
+                         "and saved in each checkpoint's average/)")
+    strategy = cfg.samplers.opponent_sampling_strategy
+    if not OPPONENT_STRATEGIES[strategy].self_play:
+        mirror = [name for name, row in OPPONENT_STRATEGIES.items() if row.self_play]
+        raise ValueError(f"average_eta={eta!r} is NFSP's share of self-play games against the policy rather than "
+                         f"its average; opponent_sampling_strategy={strategy!r} draws other opponents: use "
+                         f"opponent_sampling_strategy in {mirror}, or drop average_eta")
+    if not any(spec.num_actors < spec.num_players for spec in cfg.train_envs if not is_environment(spec)):
+        raise ValueError(f"average_eta={eta!r} seats NFSP's average policy in the opponent's seat, but every seat of "
+                         "every train game is played by the trained policy (num_actors == num_players): leave the "
+                         "opponent a seat (num_actors=1 in a 2-player game), or drop average_eta")
 
 
 def _env_dict(spec: Any) -> dict:

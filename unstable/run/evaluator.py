@@ -15,9 +15,8 @@ from typing import Any
 
 from ray.exceptions import RayActorError
 
-from unstable.eval.in_run import ExploitabilityEvaluator, SubmitCheckpoint, plan_exploitability
+from unstable.eval.in_run import ExploitabilityEvaluator, SubmitCheckpoint, checkpoint_files, plan_exploitability
 from unstable.games.extraction import custom_action_extractions
-from unstable.inference.adapters import read_adapter
 from unstable.inference.base import SamplingParams
 from unstable.run.remote import actor_class
 
@@ -67,12 +66,14 @@ def start_evaluator(cfg: Any, tracker: Any, checkpoints_dir: str, sampling: Samp
     if not targets:
         return None, None
     model = cfg.models[0]
+    nfsp = model.learner.get("average_reservoir") is not None  # NFSP's average policy: read it too
     evaluator = actor_class(ExploitabilityEvaluator).options(**options).remote(
         model.model_name, targets, sampling, tracker, torch_threads=1, nice=EVALUATOR_NICENESS,
-        action_extractions=custom_action_extractions())
+        action_extractions=custom_action_extractions(), nfsp_average=nfsp)
     version, path = start
-    evaluator.submit.remote(version, path, read_adapter(path) if path else None)  # its error: at the next submit
+    files = checkpoint_files(path, nfsp) if path else ()
+    evaluator.submit.remote(version, path, *files)  # its error: at the next submit
     print(f"unstable: in-run exploitability of each checkpoint on {', '.join(t.env_id for t in targets)} "
           f"(T={sampling.temperature:g}, top_p={sampling.top_p:g}; exploitability_eval='off' turns it off)", flush=True)
-    hook = OptionalHook(SubmitCheckpoint(evaluator, checkpoints_dir), "in-run exploitability evaluator")
+    hook = OptionalHook(SubmitCheckpoint(evaluator, checkpoints_dir, nfsp), "in-run exploitability evaluator")
     return evaluator, hook

@@ -1,6 +1,6 @@
 """Which env and which opponents the scheduler sets up next (plain Python, no Ray)."""
 
-from unstable.samplers import env_samplers, league, metagame, model_samplers, psro
+from unstable.samplers import env_samplers, league, metagame, model_samplers, nfsp, psro
 from unstable.samplers.env_samplers import BaseEnvSampler, SuccessCurriculumEnvSampler, UniformRandomEnvSampler
 from unstable.samplers.league import (
     CurriculumMixModelSampler,
@@ -17,6 +17,7 @@ from unstable.samplers.model_samplers import (
     MirrorModelSampler,
     PoolModelSampler,
 )
+from unstable.samplers.nfsp import NFSPModelSampler
 from unstable.samplers.psro import PSROModelSampler
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "MatchQualityModelSampler",
     "MirrorModelSampler",
     "MixtureModelSampler",
+    "NFSPModelSampler",
     "PFSPModelSampler",
     "PSROModelSampler",
     "PoolModelSampler",
@@ -39,5 +41,6 @@ __all__ = [
     "league",
     "metagame",
     "model_samplers",
+    "nfsp",
     "psro",
 ]

@@ -15,6 +15,7 @@ from typing import Any
 
 from unstable.samplers import league
 from unstable.samplers import model_samplers as ms
+from unstable.samplers.nfsp import NFSPModelSampler
 from unstable.samplers.psro import PSRO_LOG_FILE, PSROModelSampler
 
 
@@ -22,14 +23,16 @@ from unstable.samplers.psro import PSRO_LOG_FILE, PSROModelSampler
 class OpponentStrategy:
     """One strategy: whether it seats opponents beside the trained models, whether those include the fixed
     opponents, whether a league's main model may use it (it draws from every lineage's checkpoints),
-    ``sampler(settings, registry, seed, fixed, tracker, run_dir)``, its model sampler, and the
-    :class:`~unstable.samplers.config.SamplerConfig` ``settings`` only it reads."""
+    ``sampler(settings, registry, seed, fixed, tracker, run_dir)``, its model sampler, the
+    :class:`~unstable.samplers.config.SamplerConfig` ``settings`` only it reads, and whether it is self-play
+    (its opponent is the current checkpoint: NFSP's ``average_eta`` may seat the average policy instead)."""
 
     draws_opponents: bool
     plays_fixed: bool
     sampler: Callable[..., Any]
     league_main: bool = False
     settings: tuple[str, ...] = ()
+    self_play: bool = False
 
 
 def _self_play(s: Any, registry: Any, seed: int, *_: Any) -> Any:
@@ -54,8 +57,8 @@ def _psro(s: Any, registry: Any, seed: int, fixed: tuple[str, ...], tracker: Any
 
 
 OPPONENT_STRATEGIES: dict[str, OpponentStrategy] = {
-    "none": OpponentStrategy(False, False, _self_play),
-    "mirror": OpponentStrategy(False, False, _self_play),
+    "none": OpponentStrategy(False, False, _self_play, self_play=True),
+    "mirror": OpponentStrategy(False, False, _self_play, self_play=True),
     "fixed": OpponentStrategy(True, True, lambda s, registry, seed, *_: ms.FixedOpponentModelSampler(
         model_registry=registry, rng_seed=seed)),
     "lagged": OpponentStrategy(True, False, _lagged, settings=("opponent_lag", "opponent_window")),
@@ -71,12 +74,16 @@ OPPONENT_STRATEGIES: dict[str, OpponentStrategy] = {
 
 
 def opponent_sampler(settings: Any, registry: Any, seed: int, fixed: tuple[str, ...] = (), tracker: Any = None,
-                     run_dir: str | None = None) -> Any:
+                     run_dir: str | None = None, average_eta: float | None = None) -> Any:
     """The model sampler a :class:`~unstable.samplers.config.SamplerConfig` describes, with its rating curriculum
     mixed in when asked: ``fixed`` are the registry uids of its ``fixed_opponents``; PSRO's logs its updates
-    to ``tracker`` and ``<run_dir>/psro.jsonl``."""
+    to ``tracker`` and ``<run_dir>/psro.jsonl``. ``average_eta`` (the learner's NFSP setting): the strategy's
+    opponents are replaced by the current checkpoint's average policy with probability ``1 - average_eta``
+    (:class:`~unstable.samplers.nfsp.NFSPModelSampler`)."""
     base = OPPONENT_STRATEGIES[settings.opponent_sampling_strategy].sampler(settings, registry, seed, fixed, tracker,
                                                                             run_dir)
+    if average_eta is not None:
+        base = NFSPModelSampler(base, average_eta, rng_seed=seed)
     if settings.rating_curriculum == 0:
         return base
     curriculum = league.RatingCurriculumModelSampler(

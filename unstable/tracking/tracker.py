@@ -21,6 +21,8 @@ would only print a traceback per call). The learner's training loop and ``Run.wa
 
 Counters (``counts()``): ``collect/games``, ``collect/<env>/games``, ``collect/failed_games`` (the
 game raised), ``collect/games_dropped`` (its inference actor died) and the same under ``eval/``,
+``collect/average_policy_games`` and ``collect/<env>/average_policy_games`` (games with a seat of NFSP's
+average policy, :mod:`unstable.samplers.nfsp`),
 ``system/failed_games_unlogged`` (failed games not written because ``logs/failed_games.jsonl`` is full);
 they go to W&B as they are, not averaged. ``state_dict()`` / ``load_state_dict()`` carry them and
 the learner step over a resume; a resumed run's Tracker continues its W&B run (``wandb_id=``).
@@ -278,7 +280,10 @@ class Tracker:
                 self._record(key, value)
             line[key] = _mean(samples)
         self._games_per_env[stage][result.env_id] += 1
-        for key in (f"{stage}/games", f"{stage}/{result.env_id}/games"):
+        counted = (f"{stage}/games", f"{stage}/{result.env_id}/games")
+        if any(a.policy.average_of is not None for a in result.spec.agents):  # NFSP: an average policy played
+            counted += (f"{stage}/average_policy_games", f"{stage}/{result.env_id}/average_policy_games")
+        for key in counted:
             line[key] = self._count(key)
         self._write(line)
 

@@ -12,9 +12,9 @@ TrueSkill ratings saved when the run stops). The files, each written only when i
 * ``move_quality.png``: format-ok and invalid-move rates of the collected (training) games;
 * ``game_length.png``: turns per collected game;
 * ``training.png``: the learner's loss and gradient norm;
-* ``exploitability.png``: the exact exploitability of each checkpoint (and of the average of the checkpoints
-  so far, :mod:`unstable.eval.average_policy`, where measured) and its other (invalid) mass, from
-  ``eval/<env>/exploitability`` values in ``metrics.jsonl`` or ``exploitability.jsonl`` (written by
+* ``exploitability.png``: the exact exploitability of each checkpoint (and, where measured, of the average of
+  the checkpoints so far, :mod:`unstable.eval.average_policy`, and of NFSP's average policy) and its other
+  (invalid) mass, from ``eval/<env>/exploitability`` values in ``metrics.jsonl`` or ``exploitability.jsonl`` (written by
   ``unstable eval --exploitability --run RUN --all-checkpoints``).
 
 Curves show the mean per learner step faintly and a moving average over steps on top. Needs
@@ -261,7 +261,8 @@ def _exploitability(plt: Any, run: RunData) -> Any | None:
     return _curves_figure(plt, rows, "Exploitability (exact best response; 0 = unexploitable)", [
         ("exploitability", {label: key for e in envs for label, key in (
             (e, f"eval/{e}/exploitability"),
-            (f"{e}, average of the checkpoints", f"eval/{e}/exploitability_average"))}, FROM_ZERO),
+            (f"{e}, average of the checkpoints", f"eval/{e}/exploitability_average"),
+            (f"{e}, NFSP average policy", f"eval/{e}/exploitability_nfsp_average"))}, FROM_ZERO),
         ("other (invalid) mass, mean over states", {e: f"eval/{e}/exploitability_other_mass" for e in envs}, RATE),
     ])
 
