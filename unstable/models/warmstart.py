@@ -67,7 +67,7 @@ from unstable.policies.baselines import MOVE_DISTRIBUTIONS, UNIFORM_MOVE_SETS
 from unstable.policies.scripted import legal_moves
 from unstable.utils.schema import check_fields, setting
 
-WARM_START_VERSION = 5
+WARM_START_VERSION = 6
 """Bump when the recipe changes: cached warm starts are keyed by it."""
 UNDO_DROP = 0.02
 """How far a round may lower the held-out probability on legal moves before it is undone. Rounds that
@@ -265,8 +265,9 @@ def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: 
     """Tokenize a position with every legal answer and label softly the first token where they part.
 
     The soft label there is the teacher's distribution over the answers, summed over those that share that
-    token; the example goes on with one answer (the teacher's first when the answers differ in that token
-    only, else one drawn by the teacher's weights), labelled token by token. Its expected loss is the
+    token; the example goes on with one answer drawn by the teacher's weights, labelled token by token, so
+    that each answer's ending is learnt after its own move token (always going on with the first answer taught
+    one seed of the 1M model to close ``\\boxed{check}`` but answer ``\\boxed{betbetbet}``). Its expected loss is the
     cross-entropy of the teacher's distribution over whole answers: exact when the parting token names
     the answer, as OpenSpiel's ``[Fold]``/``[Call]``/``[Raise]`` of one, two and two tokens do.
 
@@ -286,9 +287,7 @@ def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: 
     if part is None or any(part >= len(a) for a in answers):  # one move: nothing to choose; or a prefix of another
         move = rng.choices(targets, weights)[0]
         return _Example(prompt_ids + cache[move], len(prompt_ids), None, ())
-    only_there = all(len(a) == len(first) and a[:part] + a[part + 1:] == first[:part] + first[part + 1:]
-                     for a in answers)
-    move = targets[0] if only_there else rng.choices(targets, weights)[0]
+    move = rng.choices(targets, weights)[0]  # every answer's own ending is trained after its move token
     on_token: dict[int, float] = {}
     for m, w in zip(targets, weights, strict=True):
         on_token[cache[m][part]] = on_token.get(cache[m][part], 0.0) + w
