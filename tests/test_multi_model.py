@@ -317,25 +317,6 @@ def test_two_models_with_different_bases_train_in_one_run(ray_session, tiny_mode
 
 
 @pytest.mark.slow
-def test_readme_several_models_example_runs_scaled_down(ray_session, monkeypatch, tmp_path):
-    """The README's "Several trainable models" example, with fewer steps and games."""
-    from test_cli import README_BLOCKS
-
-    monkeypatch.setenv("UNSTABLE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
-    (block,) = [b for b in README_BLOCKS if "seats=" in b]
-    for old, new in [('"batch_size": 64, "mini_batch_size": 16', '"batch_size": 16, "mini_batch_size": 8'),
-                     ("learning_steps=10", "learning_steps=1"),
-                     ("num_collection_workers=32", "num_collection_workers=8")]:
-        assert old in block
-        block = block.replace(old, new)
-    exec(compile(block, "README.md", "exec"), {})
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    for name in ("alice", "bob"):
-        assert (run_dir / "checkpoints" / name / "ckpt-1" / "adapter_config.json").is_file()
-
-
-@pytest.mark.slow
 def test_a_run_with_two_models_resumes_both_lineages(ray_session, tiny_model_dir, tmp_path, monkeypatch):
     """Stop after 2 updates per model, move the run directory, resume to 3: each learner continues
     from its own newest checkpoint (optimiser state included), the registry keeps both lineages at

@@ -36,7 +36,7 @@ the learner when it is done) or :meth:`stop` ends collection. The buffers' state
 the collector reacts to it within that time and a round trip.
 
 Sync mode (``turn_lock``, what ``build(mode="sync")`` passes): collecting and training alternate.
-The collector takes the learners' :class:`~unstable.learners.loop.TurnLock` (``try_acquire``, polled)
+The collector takes the learners' :class:`~unstable.utils.turn_lock.TurnLock` (``try_acquire``, polled)
 before it starts a game, starts train and eval games until every buffer is full, waits for the last
 game in flight to finish, and only then releases the lock to the learner, which takes its batch,
 updates and publishes the new version before releasing it. So no game runs during an update, and

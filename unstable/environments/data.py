@@ -21,26 +21,40 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
-from datasets.exceptions import DatasetsError
+if TYPE_CHECKING:  # imported where rows are loaded: every game process imports this module, few load data
+    import datasets
 
 
 def _read_csv_as_text(path: str, **kwargs: Any) -> datasets.Dataset:
     """CSV has no types: every cell is read as text (an answer ``007`` stays ``"007"``, an empty cell is
     ``""``), where type guessing would turn ``007`` into 7 and ``0.50`` into 0.5."""
+    import datasets
+
     with open(path, newline="", encoding="utf-8") as f:
         header = next(csv.reader(f), [])
     features = datasets.Features({name: datasets.Value("string") for name in header})
     return datasets.Dataset.from_csv(path, features=features, keep_default_na=False, **kwargs)
 
 
+def _read_json(path: str, **kwargs: Any) -> datasets.Dataset:
+    import datasets
+
+    return datasets.Dataset.from_json(path, **kwargs)
+
+
+def _read_parquet(path: str, **kwargs: Any) -> datasets.Dataset:
+    import datasets
+
+    return datasets.Dataset.from_parquet(path, **kwargs)
+
+
 _READERS = {
-    ".jsonl": datasets.Dataset.from_json,
-    ".json": datasets.Dataset.from_json,
+    ".jsonl": _read_json,
+    ".json": _read_json,
     ".csv": _read_csv_as_text,
-    ".parquet": datasets.Dataset.from_parquet,
+    ".parquet": _read_parquet,
 }
 SUPPORTED_SUFFIXES = tuple(_READERS)
 
@@ -59,6 +73,8 @@ def load_task_data(source: Any, *, split: str | None = None, where: str = "data"
     error messages (e.g. ``"train_envs[0].data"``). ``split`` is used for a ``DatasetDict`` and a Hub id
     (without it a Hub id's splits are listed), and ignored for the other sources, which are one split.
     """
+    import datasets
+
     if isinstance(source, datasets.Dataset):
         dataset = source
     elif isinstance(source, datasets.DatasetDict):
@@ -93,6 +109,8 @@ def _pick_split(dataset_dict: datasets.DatasetDict, split: str | None, where: st
 
 
 def _from_rows(rows: list, where: str) -> datasets.Dataset:
+    import datasets
+
     if not rows:
         raise ValueError(f"{where} has no rows")
     for i, row in enumerate(rows):
@@ -115,6 +133,8 @@ def _from_file(path: Path, where: str) -> datasets.Dataset:
         raise DataFileNotFoundError(f"{where}: no such data file: {str(path)!r}")
     if path.stat().st_size == 0:
         raise ValueError(f"{where} has no rows (empty file {str(path)!r})")
+    from datasets.exceptions import DatasetsError
+
     # keep_in_memory with a throw-away cache_dir: the rows live in memory, nothing is left on disk.
     with tempfile.TemporaryDirectory(prefix="unstable-data-") as cache_dir:
         try:
@@ -127,6 +147,9 @@ def _from_file(path: Path, where: str) -> datasets.Dataset:
 
 
 def _from_hub(name: str, split: str | None, where: str) -> datasets.Dataset:
+    import datasets
+    from datasets.exceptions import DatasetsError
+
     try:
         loaded = datasets.load_dataset(name, split=split)
     except (OSError, ValueError, DatasetsError) as err:

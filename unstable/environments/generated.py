@@ -17,14 +17,15 @@ from __future__ import annotations
 import random
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-import datasets
+from typing import TYPE_CHECKING, Any
 
 from unstable.games.extraction import clean_boxed, last_boxed_content
 
 ARITHMETIC_LEVELS = range(1, 7)
 SORTING_LENGTHS = range(2, 9)
+if TYPE_CHECKING:  # imported when rows are made: every game process imports this module
+    import datasets
+
 HELD_OUT_BUCKETS = 10
 """A problem belongs to the held-out ("test") part when its crc32 is 0 modulo this: about 1 in 10."""
 _DISJOINT_SPLITS = ("train", "test")
@@ -81,6 +82,8 @@ def arithmetic_dataset(
         rows["a"].append(a)
         rows["b"].append(b)
         rows["level"].append(level)
+    import datasets
+
     return datasets.Dataset.from_dict(rows)
 
 
@@ -126,6 +129,8 @@ def sorting_dataset(
         rows["answer"].append(" ".join(map(str, sorted(items))))
         rows["items"].append(items)
         rows["level"].append(length)
+    import datasets
+
     return datasets.Dataset.from_dict(rows)
 
 

@@ -25,8 +25,8 @@ call goes through :func:`unstable.utils.calls.call`):
   publishing its checkpoint (``set_learner_version``, ``add_checkpoint``): learners that share one
   device (several trainable models on one CPU or GPU) take turns instead of oversubscribing it,
   and in ``build(mode="sync")`` the collector takes turns with them (it holds the lock while its
-  games run, see :class:`TurnLock`); :class:`SleepingEngines` wraps it to put the vLLM engines on
-  the learner's GPU to sleep for the turn.
+  games run, see :class:`~unstable.utils.turn_lock.TurnLock`); :class:`SleepingEngines` wraps it to
+  put the vLLM engines on the learner's GPU to sleep for the turn.
 
 An exception anywhere (the learner, a hook, the buffer) propagates: the run stops with its cause
 and the checkpoints already written stay as they are (nothing is retried).
@@ -44,52 +44,18 @@ from unstable.inference.adapters import read_adapter
 from unstable.learners.protocol import Learner, UpdateResult
 from unstable.records import TrainBatch, checkpoint_uid
 from unstable.utils.calls import call
-
-
-class TurnLock:
-    """A lock that learners sharing a device hold while they update, and that the collector holds
-    while its games run in ``build(mode="sync")`` (so collecting and training alternate).
-
-    Plain Python; ``unstable.build()`` runs one as a threaded Ray actor (so one learner's blocked
-    ``acquire`` does not hold up the other's ``release``) and hands it to the learners (and, in sync
-    mode, to the collector, which polls :meth:`try_acquire` from its event loop instead of
-    blocking it). ``stats()`` counts the turns it has let through, by holder."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self._lock = threading.Lock()
-        self.turns: dict[str, int] = {}
-
-    def acquire(self, holder: str = "") -> None:
-        """Wait for the lock and take it, counting a turn for ``holder``."""
-        self._lock.acquire()
-        self.turns[holder] = self.turns.get(holder, 0) + 1
-
-    def try_acquire(self, holder: str = "") -> bool:
-        """Take the lock if it is free (never waits); whether it was taken."""
-        if not self._lock.acquire(blocking=False):
-            return False
-        self.turns[holder] = self.turns.get(holder, 0) + 1
-        return True
-
-    def release(self) -> None:
-        """Release the lock (``RuntimeError`` if it is not held)."""
-        self._lock.release()
-
-    def stats(self) -> dict[str, int]:
-        """Turns let through so far, by holder."""
-        return dict(self.turns)
+from unstable.utils.turn_lock import TurnLock  # noqa: F401  (its home before; tests and users import it here)
 
 
 class SleepingEngines:
     """The learner's turn on a GPU it shares with vLLM engines: they sleep while it holds the turn.
 
-    ``acquire`` takes ``lock`` (a :class:`TurnLock` or its actor, when there is one), then asks each
-    engine to ``sleep(level)`` (vLLM's sleep mode: the engine finishes the requests it is running,
-    frees its KV cache and, at level 1, moves its weights to CPU memory; requests that arrive meanwhile
-    wait); ``release`` wakes them (``wake_up``) and then releases ``lock``. The engines are inference
-    actors (or local :class:`~unstable.inference.actor.InferenceActor` objects) with those methods.
+    ``acquire`` takes ``lock`` (a :class:`~unstable.utils.turn_lock.TurnLock` or its actor, when there is
+    one), then asks each engine to ``sleep(level)`` (vLLM's sleep mode: the engine finishes the requests it
+    is running, frees its KV cache and, at level 1, moves its weights to CPU memory; requests that arrive
+    meanwhile wait); ``release`` wakes them (``wake_up``) and then releases ``lock``. The engines are
+    inference actors (or local :class:`~unstable.inference.actor.InferenceActor` objects) with those
+    methods.
     """
 
     def __init__(self, engines: list[Any], lock: Any = None, level: int = 1):

@@ -38,7 +38,7 @@ from unstable.inference.adapters import resolve_transport
 from unstable.inference.config import choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.distributed import free_port
-from unstable.learners.loop import SleepingEngines, TurnLock
+from unstable.learners.loop import SleepingEngines
 from unstable.models.checks import check_adapter, check_model
 from unstable.records import checkpoint_uid
 from unstable.registry import ModelRegistry
@@ -62,6 +62,7 @@ from unstable.samplers.strategies import opponent_sampler
 from unstable.tracking import Tracker
 from unstable.tracking.wandb_writer import wandb_plan
 from unstable.utils.quiet import quiet_ray_token_auth_notice
+from unstable.utils.turn_lock import TurnLock
 
 log = logging.getLogger(__name__)
 
