@@ -7,8 +7,9 @@ the hand. The update is the library's: GRPO advantages (:func:`unstable.algorith
 per information set, as ``group_by: [env_id, prompt]`` makes one per prompt), :func:`unstable.algorithms.policy_loss`
 with the k3 KL to a magnet at ``beta`` (the starting table, or the current one every ``magnet_every`` updates),
 Adam. The exact exploitability (:func:`unstable.eval.solvers.kuhn.kuhn_exploitability`, OpenSpiel's NashConv / 2)
-is read after every update, and that of the reach-weighted average of the tables so far (fictitious play's output,
-:class:`unstable.eval.average_policy.PolicyAverage`, as ``unstable eval --all-checkpoints`` reads a run's), so the curve can be put beside a run of the 1M model on the same number of moves
+is read after every update, and that of the reach-weighted average of the tables so far (fictitious play's
+output, :class:`unstable.eval.average_policy.PolicyAverage`, as ``unstable eval --all-checkpoints`` reads a
+run's), so the curve can be put beside a run of the 1M model on the same number of moves
 (``configs/kuhn-hand-selfplay-*.yaml``).
 
 Starts: ``uniform`` (what ``warm_start: {teacher: random}`` teaches) or ``mixed`` (each information set its own
@@ -116,7 +117,8 @@ def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta:
                       "exploitability": kuhn_exploitability(table).exploitability,
                       "average": average.exploitability()})
     return {"start": start, "seed": seed, "beta": beta, "magnet_every": magnet_every, "learning_rate": learning_rate,
-            "lr_schedule": lr_schedule, "scale_rewards": scale_rewards, "batch": batch, "curve": curve, "final_table": table_of(theta.detach().softmax(-1))}
+            "lr_schedule": lr_schedule, "scale_rewards": scale_rewards, "batch": batch, "curve": curve,
+            "final_table": table_of(theta.detach().softmax(-1))}
 
 
 def main() -> int:

@@ -3,7 +3,8 @@
 Runs are ``unstable quickstart`` run directories (their ``metrics.jsonl`` holds each checkpoint's exact
 exploitability, read during the run; a learner step is ``batch_size`` moves), optionally with the
 ``--all-checkpoints`` reading of their checkpoint average (``unstable eval --exploitability --run RUN
---all-checkpoints`` writes it to ``RUN/exploitability.jsonl``); the twin is a ``benchmarks/kuhn_tabular_selfplay.py --out`` file.
+--all-checkpoints`` writes it to ``RUN/exploitability.jsonl``); the twin is a
+``benchmarks/kuhn_tabular_selfplay.py --out`` file.
 
     .venv/bin/python benchmarks/plot_selfplay.py --runs runs/a runs/b --tabular twin.json --out curves.png
 """
@@ -59,7 +60,7 @@ def main() -> int:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 5))
-    for i, run in enumerate(map(Path, args.runs)):
+    for run in map(Path, args.runs):
         moves, values = run_curve(run)
         (line,) = ax.plot(moves, values, lw=1, alpha=0.8, label=f"{run.name}: last iterate")
         if (average := average_curve(run)) is not None:

@@ -282,8 +282,8 @@ def _encode(tokenizer, prompt_template: str, position: Position, end: str, rng: 
     targets = position.targets or position.moves
     weights = position.weights or (1.0,) * len(targets)
     first = answers[0]
-    part = min((next((i for i, (x, y) in enumerate(zip(a, first)) if x != y), min(len(a), len(first)))
-                for a in answers[1:]), default=None)
+    part = min((next((i for i, (x, y) in enumerate(zip(a, first, strict=False)) if x != y),
+                     min(len(a), len(first))) for a in answers[1:]), default=None)
     if part is None or any(part >= len(a) for a in answers):  # one move: nothing to choose; or a prefix of another
         move = rng.choices(targets, weights)[0]
         return _Example(prompt_ids + cache[move], len(prompt_ids), None, ())
