@@ -109,3 +109,42 @@ def test_a_run_whose_evaluator_is_killed_trains_to_the_end(tiny_model_dir, tmp_p
         summary = run.start(learning_steps=1, num_collection_workers=4, num_eval_workers=1)
     assert summary["exploitability"]["died"] and summary["checkpoints"][-1] == "ckpt-1"
     assert "the in-run exploitability evaluator died" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_run_whose_last_readings_outlast_the_bound_ends_naming_them(tiny_model_dir, tmp_path, ray_session, capsys,
+                                                                      monkeypatch):
+    """The default job printed "waiting for the last checkpoint's exploitability" and then nothing for 26 minutes
+    (issue 39, item 3). A TicTacToe reading of the tiny model (4,520 states) takes about 50 s, so a 1-step run is
+    still reading when training ends: with ``exploitability_wait_s=1`` the run says how the wait goes, stops at
+    the bound, and names the unread checkpoints with the commands that read them later."""
+    import time
+
+    from conftest import small_run_kwargs
+
+    import unstable.run.build as build
+
+    monkeypatch.setattr(build, "PROGRESS_S", 0.2)  # the driver's progress lines, every 0.2 s instead of 15
+    game = {"env_id": "TicTacToe-v0-train", "num_players": 2, "prompt_template": "qwen3-board"}
+    kwargs = small_run_kwargs(tiny_model_dir, tmp_path, run_name="bounded", exploitability_wait_s=1,
+                              train_envs=[unstable.TrainEnvSpec(num_actors=2, **game)],
+                              eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **game)])
+    waited = []
+    with unstable.build(**kwargs) as run:
+        finish = run._finish_evaluation
+
+        def timed():  # the end-of-run wait, timed
+            start = time.monotonic()
+            finish()
+            waited.append(time.monotonic() - start)
+
+        run._finish_evaluation = timed
+        summary = run.start(learning_steps=1, num_collection_workers=4, num_eval_workers=1)
+    out = capsys.readouterr().out
+    assert waited[0] < 30, waited  # unbounded, it took the readings' time: a minute and more
+    unread = summary["exploitability"]["not_read"]
+    assert unread[-1] == 1 and 1 not in summary["exploitability"]["evaluated"]
+    assert "still reading the exploitability of learner step" in out
+    assert f"learner step {', '.join(map(str, unread))} was not read; read it later with:" in out
+    assert (f"unstable eval --exploitability --run {run.run_dir} --checkpoint ckpt-1 --env TicTacToe-v0-train "
+            "--template qwen3-board") in out
