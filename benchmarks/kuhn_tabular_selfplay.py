@@ -31,34 +31,24 @@ import torch
 
 from unstable.algorithms import group_advantages, policy_loss
 from unstable.eval.average_policy import PolicyAverage
-from unstable.eval.solvers.kuhn import CARDS, INFO_SETS, LEGAL_ACTIONS, kuhn_exploitability
+from unstable.eval.solvers.kuhn import CARDS, INFO_SETS, LEGAL_ACTIONS, hand_result, kuhn_exploitability
 from unstable.models.warmstart import random_mixture
-
-RANK = {card: i for i, card in enumerate(CARDS)}
 
 
 def play_hand(probs: torch.Tensor, rng: random.Random) -> list[tuple[int, int, float]]:
     """One hand of mirror self-play from the table ``probs`` (12 x 2, rows in :data:`INFO_SETS` order, columns in
     :data:`LEGAL_ACTIONS` order): ``(information set, move, the mover's chips)`` for each move."""
     cards = rng.sample(CARDS, 2)
-    history: list[str] = []
+    history = ""
     moves: list[tuple[int, int]] = []  # (information set, move) per turn; the seat is the turn's parity
-    while True:
-        seat = len(history) % 2
-        key = f"{cards[seat]}:{','.join(history)}"
-        row = INFO_SETS.index(key)
+    while history in LEGAL_ACTIONS:  # the hand is not over: the seat to act chooses
+        row = INFO_SETS.index(f"{cards[len(moves) % 2]}:{history}")
         move = 0 if rng.random() < float(probs[row, 0]) else 1
-        action = LEGAL_ACTIONS[",".join(history)][move]
         moves.append((row, move))
-        history.append(action)
-        if action == "fold":  # the folder loses its stake so far: the ante
-            winner, stake = 1 - seat, 1
-            break
-        if history in (["check", "check"], ["bet", "call"], ["check", "bet", "call"]):
-            winner = 0 if RANK[cards[0]] > RANK[cards[1]] else 1
-            stake = 1 if history == ["check", "check"] else 2
-            break
-    return [(row, move, float(stake if i % 2 == winner else -stake)) for i, (row, move) in enumerate(moves)]
+        action = LEGAL_ACTIONS[history][move]
+        history = f"{history},{action}" if history else action
+    first = hand_result(history, CARDS.index(cards[0]) > CARDS.index(cards[1]))
+    return [(row, move, float(first if i % 2 == 0 else -first)) for i, (row, move) in enumerate(moves)]
 
 
 def table_of(probs: torch.Tensor) -> dict[str, dict[str, float]]:

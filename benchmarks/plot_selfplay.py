@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 
 
-def run_curve(run: Path, key: str = "exploitability") -> tuple[list[int], list[float]]:
-    """(moves, value) of each checkpoint's in-run reading ``eval/<env>/<key>``."""
+def _curve(run: Path, file: str, key: str) -> tuple[list[int], list[float]]:
+    """(moves, value) of ``eval/<env>/<key>`` on each line of ``RUN/<file>`` that has a ``learner_step``; a learner
+    step is the run's ``batch_size`` moves."""
     batch = json.loads((run / "config.json").read_text()).get("batch_size", 128)
     points = {}
-    for line in (run / "metrics.jsonl").read_text().splitlines():
+    for line in (run / file).read_text().splitlines():
         row = json.loads(line)
         for name, value in row.items():
             if name.startswith("eval/") and name.endswith(f"/{key}") and "learner_step" in row:
@@ -30,21 +31,17 @@ def run_curve(run: Path, key: str = "exploitability") -> tuple[list[int], list[f
     return moves, [points[m] for m in moves]
 
 
+def run_curve(run: Path) -> tuple[list[int], list[float]]:
+    """Each checkpoint's exploitability read during the run (``metrics.jsonl``)."""
+    return _curve(run, "metrics.jsonl", "exploitability")
+
+
 def average_curve(run: Path) -> tuple[list[int], list[float]] | None:
-    """(moves, exploitability of the average of the checkpoints so far) from the ``RUN/exploitability.jsonl``
-    that ``unstable eval --exploitability --run RUN --all-checkpoints`` writes, if it was run."""
-    path = run / "exploitability.jsonl"
-    if not path.is_file():
+    """The exploitability of the average of the checkpoints so far, from the ``RUN/exploitability.jsonl`` that
+    ``unstable eval --exploitability --run RUN --all-checkpoints`` writes, if it was run."""
+    if not (run / "exploitability.jsonl").is_file():
         return None
-    batch = json.loads((run / "config.json").read_text()).get("batch_size", 128)
-    points = {}
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
-        for name, value in row.items():
-            if name.endswith("/exploitability_average"):
-                points[row["learner_step"] * batch] = value
-    moves = sorted(points)
-    return moves, [points[m] for m in moves]
+    return _curve(run, "exploitability.jsonl", "exploitability_average")
 
 
 def main() -> int:
