@@ -154,6 +154,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     if args.out:  # before the first game: the results must have somewhere to go
         check_writable_file("--out", args.out)
+    if (args.average_from or args.average_weights != "uniform") and not args.all_checkpoints:
+        raise ValueError("--average-from and --average-weights weigh the checkpoints that --exploitability "
+                         "--all-checkpoints reads: add those")
+    if args.average_from < 0:
+        raise ValueError(f"--average-from is a learner step >= 0, got {args.average_from}")
     model, adapter, template = args.model, args.adapter, args.template
     env_id, num_players = args.env or "TicTacToe-v0-train", 2 if args.num_players is None else args.num_players
     if args.run:
