@@ -5,12 +5,12 @@ A softmax table ``theta[information set, move]`` over Kuhn poker's 12 informatio
 (both seats sample from it), in batches of at least ``batch`` moves, each move rewarded with its seat's chips for
 the hand. The update is the library's: GRPO advantages (:func:`unstable.algorithms.group_advantages`, one group
 per information set, as ``group_by: [env_id, prompt]`` makes one per prompt), :func:`unstable.algorithms.policy_loss`
-with the k3 KL to a magnet at ``beta`` (the starting table, or the current one every ``magnet_every`` updates),
-Adam. The exact exploitability (:func:`unstable.eval.solvers.kuhn.kuhn_exploitability`, OpenSpiel's NashConv / 2)
-is read after every update, and that of the reach-weighted average of the tables so far (fictitious play's
-output, :class:`unstable.eval.average_policy.PolicyAverage`, as ``unstable eval --all-checkpoints`` reads a
-run's), so the curve can be put beside a run of the 1M model on the same number of moves
-(``configs/kuhn-hand-selfplay-*.yaml``).
+with the KL (``--kl-estimator``, k3 by default) to a magnet at ``beta`` (the starting table, or the current one
+every ``magnet_every`` updates), Adam. The exact exploitability
+(:func:`unstable.eval.solvers.kuhn.kuhn_exploitability`, OpenSpiel's NashConv / 2) is read after every update,
+and that of the reach-weighted average of the tables so far (fictitious play's output,
+:class:`unstable.eval.average_policy.PolicyAverage`, as ``unstable eval --all-checkpoints`` reads a run's), so
+the curve can be put beside a run of the 1M model on the same number of moves (``configs/kuhn-hand-selfplay-*.yaml``).
 
 Starts: ``uniform`` (what ``warm_start: {teacher: random}`` teaches) or ``mixed`` (each information set its own
 flat-Dirichlet mixture, as ``teacher: mixed``; seeded).
@@ -68,7 +68,7 @@ def start_table(start: str, seed: int) -> torch.Tensor:
 
 def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta: float = 0.0,
         magnet_every: int | None = None, start: str = "uniform", seed: int = 0, lr_schedule: str = "constant",
-        scale_rewards: bool = True) -> dict[str, Any]:
+        scale_rewards: bool = True, kl_estimator: str = "k3") -> dict[str, Any]:
     """Self-play the table for ``updates`` updates of at least ``batch`` moves; the exploitability after each.
     ``lr_schedule`` ``"linear"`` decays the rate to 0 over the updates, as the learner's does; ``scale_rewards``
     False keeps the group mean but not the std (Dr. GRPO)."""
@@ -94,7 +94,8 @@ def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta:
         logp = theta.log_softmax(-1)[rows, moves][:, None]
         loss, _ = policy_loss(logp, logp.detach(), adv, torch.ones_like(logp, dtype=torch.bool),
                               max_generation_len=1, batch_sequences=len(steps), batch_tokens=len(steps),
-                              ref_logp=magnet[rows, moves][:, None] if beta else None, beta=beta)
+                              ref_logp=magnet[rows, moves][:, None] if beta else None, beta=beta,
+                              kl_estimator=kl_estimator)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -107,7 +108,8 @@ def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta:
                       "exploitability": kuhn_exploitability(table).exploitability,
                       "average": average.exploitability()})
     return {"start": start, "seed": seed, "beta": beta, "magnet_every": magnet_every, "learning_rate": learning_rate,
-            "lr_schedule": lr_schedule, "scale_rewards": scale_rewards, "batch": batch, "curve": curve,
+            "lr_schedule": lr_schedule, "scale_rewards": scale_rewards, "kl_estimator": kl_estimator, "batch": batch,
+            "curve": curve,
             "final_table": table_of(theta.detach().softmax(-1))}
 
 
@@ -120,12 +122,13 @@ def main() -> int:
     p.add_argument("--no-scale", action="store_true", help="advantages without the group's std (Dr. GRPO)")
     p.add_argument("--beta", type=float, default=0.0)
     p.add_argument("--magnet-every", type=int, default=None)
+    p.add_argument("--kl-estimator", default="k3", choices=["k1", "k2", "k3"])
     p.add_argument("--start", default="uniform", choices=["uniform", "mixed"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--out", default=None, help="JSON result file")
     args = p.parse_args()
     results = [run(args.updates, args.batch, args.lr, args.beta, args.magnet_every, args.start, s, args.lr_schedule,
-                   not args.no_scale) for s in args.seeds]
+                   not args.no_scale, args.kl_estimator) for s in args.seeds]
     for r in results:
         ex = [c["exploitability"] for c in r["curve"]]
         marks = {u: ex[u] for u in (0, 50, 100, 200, 300, args.updates) if u < len(ex)}
