@@ -404,11 +404,15 @@ def test_the_scheduler_finds_psro_under_wrappers():
 
 # ----------------------------------------------------------------- a real run
 @pytest.mark.slow
-def test_a_psro_run_plays_logs_and_resumes_its_meta_game(ray_session, tiny_model_dir, tmp_path):
+def test_a_psro_run_plays_logs_and_resumes_its_meta_game_after_a_kill(ray_session, tiny_model_dir, tmp_path):
     """build() with the tiny model, PSRO after every checkpoint: the updates are in psro.jsonl and the
-    metrics, the matrix games were played (rated, in no buffer: the buffer only ever saw the learner's
-    seats), and a resumed run's scheduler holds the same mixture and matrix as the run state saved."""
+    metrics, and the matrix games were played (rated, in no buffer: the buffer only ever saw the learner's
+    seats). Killed once the log holds an update newer than the run state saved at the last checkpoint (every
+    actor, as ``kill -9`` leaves the run directory), the resumed run goes on from the log's newest update:
+    it used to resume from the saved state's older one, so psro.jsonl got that update number twice and its
+    matrix games were played again (issue 39, item 5)."""
     from conftest import TTT, small_run_kwargs
+    from test_reliability import eventually
 
     import unstable
     from unstable.tracking import read_metrics
@@ -417,21 +421,41 @@ def test_a_psro_run_plays_logs_and_resumes_its_meta_game(ray_session, tiny_model
                               opponent_sampling_strategy="psro", fixed_opponents=["random"], psro_every=1,
                               psro_games_per_cell=2, psro_pool_size=3)
     run = unstable.build(**kwargs)
-    try:
-        run.start(learning_steps=3, num_collection_workers=8, num_eval_workers=0)
-    finally:
-        run.stop()
     run_dir = Path(run.run_dir)
-    lines = [json.loads(x) for x in (run_dir / "psro.jsonl").read_text().splitlines()]
-    assert lines and lines[0]["pool"][-1] == "random" and all(sum(x["mixture"]) == pytest.approx(1.0) for x in lines)
-    assert all(g >= 2 for x in lines for i, row in enumerate(x["games"]) for j, g in enumerate(row) if i != j)
-    metrics = read_metrics(str(run_dir))
-    assert any("league/psro/updates" in m for m in metrics) and any("league/matrix_games" in m for m in metrics)
-    saved = json.loads((run_dir / "run_state.json").read_text())["scheduler"]["samplers"]["model_sampler"]
-    assert saved["last"] is not None
+
+    def logged() -> list[dict]:
+        path = run_dir / "psro.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+
+    def saved_updates() -> int:  # the PSRO updates in the run state saved at the last checkpoint
+        path = run_dir / "run_state.json"
+        state = json.loads(path.read_text()) if path.is_file() else None
+        return state["scheduler"]["samplers"]["model_sampler"]["updates"] if state else 0
+
+    try:  # each update is solved between two checkpoints, each run state saved at one: kill in between
+        run.start(learning_steps=6, num_collection_workers=8, num_eval_workers=0, block=False)
+        ahead = eventually(lambda: logged() and logged()[-1]["update"] > saved_updates(), timeout=600)
+        for handle in [*run.actors.learners.values(), *run.actors.all()]:  # the learners first: no state saved after
+            ray_session.kill(handle, no_restart=True)
+    finally:
+        run.stop()  # the actors are dead: it saves no state, only releases the run directory
+    before = logged()
+    assert ahead and saved_updates() < before[-1]["update"], (saved_updates(), before)
+
     resumed = unstable.build(resume_from=str(run_dir))
     try:
         state = ray_session.get(resumed.actors.scheduler.state_dict.remote())["samplers"]["model_sampler"]
-        assert state["last"] == saved["last"] and state["mixture"] == saved["mixture"]
+        assert state["last"] == before[-1] and state["updates"] == before[-1]["update"]
+        # the next update's matrix games are played between learner steps: wait for its line, then stop
+        resumed.start(learning_steps=resumed.actors.start_version + 6, num_collection_workers=8, num_eval_workers=0,
+                      block=False)
+        assert eventually(lambda: len(logged()) > len(before), timeout=600), "no PSRO update after the resume"
     finally:
         resumed.stop()
+    lines = logged()
+    assert [x["update"] for x in lines] == list(range(1, len(lines) + 1))  # one line per update, none replayed
+    assert lines[len(before)]["checkpoints"] > before[-1]["checkpoints"]  # the next one came with a new checkpoint
+    assert lines[0]["pool"][-1] == "random" and all(sum(x["mixture"]) == pytest.approx(1.0) for x in lines)
+    assert all(g >= 2 for x in lines for i, row in enumerate(x["games"]) for j, g in enumerate(row) if i != j)
+    metrics = read_metrics(str(run_dir))
+    assert any("league/psro/updates" in m for m in metrics) and any("league/matrix_games" in m for m in metrics)
