@@ -30,45 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from unstable.eval.solvers.tictactoe import EMPTY_BOARD, _play, _terminal, to_move
+from unstable.eval.solvers.kuhn import kuhn_own_reach
+from unstable.eval.solvers.tictactoe import tictactoe_own_reach
 
 Table = Mapping[str, Mapping[str, float]]
-
-
-def kuhn_own_reach(table: Table) -> dict[str, float]:
-    """``x(I)`` for each Kuhn information set of ``table`` (``"K:check,bet"``): the product of the
-    probabilities of the seat's own earlier moves named in ``I``."""
-    reach = {}
-    for name in table:
-        card, _, history = name.partition(":")
-        moves = history.split(",") if history else []
-        p = 1.0
-        for i in range(len(moves) % 2, len(moves), 2):  # the seat's own decisions: every other move, back from I
-            p *= table[f"{card}:{','.join(moves[:i])}"].get(moves[i], 0.0)
-        reach[name] = p
-    return reach
-
-
-def tictactoe_own_reach(table: Table) -> dict[str, float]:
-    """``x(b)`` for each board of ``table``, for the mark to move there (see the module docstring): a
-    forward pass over the boards by move count, the seat's moves weighted by ``table``, the opponent's by 1."""
-    reach: dict[str, float] = {}
-    for mark in "OX":
-        weight = {EMPTY_BOARD: 1.0}
-        for board in sorted(table, key=lambda b: 9 - b.count(" ")):
-            w = weight.get(board, 0.0)
-            if to_move(board) == mark:
-                reach[board] = w
-            if w == 0.0:
-                continue
-            for cell, mark_at in enumerate(board):
-                if mark_at != " ":
-                    continue
-                child = _play(board, cell)
-                if not _terminal(child):
-                    step = table[board].get(str(cell), 0.0) if to_move(board) == mark else 1.0
-                    weight[child] = weight.get(child, 0.0) + w * step
-    return reach
 
 
 class PolicyAverage:
