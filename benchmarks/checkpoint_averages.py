@@ -41,6 +41,7 @@ def read_tables(run: Path) -> dict[int, dict]:
 def averages(tables: dict[int, dict]) -> dict[str, float]:
     """Exploitability of the last table and of the weighted averages (see the module docstring)."""
     from unstable.eval.average_policy import PolicyAverage
+    from unstable.eval.game_states import solved_game
     from unstable.eval.solvers import kuhn_exploitability
 
     last = max(tables)
@@ -48,7 +49,7 @@ def averages(tables: dict[int, dict]) -> dict[str, float]:
     rules = {"uniform": lambda s: 1.0, "linear": lambda s: float(s),
              "last half": lambda s: float(s >= last / 2), "last quarter": lambda s: float(s >= 3 * last / 4)}
     for name, weight in rules.items():
-        average = PolicyAverage("KuhnPoker")
+        average = PolicyAverage(solved_game("KuhnPoker-v0-train"))
         for step in sorted(tables):
             average.add(tables[step], weight(step))
         out[name] = average.exploitability()

@@ -191,9 +191,8 @@ def uniform_kuhn_table() -> dict[str, dict[str, float]]:
 
 
 def kuhn_own_reach(table: KuhnTable) -> dict[str, float]:
-    """``x(I)`` for each Kuhn information set of ``table`` (``"K:check,bet"``), the weight of ``I`` in the
-    checkpoint average (:mod:`unstable.eval.average_policy`): the product of the probabilities of the seat's
-    own earlier moves named in ``I``."""
+    """``x(I)`` for each Kuhn information set of ``table`` (``"K:check,bet"``; :mod:`unstable.eval.average_policy`):
+    the product of the probabilities of the seat's own earlier moves named in ``I``."""
     reach = {}
     for name in table:
         card, _, history = name.partition(":")

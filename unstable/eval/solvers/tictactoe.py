@@ -288,9 +288,8 @@ def tictactoe_table(cells_for: CellChooser | None = None) -> dict[Board, dict[in
 
 
 def tictactoe_own_reach(table: Mapping[Board, Mapping[str, float]]) -> dict[str, float]:
-    """``x(b)`` for each board of ``table``, for the mark to move there: the weight of ``b`` in the checkpoint
-    average (see :mod:`unstable.eval.average_policy`). A forward pass over the boards by move count, the seat's
-    moves weighted by ``table``, the opponent's by 1."""
+    """``x(b)`` for each board of ``table``, for the mark to move there (:mod:`unstable.eval.average_policy`): a
+    forward pass over the boards by move count, the seat's moves weighted by ``table``, the opponent's by 1."""
     reach: dict[str, float] = {}
     for mark in "OX":
         weight = {EMPTY_BOARD: 1.0}
