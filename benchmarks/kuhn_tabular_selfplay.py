@@ -31,6 +31,7 @@ import torch
 
 from unstable.algorithms import group_advantages, policy_loss
 from unstable.eval.average_policy import PolicyAverage
+from unstable.eval.game_states import solved_game
 from unstable.eval.solvers.kuhn import CARDS, INFO_SETS, LEGAL_ACTIONS, hand_result, kuhn_exploitability
 from unstable.models.warmstart import random_mixture
 
@@ -78,7 +79,7 @@ def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta:
     opt = torch.optim.Adam([theta], lr=learning_rate)
     decay = torch.optim.lr_scheduler.LambdaLR(
         opt, (lambda u: 1 - u / updates) if lr_schedule == "linear" else (lambda u: 1.0))
-    average = PolicyAverage("KuhnPoker")
+    average = PolicyAverage(solved_game("KuhnPoker-v0-train"))
     average.add(table_of(theta.detach().softmax(-1)))
     first = kuhn_exploitability(table_of(theta.detach().softmax(-1))).exploitability
     curve = [{"update": 0, "moves": 0, "exploitability": first, "average": first}]

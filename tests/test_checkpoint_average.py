@@ -7,10 +7,13 @@ import random
 
 import pytest
 
-from unstable.eval.average_policy import average_policy, kuhn_own_reach, tictactoe_own_reach
+from unstable.eval.average_policy import average_policy
+from unstable.eval.game_states import NoSolverError, solved_game
 from unstable.eval.solvers import INFO_SETS, kuhn_exploitability, kuhn_nash_table, reachable_boards
-from unstable.eval.solvers.kuhn import LEGAL_ACTIONS
-from unstable.eval.solvers.tictactoe import EMPTY_BOARD, _play, _terminal, to_move
+from unstable.eval.solvers.kuhn import LEGAL_ACTIONS, kuhn_own_reach
+from unstable.eval.solvers.tictactoe import EMPTY_BOARD, _play, _terminal, tictactoe_own_reach, to_move
+
+KUHN_POKER, TICTACTOE = solved_game("KuhnPoker-v0-train"), solved_game("TicTacToe-v0-train")
 
 
 def random_kuhn_table(rng: random.Random, invalid: float = 0.0) -> dict[str, dict[str, float]]:
@@ -29,12 +32,12 @@ def test_the_average_weights_each_checkpoint_by_how_often_it_reaches_the_state()
     first, second = kuhn_nash_table(), kuhn_nash_table()
     first["J:"], second["J:"] = {"check": 0.1, "bet": 0.9}, {"check": 0.7, "bet": 0.3}
     first["J:check,bet"], second["J:check,bet"] = {"fold": 0.8, "call": 0.2}, {"fold": 0.4, "call": 0.6}
-    avg = average_policy([first, second], "KuhnPoker")
+    avg = average_policy([first, second], KUHN_POKER)
     assert avg["J:check,bet"]["call"] == pytest.approx(0.55, abs=1e-15)
     assert avg["J:check,bet"]["fold"] == pytest.approx(0.45, abs=1e-15)
     assert avg["J:"]["check"] == pytest.approx(0.4, abs=1e-15)  # the first decision: reached by both alike
     # Weights: 0.3 on the first, 0.7 on the second: (0.3*0.1*0.2 + 0.7*0.7*0.6) / (0.3*0.1 + 0.7*0.7).
-    weighted = average_policy([first, second], "KuhnPoker", weights=[0.3, 0.7])
+    weighted = average_policy([first, second], KUHN_POKER, weights=[0.3, 0.7])
     assert weighted["J:check,bet"]["call"] == pytest.approx((0.006 + 0.294) / 0.52, abs=1e-15)
     assert kuhn_own_reach(first)["J:check,bet"] == pytest.approx(0.1) and kuhn_own_reach(first)["J:bet"] == 1.0
 
@@ -50,7 +53,7 @@ def test_the_kuhn_average_plays_as_openspiel_policy_aggregator_mixes():
     rng = random.Random(7)
     tables = [random_kuhn_table(rng) for _ in range(3)]
     weights = [0.2, 0.3, 0.5]
-    ours = average_policy(tables, "KuhnPoker", weights=weights)
+    ours = average_policy(tables, KUHN_POKER, weights=weights)
     policies = [to_openspiel_kuhn(t) for t in tables]
     mixed = PolicyAggregator(KUHN, epsilon=0.0).aggregate([0, 1], [policies, policies], [weights, weights])
     for table in mixed.policy:
@@ -70,7 +73,7 @@ def test_the_kuhn_average_plays_as_openspiel_policy_aggregator_mixes():
 def test_invalid_mass_is_averaged_and_leads_nowhere():
     rng = random.Random(3)
     tables = [random_kuhn_table(rng, invalid=0.1), random_kuhn_table(rng, invalid=0.3)]
-    avg = average_policy(tables, "KuhnPoker")
+    avg = average_policy(tables, KUHN_POKER)
     for name, probs in avg.items():
         assert 0.6 < sum(probs.values()) < 0.95, name
     assert kuhn_own_reach(tables[0])["Q:check,bet"] == pytest.approx(tables[0]["Q:"]["check"])
@@ -106,17 +109,19 @@ def test_the_tictactoe_reach_sums_the_seat_moves_over_every_order():
         brute = _brute_force_reach(table, mark)
         for board, value in brute.items():
             assert ours[board] == pytest.approx(value, rel=1e-9), board
-    same = average_policy([table, table], "TicTacToe", weights=[0.1, 0.2])
+    same = average_policy([table, table], TICTACTOE, weights=[0.1, 0.2])
     assert all(same[b][m] == pytest.approx(p, abs=1e-12) for b in boards[:200] for m, p in table[b].items())
 
 
 def test_bad_calls_are_refused():
     table = kuhn_nash_table()
     with pytest.raises(ValueError, match="at least one table"):
-        average_policy([], "KuhnPoker")
+        average_policy([], KUHN_POKER)
     with pytest.raises(ValueError, match="weights must be 2 numbers"):
-        average_policy([table, table], "KuhnPoker", weights=[1.0])
+        average_policy([table, table], KUHN_POKER, weights=[1.0])
     with pytest.raises(ValueError, match="weights must be"):
-        average_policy([table, table], "KuhnPoker", weights=[0.0, 0.0])
-    with pytest.raises(ValueError, match="no average policy for 'ConnectFour'"):
-        average_policy([table], "ConnectFour")
+        average_policy([table, table], KUHN_POKER, weights=[0.0, 0.0])
+    with pytest.raises(ValueError, match="no average policy for 'openspiel'"):
+        average_policy([table], solved_game("openspiel:kuhn_poker"))
+    with pytest.raises(NoSolverError, match="no exploitability solver for 'ConnectFour-v0-train'"):
+        solved_game("ConnectFour-v0-train")

@@ -28,58 +28,20 @@ invalid answer (which ends the game, so it leads nowhere):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from unstable.eval.solvers.tictactoe import EMPTY_BOARD, _play, _terminal, to_move
-
-Table = Mapping[str, Mapping[str, float]]
-
-
-def kuhn_own_reach(table: Table) -> dict[str, float]:
-    """``x(I)`` for each Kuhn information set of ``table`` (``"K:check,bet"``): the product of the
-    probabilities of the seat's own earlier moves named in ``I``."""
-    reach = {}
-    for name in table:
-        card, _, history = name.partition(":")
-        moves = history.split(",") if history else []
-        p = 1.0
-        for i in range(len(moves) % 2, len(moves), 2):  # the seat's own decisions: every other move, back from I
-            p *= table[f"{card}:{','.join(moves[:i])}"].get(moves[i], 0.0)
-        reach[name] = p
-    return reach
-
-
-def tictactoe_own_reach(table: Table) -> dict[str, float]:
-    """``x(b)`` for each board of ``table``, for the mark to move there (see the module docstring): a
-    forward pass over the boards by move count, the seat's moves weighted by ``table``, the opponent's by 1."""
-    reach: dict[str, float] = {}
-    for mark in "OX":
-        weight = {EMPTY_BOARD: 1.0}
-        for board in sorted(table, key=lambda b: 9 - b.count(" ")):
-            w = weight.get(board, 0.0)
-            if to_move(board) == mark:
-                reach[board] = w
-            if w == 0.0:
-                continue
-            for cell, mark_at in enumerate(board):
-                if mark_at != " ":
-                    continue
-                child = _play(board, cell)
-                if not _terminal(child):
-                    step = table[board].get(str(cell), 0.0) if to_move(board) == mark else 1.0
-                    weight[child] = weight.get(child, 0.0) + w * step
-    return reach
+from unstable.eval.game_states import SolvedGame, Table
 
 
 class PolicyAverage:
     """The reach-weighted average of the tables :meth:`add`-ed so far, kept as running sums (so a run's
     average after each checkpoint costs one table, not all of them again); :meth:`table` is the average,
-    :meth:`exploitability` the solver's headline for it."""
+    :meth:`exploitability` the solver's headline for it. ``game``: a game whose ``own_reach`` is computed."""
 
-    def __init__(self, game: str):
-        if game not in _OWN_REACH:
-            raise ValueError(f"no average policy for {game!r}; games with one: {', '.join(_OWN_REACH)}")
-        self.game, self.count = game, 0
+    def __init__(self, game: SolvedGame):
+        if game.own_reach is None:
+            raise ValueError(f"no average policy for {game.name!r}: its SolvedGame has no own_reach")
+        self.game, self.own_reach, self.count = game, game.own_reach, 0
         self._moves: dict[str, dict[str, float]] = {}  # state -> move -> sum_t w_t x_t(I) pi_t(a | I)
         self._reach: dict[str, float] = {}  # state -> sum_t w_t x_t(I)
         self._plain: dict[str, dict[str, float]] = {}  # state -> move -> sum_t w_t pi_t(a | I): unreached states
@@ -91,7 +53,7 @@ class PolicyAverage:
             raise ValueError(f"weight must be a finite number >= 0, got {weight!r}")
         if self._reach and set(table) != set(self._reach):
             raise ValueError(f"the table's states differ from the earlier tables' ({len(table)} vs {len(self._reach)})")
-        reach = _OWN_REACH[self.game](table)
+        reach = self.own_reach(table)
         for name, probs in table.items():
             w = weight * reach[name]
             self._reach[name] = self._reach.get(name, 0.0) + w
@@ -115,26 +77,14 @@ class PolicyAverage:
     def exploitability(self) -> float:
         """The exact exploitability of :meth:`table` (KuhnPoker: chips per hand; TicTacToe: the best
         response's mean score), with the average's invalid mass counted as the solvers count it."""
-        from unstable.eval.solvers import kuhn_exploitability, tictactoe_exploitability
-
-        table = self.table()
-        if self.game == "KuhnPoker":
-            return kuhn_exploitability(table, allow_invalid_mass=True).exploitability
-        return tictactoe_exploitability({b: {int(m): p for m, p in probs.items()} for b, probs in table.items()},
-                                        allow_invalid_mass=True).exploitability
+        return self.game.exploitability(self.table())["exploitability"]
 
 
-_OWN_REACH = {"KuhnPoker": kuhn_own_reach, "TicTacToe": tictactoe_own_reach}
-AVERAGED_GAMES = tuple(_OWN_REACH)
-"""Games whose checkpoint average is computed (an OpenSpiel game's is not yet: its exploitability has no
-``_average``)."""
-
-
-def average_policy(tables: Sequence[Table], game: str, weights: Sequence[float] | None = None,
+def average_policy(tables: Sequence[Table], game: SolvedGame, weights: Sequence[float] | None = None,
                    ) -> dict[str, dict[str, float]]:
     """The reach-weighted average of ``tables`` (one per checkpoint, weights ``weights``, default equal) for
-    ``game`` (``"KuhnPoker"`` or ``"TicTacToe"``); see the module docstring and :class:`PolicyAverage`. The
-    invalid mass (1 - the sum) is averaged like a move."""
+    ``game`` (KuhnPoker's or TicTacToe's :func:`~unstable.eval.game_states.solved_game`); see the module
+    docstring and :class:`PolicyAverage`. The invalid mass (1 - the sum) is averaged like a move."""
     if not tables:
         raise ValueError("average_policy needs at least one table")
     weights = [1.0] * len(tables) if weights is None else list(weights)
@@ -146,4 +96,4 @@ def average_policy(tables: Sequence[Table], game: str, weights: Sequence[float] 
     return average.table()
 
 
-__all__ = ["AVERAGED_GAMES", "PolicyAverage", "average_policy", "kuhn_own_reach", "tictactoe_own_reach"]
+__all__ = ["PolicyAverage", "average_policy"]

@@ -1,4 +1,5 @@
-"""The states of a small game as an LLM seat sees them: every decision point, with its real observation.
+"""The states of a small game as an LLM seat sees them: every decision point, with its real observation; and each
+solved game as one :class:`SolvedGame`, passed down instead of its env id (OpenSpiel's ``exploitability(game, ...)``).
 
 A policy is read in the states an exploitability solver asks about: every reachable TicTacToe board,
 and the 12 round-1 information sets of Kuhn poker. The observation of each is not written by hand:
@@ -15,13 +16,18 @@ each replay.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import product
+from operator import methodcaller
 from typing import Any
 
 from unstable.collection.rollout import _as_text
-from unstable.eval.solvers import board_key, reachable_boards
+from unstable.eval.solvers import board_key, kuhn_exploitability, reachable_boards, tictactoe_exploitability
+from unstable.eval.solvers.kuhn import kuhn_own_reach
+from unstable.eval.solvers.openspiel import openspiel_exploitability
+from unstable.eval.solvers.tictactoe import tictactoe_own_reach
 from unstable.games import openspiel
 from unstable.games.envs import base_name, make_env
 from unstable.games.legal_moves import _unwrap, legal_moves
@@ -31,6 +37,7 @@ KUHN_HISTORIES = ((), ("check",), ("bet",), ("check", "bet"))
 """Round-1 betting histories before a decision: first to act, second after a check, second after a bet,
 first after check-bet."""
 MAX_DEAL_SEEDS = 10_000
+Table = Mapping[str, Mapping[str, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,19 @@ def tictactoe_states(env_id: str, boards: Sequence[str] | None = None) -> dict[s
     return states
 
 
+def tictactoe_history_dependent(env_id: str, states: Mapping[str, GameState], render: Callable[[str], str]) -> bool:
+    """Whether some board's prompt (``render`` of its observation in ``states``) changes when the board is
+    reached by another move order (:func:`reversed_history`, replayed in ``env_id``)."""
+    first = "O" if states[" " * 9].player == 0 else "X"
+    for board, state in states.items():
+        other = reversed_history(board, first)
+        if other != state.history:
+            _, observation, _ = replay(env_id, other)
+            if render(observation) != render(state.observation):
+                return True
+    return False
+
+
 # ----------------------------------------------------------------------------- Kuhn poker
 def _deal_seed(env_id: str, cards: tuple[int, int], start: int = 0) -> int:
     """The first reset seed from ``start`` whose round-1 deal gives player 0 and 1 the ``cards`` (0=J, 1=Q, 2=K)."""
@@ -179,3 +199,68 @@ def openspiel_states(env_id: str) -> dict[str, GameState]:
         states[key] = GameState(key, state.current_player(), tuple(str(a) for a in state.history()),
                                 openspiel.observation(env_id, state), tuple(openspiel.move_labels(state)))
     return states
+
+
+# ----------------------------------------------------------------------------- The games, as objects
+class NoSolverError(ValueError):
+    """Exploitability was asked for a game that has no solver."""
+
+
+@dataclass(frozen=True, slots=True)
+class SolvedGame:
+    """A game with an exact exploitability solver, for one env id (:func:`solved_game`).
+
+    ``name``: its base name (``"openspiel"`` for every ``openspiel:`` id). ``states()``: the decision states its
+    solver needs (this module's ``*_states``), keyed. ``state_name(key)``, ``move_name(move)``: their names in a
+    policy table (a move as the game writes it, ``"[4]"``). ``exploitability(table)``: the solver's numbers
+    (``"exploitability"`` the headline) for a table, state name -> move name -> probability, the rest of a state's
+    mass an invalid answer. ``own_reach(table)``: each state's weight in the checkpoint average
+    (:mod:`unstable.eval.average_policy`); ``None``: not computed (OpenSpiel). ``history_dependent(states, render)``:
+    whether a template's prompts depend on the move order reaching a state; ``None``: a state holds its history.
+    """
+
+    name: str
+    states: Callable[[], dict[Any, GameState]]
+    exploitability: Callable[[Table], dict[str, Any]]
+    state_name: Callable[[Any], str] = str
+    move_name: Callable[[str], str] = str
+    own_reach: Callable[[Table], dict[str, float]] | None = None
+    history_dependent: Callable[[dict[Any, GameState], Callable[[str], str]], bool] | None = None
+
+
+_BARE = methodcaller("strip", "[]")  # a TextArena move as a table names it: "[4]" -> "4", "[bet]" -> "bet"
+
+
+def _tictactoe_exploitability(table: Table) -> dict[str, Any]:
+    return tictactoe_exploitability({board: {int(m): p for m, p in probs.items()} for board, probs in table.items()},
+                                    allow_invalid_mass=True).to_dict()
+
+
+_GAMES: dict[str, Callable[[str], SolvedGame]] = {
+    "TicTacToe": lambda env_id: SolvedGame(
+        "TicTacToe", partial(tictactoe_states, env_id), _tictactoe_exploitability, move_name=_BARE,
+        own_reach=tictactoe_own_reach, history_dependent=partial(tictactoe_history_dependent, env_id)),
+    "KuhnPoker": lambda env_id: SolvedGame(
+        "KuhnPoker", partial(kuhn_states, env_id), lambda t: kuhn_exploitability(t, allow_invalid_mass=True).to_dict(),
+        state_name=lambda key: f"{key[0]}:{','.join(key[1])}",  # ("J", ("check", "bet")) -> "J:check,bet"
+        move_name=_BARE, own_reach=kuhn_own_reach),
+}
+SOLVED_GAMES = tuple(_GAMES)
+"""Games with an exact exploitability solver (any variant of their env ids), besides every OpenSpiel game."""
+
+
+def has_solver(env_id: str) -> bool:
+    """Whether ``env_id`` has an exploitability solver (a game of :data:`SOLVED_GAMES`, or any OpenSpiel game)."""
+    return openspiel.is_openspiel_id(env_id) or base_name(env_id) in _GAMES
+
+
+def solved_game(env_id: str) -> SolvedGame:
+    """The :class:`SolvedGame` of ``env_id`` (an ``openspiel:`` game is solved by OpenSpiel's best response,
+    :mod:`unstable.eval.solvers.openspiel`), else :class:`NoSolverError`."""
+    if openspiel.is_openspiel_id(env_id):
+        return SolvedGame("openspiel", partial(openspiel_states, env_id), partial(openspiel_exploitability, env_id))
+    if not has_solver(env_id):
+        raise NoSolverError(f"no exploitability solver for {env_id!r}; games with one: "
+                            f"{', '.join(SOLVED_GAMES)} (e.g. TicTacToe-v0-train, KuhnPoker-v0-train) and "
+                            "every two-player OpenSpiel game (openspiel:leduc_poker)")
+    return _GAMES[base_name(env_id)](env_id)

@@ -1,7 +1,7 @@
 """Exploitability during a run: each new checkpoint's exact exploitability, read beside training.
 
 With ``build(exploitability_eval="auto")`` (the default), a run whose ``eval_envs`` hold a game with an
-exact solver (TicTacToe, KuhnPoker: :data:`~unstable.eval.exploitability.SOLVED_GAMES`) played with a
+exact solver (TicTacToe, KuhnPoker: :data:`~unstable.eval.game_states.SOLVED_GAMES`) played with a
 direct-answer template (``qwen3-board``, ``qwen3-task``: the exact reading applies, see
 :func:`~unstable.eval.policy_reading.default_method`) evaluates its checkpoints' exploitability while
 it trains, with :func:`~unstable.eval.exploitability.evaluate_exploitability` at the sampling settings
@@ -50,14 +50,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from unstable.eval.average_policy import AVERAGED_GAMES, PolicyAverage
-from unstable.eval.exploitability import (
-    ExploitabilityResult,
-    evaluate_exploitability,
-    has_solver,
-    history_dependent,
-    require_solver,
-)
+from unstable.eval.average_policy import PolicyAverage
+from unstable.eval.exploitability import ExploitabilityResult, evaluate_exploitability, history_dependent
+from unstable.eval.game_states import has_solver, solved_game
 from unstable.eval.policy_reading import default_method
 from unstable.games.extraction import register_action_extraction
 from unstable.games.specs import EvalEnvSpec
@@ -104,7 +99,7 @@ def plan_exploitability(eval_envs: Sequence[Any], setting: str = "auto", *, mode
                            "be estimated from sampled completions (states x samples generations), too slow to run "
                            "beside training; after the run: unstable eval --exploitability --run RUN "
                            "--all-checkpoints --method sampled")
-        elif history_dependent(spec.env_id, spec.prompt_template):
+        elif history_dependent(solved_game(spec.env_id), spec.prompt_template):
             skipped.append(f"{where}: the template shows the move history, so the seat has no policy over boards; "
                            "use a board-view template (qwen3-board)")
         else:
@@ -143,6 +138,8 @@ class ExploitabilityEvaluator:
                  backend: Any = None, action_extractions: dict[str, Any] | None = None, nfsp_average: bool = False):
         if not targets:
             raise ValueError("ExploitabilityEvaluator needs at least one target (see plan_exploitability)")
+        self.averages = {t.env_id: PolicyAverage(game) for t in targets  # env -> the average of the checkpoints read
+                         if (game := solved_game(t.env_id)).own_reach is not None}
         for name, extraction in (action_extractions or {}).items():
             register_action_extraction(name, extraction, overwrite=True)
         if nice:
@@ -158,7 +155,6 @@ class ExploitabilityEvaluator:
         self.model_name, self.targets, self.sampling, self.tracker = model_name, tuple(targets), sampling, tracker
         self.backend, self.nfsp_average = backend, nfsp_average
         self.evaluated: list[int] = []  # learner steps evaluated, in order
-        self.averages: dict[str, PolicyAverage] = {}  # env -> the average of the checkpoints evaluated
         self.skipped: list[int] = []  # learner steps a newer checkpoint overtook before their turn
         self._cond = threading.Condition()
         self._pending: tuple[int, str | None, AdapterPayload | None, AdapterPayload | None] | None = None
@@ -245,9 +241,7 @@ class ExploitabilityEvaluator:
         for target in self.targets:
             result = self._read(target, adapter)
             metrics |= exploitability_metrics(result)
-            game = require_solver(target.env_id)
-            if game in AVERAGED_GAMES:
-                checkpoints = self.averages.setdefault(target.env_id, PolicyAverage(game))
+            if (checkpoints := self.averages.get(target.env_id)) is not None:
                 checkpoints.add(result.policy)
                 metrics[f"eval/{target.env_id}/exploitability_average"] = checkpoints.exploitability()
             if self.nfsp_average:  # the base model's average is the base model: read once

@@ -188,3 +188,17 @@ def kuhn_nash_table(alpha: float | Fraction = Fraction(1, 3)) -> dict[str, dict[
 def uniform_kuhn_table() -> dict[str, dict[str, float]]:
     """Each legal action with probability 1/2 at every information set."""
     return {key: dict.fromkeys(LEGAL_ACTIONS[key.split(":", 1)[1]], 0.5) for key in INFO_SETS}
+
+
+def kuhn_own_reach(table: KuhnTable) -> dict[str, float]:
+    """``x(I)`` for each Kuhn information set of ``table`` (``"K:check,bet"``; :mod:`unstable.eval.average_policy`):
+    the product of the probabilities of the seat's own earlier moves named in ``I``."""
+    reach = {}
+    for name in table:
+        card, _, history = name.partition(":")
+        moves = history.split(",") if history else []
+        p = 1.0
+        for i in range(len(moves) % 2, len(moves), 2):  # the seat's own decisions: every other move, back from I
+            p *= table[f"{card}:{','.join(moves[:i])}"].get(moves[i], 0.0)
+        reach[name] = p
+    return reach

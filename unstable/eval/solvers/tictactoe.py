@@ -285,3 +285,25 @@ def tictactoe_table(cells_for: CellChooser | None = None) -> dict[Board, dict[in
         cells = cells_for(_tuple(board), to_move(board)) if cells_for else _empty(board)
         table[board] = {cell: 1 / len(cells) for cell in cells}
     return table
+
+
+def tictactoe_own_reach(table: Mapping[Board, Mapping[str, float]]) -> dict[str, float]:
+    """``x(b)`` for each board of ``table``, for the mark to move there (:mod:`unstable.eval.average_policy`): a
+    forward pass over the boards by move count, the seat's moves weighted by ``table``, the opponent's by 1."""
+    reach: dict[str, float] = {}
+    for mark in "OX":
+        weight = {EMPTY_BOARD: 1.0}
+        for board in sorted(table, key=lambda b: 9 - b.count(" ")):
+            w = weight.get(board, 0.0)
+            if to_move(board) == mark:
+                reach[board] = w
+            if w == 0.0:
+                continue
+            for cell, mark_at in enumerate(board):
+                if mark_at != " ":
+                    continue
+                child = _play(board, cell)
+                if not _terminal(child):
+                    step = table[board].get(str(cell), 0.0) if to_move(board) == mark else 1.0
+                    weight[child] = weight.get(child, 0.0) + w * step
+    return reach
