@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from unstable.eval.game_states import SolvedGame, Table
+from unstable.eval.game_states import SolvedGame, Table, solved_game
 
 
 class PolicyAverage:
@@ -38,7 +38,8 @@ class PolicyAverage:
     average after each checkpoint costs one table, not all of them again); :meth:`table` is the average,
     :meth:`exploitability` the solver's headline for it. ``game``: a game whose ``own_reach`` is computed."""
 
-    def __init__(self, game: SolvedGame):
+    def __init__(self, game: SolvedGame | str):
+        game = solved_game(game) if isinstance(game, str) else game  # an env id ("KuhnPoker-v0-train") also does
         if game.own_reach is None:
             raise ValueError(f"no average policy for {game.name!r}: its SolvedGame has no own_reach")
         self.game, self.own_reach, self.count = game, game.own_reach, 0
@@ -80,10 +81,10 @@ class PolicyAverage:
         return self.game.exploitability(self.table())["exploitability"]
 
 
-def average_policy(tables: Sequence[Table], game: SolvedGame, weights: Sequence[float] | None = None,
+def average_policy(tables: Sequence[Table], game: SolvedGame | str, weights: Sequence[float] | None = None,
                    ) -> dict[str, dict[str, float]]:
     """The reach-weighted average of ``tables`` (one per checkpoint, weights ``weights``, default equal) for
-    ``game`` (KuhnPoker's or TicTacToe's :func:`~unstable.eval.game_states.solved_game`); see the module
+    ``game`` (KuhnPoker's or TicTacToe's :func:`~unstable.eval.game_states.solved_game`, or its env id); see the module
     docstring and :class:`PolicyAverage`. The invalid mass (1 - the sum) is averaged like a move."""
     if not tables:
         raise ValueError("average_policy needs at least one table")
