@@ -38,6 +38,7 @@ from unstable.run.arguments import (
     argument_names,
     labels,
     nest_arguments,
+    nested_place,
 )
 from unstable.run.league_preset import expand_league
 from unstable.samplers.config import SamplerConfig
@@ -67,15 +68,10 @@ MAX_SEED = 2**32 - 1
 (``torch.manual_seed`` refuses 2**64 and more, inside the learner actor, after Ray started)."""
 
 
-def _spec_list(name: str, value: Any, cls: type, allow_none: bool) -> tuple:
-    if value is None and allow_none:
-        return ()
-    if isinstance(value, cls | dict):
-        value = [value]
-    if not isinstance(value, list | tuple) or (not value and not allow_none):
-        raise ValueError(f"{name} must be a non-empty list of {cls.__name__} (or mappings of its fields)")
+def _specs(name: str, items: list, cls: type) -> tuple:
+    """``items`` as ``cls`` objects: each one already, or a mapping of its fields."""
     out = []
-    for i, item in enumerate(value):
+    for i, item in enumerate(items):
         if isinstance(item, dict):
             try:
                 item = cls(**item)
@@ -115,12 +111,12 @@ def _env_lists(train_value: Any, eval_value: Any) -> tuple[tuple, tuple, tuple]:
     train_specs = [p for p in train_items if not is_environment(p) and not isinstance(p, EvalEnvSpec)]
     eval_specs = [p for p in train_items if isinstance(p, EvalEnvSpec)] + [p for p in eval_items
                                                                           if not is_environment(p)]
-    train = _spec_list("train_envs", train_specs, TrainEnvSpec, allow_none=True)
+    train = _specs("train_envs", train_specs, TrainEnvSpec)
     train += tuple(p for p in train_items if is_environment(p) and p.is_train)
     if not train:
         raise ValueError("train_envs must be a non-empty list of TrainEnvSpec (or mappings of its fields) or "
                          "environments with train data")
-    evals = _spec_list("eval_envs", eval_specs, EvalEnvSpec, allow_none=True)
+    evals = _specs("eval_envs", eval_specs, EvalEnvSpec)
     evals += tuple(entry for env in environments for entry in env.eval_entries())
     return train, evals, tuple(environments)
 
@@ -170,10 +166,11 @@ class ModelConfig:
         config = self.learner_config(learner_cls)  # the learner's own checks, on what it will be built with
         self.inference_config(where="inference")  # the inference config's own checks
         self.buffer = section(BufferConfig, self.buffer, "buffer")
-        for rule in (self._check_buffer_size, self._check_doubled_settings, self._check_device):
+        self._check_buffer_size(config.batch_size)
+        for rule in (self._check_doubled_settings, self._check_device):
             rule()
         self._check_sampling(config, learner_cls)
-        self._check_learner_workers(learner_cls)
+        self._check_learner_workers(config, learner_cls)
 
     def _check_name_and_sections(self) -> None:
         if not isinstance(self.name, str) or not LINEAGE_NAME.fullmatch(self.name):
@@ -189,8 +186,7 @@ class ModelConfig:
             except ValueError as exc:
                 raise ValueError(str(exc) if str(exc).startswith("warm_start") else f"warm_start: {exc}") from None
 
-    def _check_buffer_size(self) -> None:
-        batch_size = self.setting("batch_size")
+    def _check_buffer_size(self, batch_size: int) -> None:
         if self.buffer.size is None:
             self.buffer.size = 2 * batch_size
         if self.buffer.size < batch_size:
@@ -203,7 +199,7 @@ class ModelConfig:
             raise ValueError(f"learner_device must be None (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N' "
                              f"or 'mps', got {device!r}")
 
-    def _check_learner_workers(self, learner_cls: type) -> None:
+    def _check_learner_workers(self, config: Any, learner_cls: type) -> None:
         """Several learner workers need a learner that shards its update, a step for each of them in
         every optimiser step, and devices torch.distributed can join (CPU or CUDA)."""
         n = self.num_learner_workers
@@ -213,12 +209,10 @@ class ModelConfig:
             raise ValueError(f"num_learner_workers={n}, but {learner_cls.__name__} does not shard its update "
                              "(supports_data_parallel is False): use num_learner_workers=1, or a learner built on "
                              "REINFORCELearner.policy_gradient")
-        defaults = {f.name: f.default for f in dataclasses.fields(learner_cls.config_cls)}
-        minibatches = self.learner.get("minibatches", defaults.get("minibatches", 1))
-        smallest = self.setting("batch_size") // minibatches
+        smallest = config.batch_size // config.minibatches
         if n > smallest:
             raise ValueError(f"num_learner_workers ({n}) is more than the {smallest} steps of each optimiser step "
-                             f"(batch_size {self.setting('batch_size')} / minibatches {minibatches}), so some "
+                             f"(batch_size {config.batch_size} / minibatches {config.minibatches}), so some "
                              "workers would have nothing to train on: lower num_learner_workers or raise batch_size")
         if (self.learner_device or "").startswith(("mps", "xpu")):
             raise ValueError(f"num_learner_workers={n} needs CPU or CUDA learners (torch.distributed's gloo or "
@@ -316,11 +310,6 @@ class ModelConfig:
                              "behaviour probability to weigh by; sample training games at a temperature > 0")
 
     @property
-    def average_eta(self) -> float | None:
-        """NFSP's anticipatory parameter from the learner settings (``None``: the average policy plays no game)."""
-        return self.learner.get("average_eta")
-
-    @property
     def lora_cfg(self) -> dict:
         """The adapter's LoRA settings: ``DEFAULT_LORA_CFG`` with ``lora`` over it."""
         return {**DEFAULT_LORA_CFG, **(self.lora or {})}
@@ -397,13 +386,12 @@ class BuildConfig:
     them later (``unstable eval --exploitability``)."""
 
     def __init__(self, **arguments: Any) -> None:
+        reject_secret_settings({k: v for k, v in arguments.items() if k != "reward_transforms"}, "build() argument ")
         extra = sorted(set(arguments) - argument_names(), key=str)
-        reject_secret_settings({k: arguments[k] for k in extra}, "build() argument ")  # api_key=...: say the env
-        reject_secret_settings({k: v for k, v in arguments.items() if k not in extra and k != "reward_transforms"}, "")
         if extra:
             raise ValueError(unknown_names("build() arguments", extra, argument_names()))
         nested, flat = nest_arguments(arguments)
-        nested, self.league = expand_league(nested)
+        nested, league = expand_league(nested)
         self.nested_models = "models" in arguments  # errors name a model's settings models[i]....
         model_labels = {k: v for s in ("learner", "inference", "buffer", MODEL) for k, v in labels(s, flat).items()}
         models = []
@@ -414,19 +402,18 @@ class BuildConfig:
                 message = relabel(str(exc), model_labels)
                 raise ValueError(f"models[{i}]: {message}" if self.nested_models else message) from None
         self.models = tuple(models)
-        self.train_envs, self.eval_envs, self.environments = _env_lists(nested.get("train_envs"),
-                                                                        nested.get("eval_envs"))
+        for name in RUN_FIELDS:
+            setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
+        self.league = league
+        self.train_envs, self.eval_envs, self.environments = _env_lists(self.train_envs, self.eval_envs)
         for name in RUN_SECTIONS:
             try:
                 setattr(self, name, section(type_hints(BuildConfig)[name], nested.get(name), name))
             except ValueError as exc:
                 raise ValueError(relabel(str(exc), labels(name, flat))) from None
-        for name in RUN_FIELDS:
-            if name not in ("train_envs", "eval_envs", "league"):
-                setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
         check_fields(self)
-        for rule in (_check_models, _check_placement, _check_sync, _check_seats, _check_opponent_seats, _check_psro,
-                     _check_average_eta):
+        for rule in (_check_models, _check_placement, _check_sync, _check_seats, _check_average_eta,
+                     _check_opponent_seats, _check_psro):
             rule(self, nested)
 
     def __getattr__(self, name: str) -> Any:
@@ -435,22 +422,16 @@ class BuildConfig:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         section_name, key = FLAT_ARGUMENTS[name]
         model = self.models[0]
-        if section_name == MODEL:
-            return getattr(model, key)
         if section_name == "learner":
-            return model.setting(key) if key else model.learner
+            return model.setting(key)
         if section_name == "inference":
-            return model.inference.get(key, INFERENCE_DEFAULTS[key]) if key else model.inference
-        if section_name == "buffer":
-            return getattr(model.buffer, key)
-        return getattr(getattr(self, section_name), key)
+            return model.inference.get(key, INFERENCE_DEFAULTS[key])
+        owner = self if section_name in RUN_SECTIONS else model
+        return getattr(owner if section_name == MODEL else getattr(owner, section_name), key)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in FLAT_ARGUMENTS:  # one copy of each value: in its section
-            section_name, key = FLAT_ARGUMENTS[name]
-            where = f"{section_name}.{key}" if section_name in RUN_SECTIONS else "models[0]." + (
-                key if section_name == MODEL else section_name)
-            raise AttributeError(f"BuildConfig.{name} is read-only; the value lives in {where}")
+            raise AttributeError(f"BuildConfig.{name} is read-only; the value lives in {nested_place(name, '0')}")
         super().__setattr__(name, value)
 
     @property
@@ -476,7 +457,7 @@ class BuildConfig:
                                "eval_envs": [_env_dict(s) for s in self.eval_envs if not is_environment(s)]}
         out |= {name: asdict(getattr(self, name)) for name in RUN_SECTIONS}
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
-        out |= {name: getattr(self, name) for name in RUN_FIELDS if name not in ("train_envs", "eval_envs", "league")}
+        out |= {name: getattr(self, name) for name in RUN_FIELDS if name not in (*out, "league")}
         if self.league is not None:
             out["league"] = asdict(self.league)
         return out
@@ -578,8 +559,8 @@ def _check_psro(cfg: BuildConfig, nested: dict) -> None:
 
 
 def _check_opponent_seats(cfg: BuildConfig, nested: dict) -> None:
-    """Opponents need a seat: a strategy that draws them, or fixed opponents, with every seat of every
-    train game played by a trained model would never seat one (the run trains in self-play instead)."""
+    """Opponents need a seat: a strategy that draws them, fixed opponents or NFSP's average policy, with every seat
+    of every train game played by a trained model would never seat one (the run trains in self-play instead)."""
     if any(spec.num_actors < spec.num_players for spec in cfg.train_envs if not is_environment(spec)):
         return
     strategy = cfg.samplers.opponent_sampling_strategy
@@ -596,28 +577,24 @@ def _check_opponent_seats(cfg: BuildConfig, nested: dict) -> None:
         raise ValueError(f"fixed_opponents {list(cfg.samplers.fixed_opponents)} would never play: {why}, and "
                          f"opponent_sampling_strategy={strategy!r} draws no opponent: {fix} and set "
                          "opponent_sampling_strategy='fixed', or leave fixed_opponents out")
+    if cfg.samplers.average_eta is not None:
+        raise ValueError(f"average_eta={cfg.samplers.average_eta!r} seats NFSP's average policy in the opponent's seat, "
+                         f"but {why}, so it would never play: {fix}, or drop average_eta")
 
 
 def _check_average_eta(cfg: BuildConfig, nested: dict) -> None:
-    """NFSP's ``average_eta`` seats the average policy in the opponent seats of a one-model self-play run:
-    the run needs such seats, and a strategy whose opponent is the current checkpoint."""
-    if all(m.average_eta is None for m in cfg.models):
+    """NFSP's ``average_eta`` seats the average policy, which ``average_reservoir`` trains, in a one-model run (the
+    self-play strategy it needs is the sampler config's rule, the opponent seat :func:`_check_opponent_seats`')."""
+    eta = cfg.samplers.average_eta
+    if eta is None:
         return
-    eta = next(m.average_eta for m in cfg.models if m.average_eta is not None)
     if len(cfg.models) > 1:
         raise ValueError(f"average_eta={eta!r}: a run with several trainable models does not seat NFSP's average "
                          "policy yet; train one model, or drop average_eta (the average policy is still trained "
                          "and saved in each checkpoint's average/)")
-    strategy = cfg.samplers.opponent_sampling_strategy
-    if not OPPONENT_STRATEGIES[strategy].self_play:
-        mirror = [name for name, row in OPPONENT_STRATEGIES.items() if row.self_play]
-        raise ValueError(f"average_eta={eta!r} is NFSP's share of self-play games against the policy rather than "
-                         f"its average; opponent_sampling_strategy={strategy!r} draws other opponents: use "
-                         f"opponent_sampling_strategy in {mirror}, or drop average_eta")
-    if not any(spec.num_actors < spec.num_players for spec in cfg.train_envs if not is_environment(spec)):
-        raise ValueError(f"average_eta={eta!r} seats NFSP's average policy in the opponent's seat, but every seat of "
-                         "every train game is played by the trained policy (num_actors == num_players): leave the "
-                         "opponent a seat (num_actors=1 in a 2-player game), or drop average_eta")
+    if cfg.models[0].learner.get("average_reservoir") is None:
+        raise ValueError(f"average_eta={eta!r} seats NFSP's average policy, which only the learner's "
+                         "average_reservoir trains: set average_reservoir (e.g. 20000) or drop average_eta")
 
 
 def _env_dict(spec: Any) -> dict:
