@@ -849,13 +849,13 @@ def test_valid_inputs_still_pass(tiny_model_dir, adapters, bad_paths, tmp_path, 
                               "lora_config": {"target_modules": ("q_proj",), "lora_dropout": 0.05},
                               "vllm_config": {"temperature": 0, "top_p": 1.0, "max_tokens": 16},
                               "learner_device": "cpu", "temperature": 0}, subs))
-    assert ok.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent == adapters[0]
+    assert ok.samplers.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent == adapters[0]
     strong_evals = [{**EVAL, "fixed_opponent": "optimal"},
                     {**EVAL, "env_id": "KuhnPoker-v0-train", "fixed_opponent": "nash"},
                     {**EVAL, "env_id": "ConnectFour-v0-train", "fixed_opponent": "heuristic"}]
     strong = BuildConfig(**_fill({**VALID, **VS_FIXED, "fixed_opponents": ["heuristic", "optimal"],
                                   "eval_envs": strong_evals}, subs))
-    assert strong.fixed_opponents == ("heuristic", "optimal")
+    assert strong.samplers.fixed_opponents == ("heuristic", "optimal")
     assert [s.fixed_opponent for s in strong.eval_envs] == ["optimal", "nash", "heuristic"]
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-not-a-real-key-000000")
     BuildConfig(**_fill({**VALID, "eval_envs": [{**EVAL, "fixed_opponent": "google/gemini-2.0-flash-lite-001"}]}, subs))
@@ -905,7 +905,7 @@ def test_the_quickstart_seats_the_opponent_its_strategy_draws(recipe, tiny_model
     with pytest.raises(RuntimeError, match="stop here"):
         qs._train(tiny_model_dir, cfg, tmp_path / "q" / "run", say=lambda _: None)
     (spec,) = built[0].train_envs
-    assert spec.num_actors == (1 if recipe else 2) and built[0].fixed_opponents == tuple(cfg.fixed_opponents)
+    assert spec.num_actors == (1 if recipe else 2) and built[0].samplers.fixed_opponents == tuple(cfg.fixed_opponents)
 
 
 @pytest.mark.parametrize(("strategy", "main_opponents"), [("mirror", "pfsp"), ("psro", "psro")])

@@ -124,18 +124,18 @@ def test_a2c_settings_reach_the_learner_from_build_and_yaml(tiny_model_dir, tmp_
                     "learner: {gamma: 0.9, gae_lambda: 0.95, critic_learning_rate: 3.0e-4, weight_decay: 0.1}\n")
     build_kwargs, _ = load_config(str(path))
     cfg = BuildConfig(**build_kwargs, wandb_project=None)
-    ctor, init = cfg.learner_settings(resolve_learner("a2c"))
+    ctor, init = cfg.models[0].learner_settings(resolve_learner("a2c"))
     assert ctor["weight_decay"] == 0.1 and ctor["batch_size"] == 16 and ctor["grad_clip"] == 0.2
     assert init == {"infer_mini_batch_size": 16, "critic_learning_rate": 3.0e-4, "normalize_adv": True,
                     "gamma": 0.9, "gae_lambda": 0.95, "max_train_len": None, "max_generation_len": 4096}
     assert cfg.to_dict()["models"][0]["learner"]["gamma"] == 0.9  # saved in config.json: a resumed run keeps them
     # without ``learner``, build()'s A2C keeps what the wiring always handed it
     plain = BuildConfig(**{**build_kwargs, "learner": None}, wandb_project=None)
-    assert plain.learner_settings(resolve_learner("a2c"))[1] == {
+    assert plain.models[0].learner_settings(resolve_learner("a2c"))[1] == {
         **BUILD_LEARNER_DEFAULTS, "max_train_len": None, "max_generation_len": 4096}
     # REINFORCE's initialize_algorithm takes only the lengths
     assert BuildConfig(**{**build_kwargs, "algorithm": "reinforce", "learner": None},
-                       wandb_project=None).learner_settings(resolve_learner("reinforce"))[1] == {
+                       wandb_project=None).models[0].learner_settings(resolve_learner("reinforce"))[1] == {
         "max_train_len": None, "max_generation_len": 4096}
 
 

@@ -6,7 +6,7 @@ with its learner, inference and buffer settings) and holds the run-wide sections
 :class:`~unstable.collection.failures.FailureBudget`, :class:`~unstable.policies.api.APIOpponentConfig`,
 where the run goes). Each setting is declared once, as a field of the config that owns it (its type,
 default, bounds and flat name: :mod:`unstable.utils.schema`); the seed's flat keyword arguments map
-onto those fields (:mod:`unstable.run.arguments`) and stay readable as properties (``cfg.batch_size``).
+onto those fields (:mod:`unstable.run.arguments`), where the config holds them (``cfg.models[0].learner``).
 A wrong value raises ``ValueError`` naming the argument as it was given (``gradient_clipping`` when
 flat) and what is allowed; rules between settings are the small named checks below. Building a
 config does no I/O: :func:`unstable.run.preflight.preflight` checks it against the world.
@@ -30,7 +30,6 @@ from unstable.learners.catalog import algorithm_settings, learner_name, resolve_
 from unstable.learners.config import LearnerConfig
 from unstable.policies.api import APIOpponentConfig
 from unstable.run.arguments import (
-    FLAT_ARGUMENTS,
     FLAT_LEARNER_NAMES,
     MODEL,
     RUN_FIELDS,
@@ -38,7 +37,6 @@ from unstable.run.arguments import (
     argument_names,
     labels,
     nest_arguments,
-    nested_place,
 )
 from unstable.run.league_preset import expand_league
 from unstable.samplers.config import SamplerConfig
@@ -416,38 +414,6 @@ class BuildConfig:
                      _check_opponent_seats, _check_psro):
             rule(self, nested)
 
-    def __getattr__(self, name: str) -> Any:
-        """The seed's flat names, read-only: ``cfg.batch_size`` is ``cfg.models[0].learner``'s (or its default)."""
-        if name not in FLAT_ARGUMENTS or "models" not in self.__dict__:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        section_name, key = FLAT_ARGUMENTS[name]
-        model = self.models[0]
-        if section_name == "learner":
-            return model.setting(key)
-        if section_name == "inference":
-            return model.inference.get(key, INFERENCE_DEFAULTS[key])
-        owner = self if section_name in RUN_SECTIONS else model
-        return getattr(owner if section_name == MODEL else getattr(owner, section_name), key)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in FLAT_ARGUMENTS:  # one copy of each value: in its section
-            raise AttributeError(f"BuildConfig.{name} is read-only; the value lives in {nested_place(name, '0')}")
-        super().__setattr__(name, value)
-
-    @property
-    def model(self) -> ModelConfig:
-        """The run's one trainable model."""
-        return self.models[0]
-
-    @property
-    def lora(self) -> dict:
-        """The first model's LoRA settings (:attr:`ModelConfig.lora_cfg`)."""
-        return self.models[0].lora_cfg
-
-    def learner_settings(self, learner_cls: type) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The model's learner settings: see :meth:`ModelConfig.learner_settings`."""
-        return self.models[0].learner_settings(learner_cls)
-
     def to_dict(self) -> dict:
         """The settings in the nested form, as JSON-able values: what ``config.json`` holds (a config
         file ``unstable train`` reads back; custom ``reward_transforms`` are only named, by their repr;
@@ -578,8 +544,8 @@ def _check_opponent_seats(cfg: BuildConfig, nested: dict) -> None:
                          f"opponent_sampling_strategy={strategy!r} draws no opponent: {fix} and set "
                          "opponent_sampling_strategy='fixed', or leave fixed_opponents out")
     if cfg.samplers.average_eta is not None:
-        raise ValueError(f"average_eta={cfg.samplers.average_eta!r} seats NFSP's average policy in the opponent's seat, "
-                         f"but {why}, so it would never play: {fix}, or drop average_eta")
+        raise ValueError(f"average_eta={cfg.samplers.average_eta!r} seats NFSP's average policy in the opponent's "
+                         f"seat, but {why}, so it would never play: {fix}, or drop average_eta")
 
 
 def _check_average_eta(cfg: BuildConfig, nested: dict) -> None:
