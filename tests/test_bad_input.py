@@ -866,7 +866,7 @@ def test_valid_inputs_still_pass(tiny_model_dir, adapters, bad_paths, tmp_path, 
     path.write_text(_fill(BASE_YAML, subs) + "learning_rate: 1e-3\n")
     build_kwargs, _ = load_config(str(path), ["temperature=5e-1"])
     assert build_kwargs["learning_rate"] == 1e-3 and build_kwargs["temperature"] == 0.5
-    assert BuildConfig(**build_kwargs).learning_rate == 1e-3
+    assert BuildConfig(**build_kwargs).models[0].learner["learning_rate"] == 1e-3
 
 
 def test_exploitability_eval_off_as_docs_evaluation_md_writes_it(tiny_model_dir, bad_paths, tmp_path, no_ray):

@@ -348,10 +348,11 @@ class BuildConfig:
     """How many failed games the collector tolerates before it stops the run."""
     api_opponents: APIOpponentConfig = field(default_factory=APIOpponentConfig)
     """How API opponents call their server: timeout per call and retries."""
-    run_name: str | None = setting(None, what="a plain directory name (not empty, '.' or '..'; no '/')")
+    run_name: str | None = setting(None, what="a plain directory name (not empty, '.' or '..'; no '/')",
+                                   check=check_dir_name)
     """The run's directory name under ``runs_dir`` (``None``: ``<model>-<YYYYmmdd-HHMMSS>-<4 hex digits>``, a
     new directory)."""
-    runs_dir: str = setting("runs", what="a directory path")
+    runs_dir: str = setting("runs", what="a directory path", check=check_dir_path)
     """Where run directories go."""
     ray_address: str | None = setting(None, what="a Ray address such as 'auto' or 'ip:6379'")
     """An existing Ray cluster to join (``"auto"``, ``"ip:6379"``); ``None``: a local Ray."""
@@ -410,7 +411,7 @@ class BuildConfig:
             except ValueError as exc:
                 raise ValueError(relabel(str(exc), labels(name, flat))) from None
         check_fields(self)
-        for rule in (_check_models, _check_placement, _check_sync, _check_seats, _check_average_eta,
+        for rule in (_check_models, _check_sync, _check_seats, _check_average_eta,
                      _check_opponent_seats, _check_psro):
             rule(self, nested)
 
@@ -455,13 +456,6 @@ def _check_models(cfg: BuildConfig, nested: dict) -> None:
         raise ValueError(f"models {parallel} ask for num_learner_workers > 1, which a run with several trainable "
                          "models does not support yet (their learners take turns on one device): train one "
                          "model, or use num_learner_workers=1")
-
-
-def _check_placement(cfg: BuildConfig, nested: dict) -> None:
-    """Where the run goes: paths and names without control characters or overlong parts."""
-    check_dir_path("runs_dir", cfg.runs_dir)
-    if cfg.run_name is not None:
-        check_dir_name("run_name", cfg.run_name)
 
 
 def _check_sync(cfg: BuildConfig, nested: dict) -> None:
