@@ -244,11 +244,10 @@ class ModelConfig:
         ``initialize_algorithm`` (a custom learner's own), but not what the run decides (device,
         output directory, resume state).
         """
-        settings = dict(self.learner)
         config_fields = {f.name for f in dataclasses.fields(learner_cls.config_cls)}
-        other = {k: v for k, v in settings.items() if k not in FLAT_LEARNER_NAMES}
+        other = {k: v for k, v in self.learner.items() if k not in FLAT_LEARNER_NAMES}
         init_names = set(algorithm_settings(learner_cls, dict.fromkeys(other)))
-        taken = sorted(set(settings) & RUN_LEARNER_FIELDS)
+        taken = sorted(set(self.learner) & RUN_LEARNER_FIELDS)
         if taken:
             raise ValueError(f"learner settings {taken} are set by ['the run'], not by learner={{...}}")
         unknown = sorted(set(other) - config_fields - init_names, key=str)
@@ -478,18 +477,16 @@ def _check_seats(cfg: BuildConfig, nested: dict) -> None:
     """Who plays whom: with several models every train env names its seats, every seat and eval
     ``model`` names a declared model, and every model plays somewhere."""
     names = [m.name for m in cfg.models]
-    several = len(names) > 1
     played = set()
     for env in cfg.environments:
         env.check(names)
-    for env in (spec for spec in cfg.train_envs if is_environment(spec)):  # eval-only ones train no one
-        if any(p.trains for p in env.participants):
-            played.update(env.models or names[:1])
     for i, spec in enumerate(cfg.train_envs):
         if is_environment(spec):
+            if any(p.trains for p in spec.participants):
+                played.update(spec.models or names[:1])
             continue
         if spec.seats is None:
-            if several:
+            if len(names) > 1:
                 raise ValueError(f"train_envs[{i}] ({spec.env_id}) has no seats, but the run trains {names}: say who "
                                  f"plays, e.g. seats=['{names[0]}', '{names[1]}'] or ['{names[0]}', 'opponent']")
             played.add(names[0])
