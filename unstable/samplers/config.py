@@ -76,11 +76,13 @@ class SamplerConfig:
     env_curriculum_width: float = setting(0.25, gt=0, flat="env_curriculum_width")
     """For env ``"curriculum"``: how far from the target an env's weight falls to exp(-1/2) of the nearest's."""
     average_eta: float | None = setting(None, ge=0, le=1, flat="average_eta")
-    """NFSP's anticipatory parameter eta (0.1 in the paper), for a self-play strategy: an opponent seat plays the
-    current checkpoint's average policy (``average/``, which the learner's ``average_reservoir`` trains) with
-    probability ``1 - eta`` and the current policy otherwise; the learner's own seats always play the policy,
-    and the average's moves are never trained on (:class:`~unstable.samplers.nfsp.NFSPModelSampler`).
-    ``None``: the average policy plays no game."""
+    """NFSP's anticipatory parameter eta (0.1 in the paper): in self-play, the share of opponent seats the policy
+    plays, the others playing its average policy (``None``: the average plays no game).
+
+    An opponent seat plays the current checkpoint's average policy (``average/``, which the learner's
+    ``average_reservoir`` trains) with probability ``1 - eta`` and the current policy otherwise; the learner's
+    own seats always play the policy, and the average's moves are never trained on
+    (:class:`~unstable.samplers.nfsp.NFSPModelSampler`)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
