@@ -62,13 +62,12 @@ def nested_place(flat: str, model: str = "i") -> str:
 def labels(section: str, flat: set[str]) -> dict[str, str]:
     """How an error names each field of ``section``: by the flat argument it was given as (``flat``: the flat
     names given), else by its place in the nested form (a model section's, relative to its model)."""
-    spread = next((name for name, place in FLAT_ARGUMENTS.items() if place == (MODEL, section)), None)
     out = {}
     for name, doc in DECLARED[section].items():
         if doc.meta.get("flat") in flat:
             out[name] = doc.meta["flat"]
-        elif spread in flat and section != "learner":
-            out[name] = f"{spread}['{name}']"
+        elif section == "inference" and "vllm_config" in flat:  # learner={...} keys are the fields' own names
+            out[name] = f"vllm_config['{name}']"
         else:
             out[name] = _NESTED_LABELS.get(section, section + ".{}").format(name)
     return out
