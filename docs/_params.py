@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from unstable.run.arguments import DECLARED, FLAT_ARGUMENTS, MODEL, MODEL_SECTIONS, RUN_FIELDS
+from unstable.run.arguments import DECLARED, FLAT_ARGUMENTS, MODEL, RUN_FIELDS, nested_place
 from unstable.run.config import INFERENCE_DEFAULTS
 
 
@@ -30,24 +30,13 @@ def _default(section: str, field) -> str:
 
 def build_parameter_rows() -> list[tuple[str, str, str, str]]:
     """(parameter, where it goes in the nested form, default, what it does) for every build() keyword."""
-    docs = DECLARED
     rows = []
     for flat, (section, name) in FLAT_ARGUMENTS.items():
-        if name is None:  # learner={...} / vllm_config={...}: keys spread into the section
-            field = docs[MODEL][section]
-            where = f"`models[i].{section}`"
-        else:
-            field = docs[section][name]
-            if section == MODEL:
-                where = f"`models[i].{name}`"
-            elif section in MODEL_SECTIONS:
-                where = f"`models[i].{section}.{name}`"
-            else:
-                where = f"`{section}.{name}`"
-        rows.append((f"`{flat}`", where, _default(section, field), _cell(field.doc.split("\n\n")[0])))
+        field = DECLARED[section][name]
+        rows.append((f"`{flat}`", f"`{nested_place(flat)}`", _default(section, field), _cell(field.summary)))
     for name in RUN_FIELDS:
-        field = docs["run"][name]
-        rows.append((f"`{name}`", f"`{name}`", _default("run", field), _cell(field.doc.split("\n\n")[0])))
+        field = DECLARED["run"][name]
+        rows.append((f"`{name}`", f"`{name}`", _default("run", field), _cell(field.summary)))
     return rows
 
 

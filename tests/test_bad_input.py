@@ -540,13 +540,14 @@ LEARNER_CASES = [
     ("average_batch_size 0", {"learner": {"average_batch_size": 0}}, "average_batch_size must be an integer >= 1"),
     ("average_learning_rate 1e6", {"learner": {"average_learning_rate": 1e6}},
      r"average_learning_rate must be a finite number in \(0, 1\]"),
-    ("average_eta 1.5", {"learner": {"average_reservoir": 8, "average_eta": 1.5}},
+    ("average_eta 1.5", {"learner": {"average_reservoir": 8}, "average_eta": 1.5},
      r"average_eta must be a finite number in \[0, 1\] or None, got 1.5"),
-    ("average_eta without average_reservoir", {"learner": {"average_eta": 0.1}},
-     "seats NFSP's average policy, which only average_reservoir trains"),
-    ("average_eta with every seat trained", {"learner": {"average_reservoir": 8, "average_eta": 0.1}},
-     r"every seat of every train game is played by the trained policy \(num_actors == num_players\)"),
-    ("average_eta against fixed opponents", {"learner": {"average_reservoir": 8, "average_eta": 0.1}, **VS_FIXED},
+    ("average_eta without average_reservoir", {"average_eta": 0.1},
+     "seats NFSP's average policy, which only the learner's average_reservoir trains"),
+    ("average_eta with every seat trained", {"learner": {"average_reservoir": 8}, "average_eta": 0.1},
+     r"average_eta=0.1 seats NFSP's average policy in the opponent's seat, but every seat of every train game is "
+     r"played by a trained model \(num_actors == num_players"),
+    ("average_eta against fixed opponents", {"learner": {"average_reservoir": 8}, "average_eta": 0.1, **VS_FIXED},
      "opponent_sampling_strategy='fixed' draws other opponents"),
     ("entropy_coef a string", {"learner": {"entropy_coef": "x"}},
      r"entropy_coef must be a finite number in \[0, inf\), got 'x'"),
@@ -854,13 +855,13 @@ def test_valid_inputs_still_pass(tiny_model_dir, adapters, bad_paths, tmp_path, 
                               "lora_config": {"target_modules": ("q_proj",), "lora_dropout": 0.05},
                               "vllm_config": {"temperature": 0, "top_p": 1.0, "max_tokens": 16},
                               "learner_device": "cpu", "temperature": 0}, subs))
-    assert ok.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent == adapters[0]
+    assert ok.samplers.fixed_opponents == ("random",) and ok.eval_envs[0].fixed_opponent == adapters[0]
     strong_evals = [{**EVAL, "fixed_opponent": "optimal"},
                     {**EVAL, "env_id": "KuhnPoker-v0-train", "fixed_opponent": "nash"},
                     {**EVAL, "env_id": "ConnectFour-v0-train", "fixed_opponent": "heuristic"}]
     strong = BuildConfig(**_fill({**VALID, **VS_FIXED, "fixed_opponents": ["heuristic", "optimal"],
                                   "eval_envs": strong_evals}, subs))
-    assert strong.fixed_opponents == ("heuristic", "optimal")
+    assert strong.samplers.fixed_opponents == ("heuristic", "optimal")
     assert [s.fixed_opponent for s in strong.eval_envs] == ["optimal", "nash", "heuristic"]
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-not-a-real-key-000000")
     BuildConfig(**_fill({**VALID, "eval_envs": [{**EVAL, "fixed_opponent": "google/gemini-2.0-flash-lite-001"}]}, subs))
@@ -871,7 +872,7 @@ def test_valid_inputs_still_pass(tiny_model_dir, adapters, bad_paths, tmp_path, 
     path.write_text(_fill(BASE_YAML, subs) + "learning_rate: 1e-3\n")
     build_kwargs, _ = load_config(str(path), ["temperature=5e-1"])
     assert build_kwargs["learning_rate"] == 1e-3 and build_kwargs["temperature"] == 0.5
-    assert BuildConfig(**build_kwargs).learning_rate == 1e-3
+    assert BuildConfig(**build_kwargs).models[0].learner["learning_rate"] == 1e-3
 
 
 def test_exploitability_eval_off_as_docs_evaluation_md_writes_it(tiny_model_dir, bad_paths, tmp_path, no_ray):
@@ -910,7 +911,7 @@ def test_the_quickstart_seats_the_opponent_its_strategy_draws(recipe, tiny_model
     with pytest.raises(RuntimeError, match="stop here"):
         qs._train(tiny_model_dir, cfg, tmp_path / "q" / "run", say=lambda _: None)
     (spec,) = built[0].train_envs
-    assert spec.num_actors == (1 if recipe else 2) and built[0].fixed_opponents == tuple(cfg.fixed_opponents)
+    assert spec.num_actors == (1 if recipe else 2) and built[0].samplers.fixed_opponents == tuple(cfg.fixed_opponents)
 
 
 @pytest.mark.parametrize(("strategy", "main_opponents"), [("mirror", "pfsp"), ("psro", "psro")])

@@ -124,18 +124,18 @@ def test_a2c_settings_reach_the_learner_from_build_and_yaml(tiny_model_dir, tmp_
                     "learner: {gamma: 0.9, gae_lambda: 0.95, critic_learning_rate: 3.0e-4, weight_decay: 0.1}\n")
     build_kwargs, _ = load_config(str(path))
     cfg = BuildConfig(**build_kwargs, wandb_project=None)
-    ctor, init = cfg.learner_settings(resolve_learner("a2c"))
+    ctor, init = cfg.models[0].learner_settings(resolve_learner("a2c"))
     assert ctor["weight_decay"] == 0.1 and ctor["batch_size"] == 16 and ctor["grad_clip"] == 0.2
     assert init == {"infer_mini_batch_size": 16, "critic_learning_rate": 3.0e-4, "normalize_adv": True,
                     "gamma": 0.9, "gae_lambda": 0.95, "max_train_len": None, "max_generation_len": 4096}
     assert cfg.to_dict()["models"][0]["learner"]["gamma"] == 0.9  # saved in config.json: a resumed run keeps them
     # without ``learner``, build()'s A2C keeps what the wiring always handed it
     plain = BuildConfig(**{**build_kwargs, "learner": None}, wandb_project=None)
-    assert plain.learner_settings(resolve_learner("a2c"))[1] == {
+    assert plain.models[0].learner_settings(resolve_learner("a2c"))[1] == {
         **BUILD_LEARNER_DEFAULTS, "max_train_len": None, "max_generation_len": 4096}
     # REINFORCE's initialize_algorithm takes only the lengths
     assert BuildConfig(**{**build_kwargs, "algorithm": "reinforce", "learner": None},
-                       wandb_project=None).learner_settings(resolve_learner("reinforce"))[1] == {
+                       wandb_project=None).models[0].learner_settings(resolve_learner("reinforce"))[1] == {
         "max_train_len": None, "max_generation_len": 4096}
 
 
@@ -171,11 +171,14 @@ def test_a_config_is_pure_data_and_preflight_checks_the_world(tmp_path, monkeypa
         preflight(BuildConfig(**{**kwargs, "runs_dir": str(tmp_path / "runs")}))
 
 
-def test_yaml_exponents_are_numbers_wherever_the_declared_setting_is_a_float(tmp_path):
-    """PyYAML reads ``1e-3`` (no dot) as a string: every float setting, flat or nested, takes it as the number
-    (the list of them is read from the declarations); an integer setting keeps the string, refused by name."""
+def test_yaml_exponents_are_numbers(tmp_path):
+    """PyYAML (YAML 1.1) reads ``1e-3`` (no dot) as a string: configs are read with YAML 1.2's floats, so every
+    setting, flat or nested (an A2C learner's too), takes the number; an integer setting refuses ``1e3`` by name,
+    and a quoted ``"1e-3"`` stays a string."""
     path = write(tmp_path, "model_name: tiny\ntrain_envs: []\nlearning_rate: 1e-3\nrating_curriculum_width: 2e-1\n"
-                           "failure_budget: {max_failure_rate: 5e-1}\nvllm_config: {top_p: 9e-1}\nseed: 1e3\n")
+                           "failure_budget: {max_failure_rate: 5e-1}\nvllm_config: {top_p: 9e-1}\nseed: 1e3\n"
+                           "learner: {critic_learning_rate: 5E-5}\nrun_name: '1e3'\n")
     build, _ = load_config(path)
     assert (build["learning_rate"], build["rating_curriculum_width"], build["failure_budget"]["max_failure_rate"],
-            build["vllm_config"]["top_p"], build["seed"]) == (1e-3, 0.2, 0.5, 0.9, "1e3")
+            build["vllm_config"]["top_p"], build["learner"], build["seed"], build["run_name"]) == (
+        1e-3, 0.2, 0.5, 0.9, {"critic_learning_rate": 5e-5}, 1000.0, "1e3")

@@ -187,9 +187,9 @@ def test_a_learner_that_does_not_shard_its_update_is_refused(tiny_model_dir, tmp
 
 def test_learner_workers_are_a_model_setting(tiny_model_dir, tmp_path, no_ray):
     cfg = _build(tiny_model_dir, tmp_path, num_learner_workers=2)
-    assert cfg.num_learner_workers == cfg.models[0].num_learner_workers == 2
+    assert cfg.models[0].num_learner_workers == 2
     assert cfg.to_dict()["models"][0]["num_learner_workers"] == 2
-    assert _build(tiny_model_dir, tmp_path).num_learner_workers == 1
+    assert _build(tiny_model_dir, tmp_path).models[0].num_learner_workers == 1
 
 
 def test_several_models_with_learner_workers_are_refused(tiny_model_dir, tmp_path, no_ray):

@@ -182,7 +182,7 @@ def test_the_tiny_model_real_adapters_and_the_default_job_pass_quickly(tiny_mode
         checks.check_adapter(adapter, "adapter", info)
     cfg = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, **VS_FIXED, fixed_opponents=[adapters[0]],
                                          eval_envs=[unstable.EvalEnvSpec(fixed_opponent=adapters[1], **TTT)]))
-    assert cfg.fixed_opponents == (adapters[0],)
+    assert cfg.samplers.fixed_opponents == (adapters[0],)
     BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, lora_config=None))  # the seed's LoRA defaults
     from unstable.run.config_file import load_config
 

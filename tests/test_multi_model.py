@@ -224,8 +224,7 @@ def test_several_models_are_declared_by_name(tiny_model_dir, tmp_path):
     (lambda kw: kw.update(eval_envs=[EvalEnvSpec(model="carol", **TTT)]), r"eval_envs\[0\].model is 'carol'"),
     (lambda kw: kw.update(batch_size=8), r"\['batch_size'\] set one model's settings, but models declares 2"),
     (lambda kw: kw["models"][1].update(learner={"grad_clip": 0}), r"models\[1\]: grad_clip must be"),
-    (lambda kw: kw["models"][0].update(learner={**kw["models"][0]["learner"], "average_reservoir": 8,
-                                                "average_eta": 0.1}),
+    (lambda kw: kw.update(opponent_sampling_strategy="mirror", average_eta=0.1),
      "average_eta=0.1: a run with several trainable models does not seat NFSP's average policy yet"),
 ])
 def test_bad_declarations_fail_before_ray(change, match, tiny_model_dir, tmp_path, no_ray):

@@ -59,12 +59,8 @@ def test_a_flat_call_gives_the_sections(tiny_model_dir, tmp_path):
     assert cfg.samplers == SamplerConfig(opponent_sampling_strategy="lagged", opponent_lag=2)
     assert cfg.tracker == TrackerConfig(wandb_project=None)
     assert cfg.failure_budget == FailureBudget(max_consecutive_failures=None)
-    # the flat names stay readable, from the sections
-    assert (cfg.batch_size, cfg.gradient_clipping, cfg.temperature, cfg.buffer_size) == (16, 0.5, 0.7, 64)
-    assert cfg.learning_rate == 1e-5  # not given: the learner config's default
-    with pytest.raises(AttributeError):
-        cfg.batch_size = 32  # read-only: the value lives in models[0].learner
-    ctor, init = cfg.learner_settings(unstable.A2CLearner)
+    assert model.setting("learning_rate") == 1e-5  # not given: the learner config's default
+    ctor, init = model.learner_settings(unstable.A2CLearner)
     assert ctor["grad_clip"] == 0.5 and init["gamma"] == 0.9
 
 
@@ -87,7 +83,7 @@ def test_the_nested_form_through_build_kwargs_and_yaml_is_the_same_run(tiny_mode
     build_kwargs, _ = load_config(str(path), ["batch_size=32", "buffer_size=96"])
     cfg = BuildConfig(**build_kwargs)
     assert cfg.models[0].learner["batch_size"] == 32 and cfg.models[0].learner["gamma"] == 0.9
-    assert cfg.buffer_size == 96
+    assert cfg.models[0].buffer.size == 96
 
 
 def test_both_forms_of_one_setting_and_several_models_are_errors(tiny_model_dir, tmp_path):
@@ -129,7 +125,8 @@ def test_an_old_flat_config_json_still_resumes(tiny_model_dir, tmp_path, monkeyp
     build_kwargs, start = load_run_config(run_dir, ["learning_rate=2e-3"])
     assert start["learning_steps"] == 6
     cfg = BuildConfig(**build_kwargs)
-    assert cfg.batch_size == 16 and cfg.learning_rate == 2e-3 and cfg.models[0].buffer.size == 32
+    assert cfg.models[0].learner["batch_size"] == 16 and cfg.models[0].learner["learning_rate"] == 2e-3
+    assert cfg.models[0].buffer.size == 32
 
     started = []
 
@@ -158,7 +155,8 @@ def test_the_readme_nested_yaml_builds(tiny_model_dir, tmp_path):
     path = tmp_path / "readme.yaml"
     path.write_text(block.replace("model_name: tiny", f"model_name: {tiny_model_dir}") + f"runs_dir: {tmp_path}\n")
     cfg = BuildConfig(**load_config(str(path))[0])
-    assert cfg.models[0].learner["gamma"] == 0.99 and cfg.buffer_size == 128 and cfg.temperature == 0.7
+    model = cfg.models[0]
+    assert model.learner["gamma"] == 0.99 and model.buffer.size == 128 and model.inference["temperature"] == 0.7
 
 
 def test_sections_may_be_config_objects(tiny_model_dir, tmp_path):
@@ -166,5 +164,5 @@ def test_sections_may_be_config_objects(tiny_model_dir, tmp_path):
                                           buffer=BufferConfig(size=32))],
                       train_envs=[dict(TTT, num_actors=2)], samplers=SamplerConfig(opponent_sampling_strategy="mirror"),
                       tracker=TrackerConfig(wandb_project=None), runs_dir=str(tmp_path), max_staleness=1)
-    assert cfg.models[0].buffer == BufferConfig(size=32, max_staleness=1) and cfg.batch_size == 8
+    assert cfg.models[0].buffer == BufferConfig(size=32, max_staleness=1) and cfg.models[0].learner["batch_size"] == 8
     assert cfg.samplers.opponent_sampling_strategy == "mirror" and cfg.tracker.wandb_project is None

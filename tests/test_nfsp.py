@@ -77,8 +77,8 @@ def test_the_scheduler_seats_the_policy_for_the_learner_and_the_average_against_
     specs = [unstable.TrainEnvSpec(env_id=KUHN, num_players=2, num_actors=1, prompt_template="qwen3-board")]
 
     def scheduler() -> GameScheduler:
-        settings = SamplerConfig(opponent_sampling_strategy="mirror")
-        return GameScheduler(opponent_sampler(settings, registry, 7, average_eta=0.5),
+        settings = SamplerConfig(opponent_sampling_strategy="mirror", average_eta=0.5)
+        return GameScheduler(opponent_sampler(settings, registry, 7),
                              UniformRandomEnvSampler(specs, rng_seed=7), seed=7)
 
     first = scheduler()
@@ -156,8 +156,8 @@ def test_a_run_seats_the_average_policy_and_logs_its_exploitability(tiny_model_d
 
     game = {"env_id": KUHN, "num_players": 2, "prompt_template": "qwen3-board"}
     kwargs = small_run_kwargs(tiny_model_dir, tmp_path, run_name="nfsp", temperature=1.0, batch_size=8,
-                              mini_batch_size=4, learner={"average_reservoir": 64, "average_batch_size": 8,
-                                                          "average_eta": 0.0},
+                              mini_batch_size=4, learner={"average_reservoir": 64, "average_batch_size": 8},
+                              average_eta=0.0,
                               train_envs=[unstable.TrainEnvSpec(num_actors=1, **game)],
                               eval_envs=[unstable.EvalEnvSpec(fixed_opponent="random", **game)])
     with unstable.build(**kwargs) as run:

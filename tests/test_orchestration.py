@@ -57,11 +57,13 @@ def test_bad_build_arguments_raise_before_any_actor_starts(override, match, tiny
 def test_seed_defaults_are_kept(tiny_model_dir):  # the seed's Qwen/Qwen3-1.7B-Base would need the Hub
     cfg = BuildConfig(model_name=tiny_model_dir,
                       train_envs=[unstable.TrainEnvSpec("SimpleTak-v0-train", 2, 2, "qwen3-zs")])
-    assert (cfg.batch_size, cfg.mini_batch_size, cfg.learning_rate, cfg.gradient_clipping) == (384, 1, 1e-5, 0.2)
-    assert cfg.buffer_size == 768 and cfg.max_generation_len == 4096 and cfg.algorithm == "reinforce"
-    assert cfg.lora == {"lora_rank": 32, "lora_alpha": 32, "lora_dropout": 0.0,
+    (m,) = cfg.models
+    flat = ("batch_size", "mini_batch_size", "learning_rate", "grad_clip")
+    assert [m.setting(k) for k in flat] == [384, 1, 1e-5, 0.2]
+    assert m.buffer.size == 768 and m.setting("max_generation_len") == 4096 and m.algorithm == "reinforce"
+    assert m.lora_cfg == {"lora_rank": 32, "lora_alpha": 32, "lora_dropout": 0.0,
                         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
-    assert cfg.wandb_project == "UnstableBaselines"
+    assert cfg.tracker.wandb_project == "UnstableBaselines"
 
 
 @pytest.mark.slow

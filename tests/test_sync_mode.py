@@ -138,12 +138,13 @@ def test_async_mode_plays_during_updates():
 # ---------------------------------------------------------------------------------- settings
 def test_sync_mode_bounds_staleness_to_zero_and_collects_one_batch(tiny_model_dir, tmp_path):
     cfg = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, mode="sync"))
-    assert cfg.mode == "sync" and cfg.model.buffer.max_staleness == 0 and cfg.model.buffer.size == 16
+    assert cfg.mode == "sync" and cfg.models[0].buffer.max_staleness == 0 and cfg.models[0].buffer.size == 16
     assert cfg.to_dict()["mode"] == "sync"
     bigger = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path, mode="sync", buffer_size=48, max_staleness=0))
-    assert bigger.model.buffer.size == 48
+    assert bigger.models[0].buffer.size == 48
     default = BuildConfig(**small_run_kwargs(tiny_model_dir, tmp_path))
-    assert default.mode == "async" and default.model.buffer.max_staleness == 8 and default.model.buffer.size == 32
+    buffer = default.models[0].buffer
+    assert default.mode == "async" and buffer.max_staleness == 8 and buffer.size == 32
 
 
 @pytest.mark.parametrize(("override", "match"), [

@@ -186,17 +186,11 @@ class LearnerConfig:
     checkpoint's ``average/``, fitted by supervised learning to a reservoir of this many of the policy's own
     past moves (Vitter's algorithm R: a uniform sample of every move trained on), one step of
     ``average_batch_size`` moves per update (see :mod:`unstable.learners.average`). ``None``: no average
-    policy."""
+    policy. The opponent sampler's ``average_eta`` seats it in games (NFSP's anticipatory play)."""
     average_batch_size: int = setting(64, ge=1)
     """Moves drawn from the reservoir for each supervised step of the average policy."""
     average_learning_rate: float = setting(1e-4, gt=0, le=MAX_LEARNING_RATE)
     """AdamW learning rate of the average policy's adapter."""
-    average_eta: float | None = setting(None, ge=0, le=1)
-    """NFSP's anticipatory parameter eta (0.1 in the paper): in a self-play run, an opponent seat plays the
-    current checkpoint's average policy (``average/``) with probability ``1 - eta`` and the current policy
-    otherwise; the learner's own seats always play the policy, and the average's moves are never trained on
-    (:class:`~unstable.samplers.nfsp.NFSPModelSampler`). Read by the run, not by the learner; needs
-    ``average_reservoir``. ``None``: the average policy plays no game."""
     entropy_coef: float = setting(0.0, ge=0)
     """Weight of the entropy bonus (subtracted from the loss); 0: entropy is only measured. The entropy is
     the next-token entropy over the whole vocabulary at every completion token, which rewards illegal
@@ -210,7 +204,7 @@ class LearnerConfig:
         if is_tiny_name(self.model_name):
             tiny_name_parts(self.model_name)  # the name's form; the model is built where it is loaded
         self.lora_cfg = complete_lora_cfg(self.lora_cfg)
-        for rule in (self._check_batch, self._check_learning_rate, self._check_policy_loss, self._check_average):
+        for rule in (self._check_batch, self._check_learning_rate, self._check_policy_loss):
             rule()
         if self.device is not None:
             check_attention(self.attn_implementation, self.device)
@@ -261,11 +255,6 @@ class LearnerConfig:
             if self.reference_adapter is not None:
                 raise ValueError("magnet_every makes the KL reference a copy of the policy; drop reference_adapter "
                                  "(the first magnet is the starting policy)")
-
-    def _check_average(self) -> None:
-        if self.average_eta is not None and self.average_reservoir is None:
-            raise ValueError(f"average_eta={self.average_eta!r} seats NFSP's average policy, which only "
-                             "average_reservoir trains: set average_reservoir (e.g. 20000) or drop average_eta")
 
     @property
     def uses_behaviour_ratio(self) -> bool:

@@ -34,15 +34,15 @@ SECTION_CLASSES = {  # where each section's fields are declared, each with its d
 MODEL_SECTIONS = ("learner", "inference", "buffer")
 RUN_SECTIONS = ("samplers", "tracker", "failure_budget", "api_opponents")
 DECLARED = {section: field_docs(*where) for section, where in SECTION_CLASSES.items()}
-# flat name -> (section, field); section "model" is models[0], "learner"/"inference"/"buffer" its mappings;
-# field None: the flat value is a mapping whose keys spread into the section (learner={...}, vllm_config={...})
-FLAT_ARGUMENTS: dict[str, tuple[str, str | None]] = {
-    doc.meta["flat"]: (name, None) if section == MODEL and name in MODEL_SECTIONS else (section, name)
-    for section, fields in DECLARED.items() for name, doc in fields.items() if "flat" in doc.meta}
+# flat name -> (section, field); section "model" is models[0], "learner"/"inference"/"buffer" its sections (the
+# flat learner={...} and vllm_config={...}, the model's fields "learner" and "inference", spread their keys there)
+FLAT_ARGUMENTS: dict[str, tuple[str, str]] = {doc.meta["flat"]: (section, name) for section, fields in DECLARED.items()
+                                              for name, doc in fields.items() if "flat" in doc.meta}
 RUN_FIELDS = tuple(name for name in DECLARED["run"] if name not in ("models", "environments", *RUN_SECTIONS))
 NESTED_ARGUMENTS = ("models", *RUN_SECTIONS, *RUN_FIELDS)
 # the flat learner arguments by the learner field they set (learner={...} may not repeat them)
-FLAT_LEARNER_NAMES = {key: flat for flat, (section, key) in FLAT_ARGUMENTS.items() if section == "learner" and key}
+FLAT_LEARNER_NAMES = {key: flat for flat, (section, key) in FLAT_ARGUMENTS.items() if section == "learner"}
+SPREADS = ("learner", "vllm_config")  # flat mappings whose keys go into the model's learner / inference settings
 _NESTED_LABELS = {MODEL: "{}", "learner": "{}", "inference": "inference['{}']", "buffer": "buffer.{}"}
 
 
@@ -51,16 +51,23 @@ def argument_names() -> set[str]:
     return set(FLAT_ARGUMENTS) | set(NESTED_ARGUMENTS)
 
 
+def nested_place(flat: str, model: str = "i") -> str:
+    """Where the flat argument ``flat`` goes in the nested form (``models[i].learner.grad_clip``)."""
+    section, name = FLAT_ARGUMENTS[flat]
+    if section in RUN_SECTIONS:
+        return f"{section}.{name}"
+    return f"models[{model}]." + (name if section == MODEL else f"{section}.{name}")
+
+
 def labels(section: str, flat: set[str]) -> dict[str, str]:
     """How an error names each field of ``section``: by the flat argument it was given as (``flat``: the flat
     names given), else by its place in the nested form (a model section's, relative to its model)."""
-    spread = next((name for name, (s, key) in FLAT_ARGUMENTS.items() if s == section and key is None), None)
     out = {}
     for name, doc in DECLARED[section].items():
         if doc.meta.get("flat") in flat:
             out[name] = doc.meta["flat"]
-        elif spread in flat and section != "learner":
-            out[name] = f"{spread}['{name}']"
+        elif section == "inference" and "vllm_config" in flat:  # learner={...} keys are the fields' own names
+            out[name] = f"vllm_config['{name}']"
         else:
             out[name] = _NESTED_LABELS.get(section, section + ".{}").format(name)
     return out
@@ -109,25 +116,21 @@ def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
         if section in nested:
             nested[section] = _section_dict(section, nested[section])
     model = nested["models"][0] if "models" in nested else {}
-    per_model = sorted(k for k in flat if FLAT_ARGUMENTS[k][0] in (MODEL, *MODEL_SECTIONS))
+    per_model = sorted(k for k in flat if FLAT_ARGUMENTS[k][0] not in RUN_SECTIONS)
     if per_model and len(nested.get("models", ())) > 1:
-        places = "; ".join(f"{k} -> models[i]" + ("" if s == MODEL else f".{s}") + (f".{f}" if f else " (its keys)")
-                           for k in per_model for s, f in [FLAT_ARGUMENTS[k]])
+        places = "; ".join(f"{k} -> {nested_place(k)}" for k in per_model)
         raise ValueError(f"{per_model} set one model's settings, but models declares {len(nested['models'])}: "
                          f"give them in each declaration ({places})")
     for name, value in flat.items():
         section, field = FLAT_ARGUMENTS[name]
-        if field is None or (name == "temperature" and value is None):
+        if name in SPREADS or (name == "temperature" and value is None):
             continue  # spread below, after the single fields; temperature=None: vllm_config's (or the default)
-        if section in RUN_SECTIONS:
-            target, where = nested.setdefault(section, {}), section
-        else:
-            target = model if section == MODEL else model.setdefault(section, {})
-            where = "models[0]" + ("" if section == MODEL else f".{section}")
+        owner = nested if section in RUN_SECTIONS else model
+        target = owner if section == MODEL else owner.setdefault(section, {})
         if field in target:  # only the nested form can have set it: each flat name has its own field
-            raise ValueError(f"{name} is given twice: as build({name}=...) and as {where}.{field}; give one")
+            raise ValueError(f"{name} is given twice: as build({name}=...) and as {nested_place(name, '0')}; give one")
         target[field] = value
-    for name in ("learner", "vllm_config"):
+    for name in SPREADS:
         if name in flat:
             _spread(model, flat, name)
     if model and "models" not in nested:
@@ -137,7 +140,7 @@ def nest_arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
 
 def _spread(model: dict, flat: dict, name: str) -> None:
     """``learner={...}`` / ``vllm_config={...}`` into the model's learner / inference mapping."""
-    section = FLAT_ARGUMENTS[name][0]
+    section = FLAT_ARGUMENTS[name][1]  # the model's "learner" / "inference"
     if flat[name] is not None and not isinstance(flat[name], dict):
         raise ValueError(f"{name} must be a dict or None, got {type(flat[name]).__name__}")
     given, target = dict(flat[name] or {}), model.setdefault(section, {})
@@ -184,7 +187,6 @@ def merge_arguments(base: dict[str, Any], override: dict[str, Any]) -> dict[str,
 def settings_help() -> str:
     """Every flat setting and run-wide field with its documentation, read from the configs' field
     docstrings (no import, see :mod:`unstable.utils.fields`): the list ``unstable train --help`` prints."""
-    lines = [f"  {flat:<27} {DECLARED[MODEL][section].summary if name is None else DECLARED[section][name].summary}"
-             for flat, (section, name) in FLAT_ARGUMENTS.items()]
+    lines = [f"  {flat:<27} {DECLARED[section][name].summary}" for flat, (section, name) in FLAT_ARGUMENTS.items()]
     lines += [f"  {name:<27} {DECLARED['run'][name].summary}" for name in RUN_FIELDS]
     return "\n".join(lines + [f"  {name:<27} {doc.summary}" for name, doc in DECLARED["start"].items()])

@@ -6,7 +6,7 @@ with its learner, inference and buffer settings) and holds the run-wide sections
 :class:`~unstable.collection.failures.FailureBudget`, :class:`~unstable.policies.api.APIOpponentConfig`,
 where the run goes). Each setting is declared once, as a field of the config that owns it (its type,
 default, bounds and flat name: :mod:`unstable.utils.schema`); the seed's flat keyword arguments map
-onto those fields (:mod:`unstable.run.arguments`) and stay readable as properties (``cfg.batch_size``).
+onto those fields (:mod:`unstable.run.arguments`), where the config holds them (``cfg.models[0].learner``).
 A wrong value raises ``ValueError`` naming the argument as it was given (``gradient_clipping`` when
 flat) and what is allowed; rules between settings are the small named checks below. Building a
 config does no I/O: :func:`unstable.run.preflight.preflight` checks it against the world.
@@ -30,7 +30,6 @@ from unstable.learners.catalog import algorithm_settings, learner_name, resolve_
 from unstable.learners.config import LearnerConfig
 from unstable.policies.api import APIOpponentConfig
 from unstable.run.arguments import (
-    FLAT_ARGUMENTS,
     FLAT_LEARNER_NAMES,
     MODEL,
     RUN_FIELDS,
@@ -67,15 +66,10 @@ MAX_SEED = 2**32 - 1
 (``torch.manual_seed`` refuses 2**64 and more, inside the learner actor, after Ray started)."""
 
 
-def _spec_list(name: str, value: Any, cls: type, allow_none: bool) -> tuple:
-    if value is None and allow_none:
-        return ()
-    if isinstance(value, cls | dict):
-        value = [value]
-    if not isinstance(value, list | tuple) or (not value and not allow_none):
-        raise ValueError(f"{name} must be a non-empty list of {cls.__name__} (or mappings of its fields)")
+def _specs(name: str, items: list, cls: type) -> tuple:
+    """``items`` as ``cls`` objects: each one already, or a mapping of its fields."""
     out = []
-    for i, item in enumerate(value):
+    for i, item in enumerate(items):
         if isinstance(item, dict):
             try:
                 item = cls(**item)
@@ -115,12 +109,12 @@ def _env_lists(train_value: Any, eval_value: Any) -> tuple[tuple, tuple, tuple]:
     train_specs = [p for p in train_items if not is_environment(p) and not isinstance(p, EvalEnvSpec)]
     eval_specs = [p for p in train_items if isinstance(p, EvalEnvSpec)] + [p for p in eval_items
                                                                           if not is_environment(p)]
-    train = _spec_list("train_envs", train_specs, TrainEnvSpec, allow_none=True)
+    train = _specs("train_envs", train_specs, TrainEnvSpec)
     train += tuple(p for p in train_items if is_environment(p) and p.is_train)
     if not train:
         raise ValueError("train_envs must be a non-empty list of TrainEnvSpec (or mappings of its fields) or "
                          "environments with train data")
-    evals = _spec_list("eval_envs", eval_specs, EvalEnvSpec, allow_none=True)
+    evals = _specs("eval_envs", eval_specs, EvalEnvSpec)
     evals += tuple(entry for env in environments for entry in env.eval_entries())
     return train, evals, tuple(environments)
 
@@ -170,10 +164,11 @@ class ModelConfig:
         config = self.learner_config(learner_cls)  # the learner's own checks, on what it will be built with
         self.inference_config(where="inference")  # the inference config's own checks
         self.buffer = section(BufferConfig, self.buffer, "buffer")
-        for rule in (self._check_buffer_size, self._check_doubled_settings, self._check_device):
+        self._check_buffer_size(config.batch_size)
+        for rule in (self._check_doubled_settings, self._check_device):
             rule()
         self._check_sampling(config, learner_cls)
-        self._check_learner_workers(learner_cls)
+        self._check_learner_workers(config, learner_cls)
 
     def _check_name_and_sections(self) -> None:
         if not isinstance(self.name, str) or not LINEAGE_NAME.fullmatch(self.name):
@@ -189,8 +184,7 @@ class ModelConfig:
             except ValueError as exc:
                 raise ValueError(str(exc) if str(exc).startswith("warm_start") else f"warm_start: {exc}") from None
 
-    def _check_buffer_size(self) -> None:
-        batch_size = self.setting("batch_size")
+    def _check_buffer_size(self, batch_size: int) -> None:
         if self.buffer.size is None:
             self.buffer.size = 2 * batch_size
         if self.buffer.size < batch_size:
@@ -203,7 +197,7 @@ class ModelConfig:
             raise ValueError(f"learner_device must be None (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N' "
                              f"or 'mps', got {device!r}")
 
-    def _check_learner_workers(self, learner_cls: type) -> None:
+    def _check_learner_workers(self, config: Any, learner_cls: type) -> None:
         """Several learner workers need a learner that shards its update, a step for each of them in
         every optimiser step, and devices torch.distributed can join (CPU or CUDA)."""
         n = self.num_learner_workers
@@ -213,12 +207,10 @@ class ModelConfig:
             raise ValueError(f"num_learner_workers={n}, but {learner_cls.__name__} does not shard its update "
                              "(supports_data_parallel is False): use num_learner_workers=1, or a learner built on "
                              "REINFORCELearner.policy_gradient")
-        defaults = {f.name: f.default for f in dataclasses.fields(learner_cls.config_cls)}
-        minibatches = self.learner.get("minibatches", defaults.get("minibatches", 1))
-        smallest = self.setting("batch_size") // minibatches
+        smallest = config.batch_size // config.minibatches
         if n > smallest:
             raise ValueError(f"num_learner_workers ({n}) is more than the {smallest} steps of each optimiser step "
-                             f"(batch_size {self.setting('batch_size')} / minibatches {minibatches}), so some "
+                             f"(batch_size {config.batch_size} / minibatches {config.minibatches}), so some "
                              "workers would have nothing to train on: lower num_learner_workers or raise batch_size")
         if (self.learner_device or "").startswith(("mps", "xpu")):
             raise ValueError(f"num_learner_workers={n} needs CPU or CUDA learners (torch.distributed's gloo or "
@@ -252,11 +244,10 @@ class ModelConfig:
         ``initialize_algorithm`` (a custom learner's own), but not what the run decides (device,
         output directory, resume state).
         """
-        settings = dict(self.learner)
         config_fields = {f.name for f in dataclasses.fields(learner_cls.config_cls)}
-        other = {k: v for k, v in settings.items() if k not in FLAT_LEARNER_NAMES}
+        other = {k: v for k, v in self.learner.items() if k not in FLAT_LEARNER_NAMES}
         init_names = set(algorithm_settings(learner_cls, dict.fromkeys(other)))
-        taken = sorted(set(settings) & RUN_LEARNER_FIELDS)
+        taken = sorted(set(self.learner) & RUN_LEARNER_FIELDS)
         if taken:
             raise ValueError(f"learner settings {taken} are set by ['the run'], not by learner={{...}}")
         unknown = sorted(set(other) - config_fields - init_names, key=str)
@@ -316,11 +307,6 @@ class ModelConfig:
                              "behaviour probability to weigh by; sample training games at a temperature > 0")
 
     @property
-    def average_eta(self) -> float | None:
-        """NFSP's anticipatory parameter from the learner settings (``None``: the average policy plays no game)."""
-        return self.learner.get("average_eta")
-
-    @property
     def lora_cfg(self) -> dict:
         """The adapter's LoRA settings: ``DEFAULT_LORA_CFG`` with ``lora`` over it."""
         return {**DEFAULT_LORA_CFG, **(self.lora or {})}
@@ -361,10 +347,11 @@ class BuildConfig:
     """How many failed games the collector tolerates before it stops the run."""
     api_opponents: APIOpponentConfig = field(default_factory=APIOpponentConfig)
     """How API opponents call their server: timeout per call and retries."""
-    run_name: str | None = setting(None, what="a plain directory name (not empty, '.' or '..'; no '/')")
+    run_name: str | None = setting(None, what="a plain directory name (not empty, '.' or '..'; no '/')",
+                                   check=check_dir_name)
     """The run's directory name under ``runs_dir`` (``None``: ``<model>-<YYYYmmdd-HHMMSS>-<4 hex digits>``, a
     new directory)."""
-    runs_dir: str = setting("runs", what="a directory path")
+    runs_dir: str = setting("runs", what="a directory path", check=check_dir_path)
     """Where run directories go."""
     ray_address: str | None = setting(None, what="a Ray address such as 'auto' or 'ip:6379'")
     """An existing Ray cluster to join (``"auto"``, ``"ip:6379"``); ``None``: a local Ray."""
@@ -397,13 +384,12 @@ class BuildConfig:
     them later (``unstable eval --exploitability``)."""
 
     def __init__(self, **arguments: Any) -> None:
+        reject_secret_settings({k: v for k, v in arguments.items() if k != "reward_transforms"}, "build() argument ")
         extra = sorted(set(arguments) - argument_names(), key=str)
-        reject_secret_settings({k: arguments[k] for k in extra}, "build() argument ")  # api_key=...: say the env
-        reject_secret_settings({k: v for k, v in arguments.items() if k not in extra and k != "reward_transforms"}, "")
         if extra:
             raise ValueError(unknown_names("build() arguments", extra, argument_names()))
         nested, flat = nest_arguments(arguments)
-        nested, self.league = expand_league(nested)
+        nested, league = expand_league(nested)
         self.nested_models = "models" in arguments  # errors name a model's settings models[i]....
         model_labels = {k: v for s in ("learner", "inference", "buffer", MODEL) for k, v in labels(s, flat).items()}
         models = []
@@ -414,58 +400,19 @@ class BuildConfig:
                 message = relabel(str(exc), model_labels)
                 raise ValueError(f"models[{i}]: {message}" if self.nested_models else message) from None
         self.models = tuple(models)
-        self.train_envs, self.eval_envs, self.environments = _env_lists(nested.get("train_envs"),
-                                                                        nested.get("eval_envs"))
+        for name in RUN_FIELDS:
+            setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
+        self.league = league
+        self.train_envs, self.eval_envs, self.environments = _env_lists(self.train_envs, self.eval_envs)
         for name in RUN_SECTIONS:
             try:
                 setattr(self, name, section(type_hints(BuildConfig)[name], nested.get(name), name))
             except ValueError as exc:
                 raise ValueError(relabel(str(exc), labels(name, flat))) from None
-        for name in RUN_FIELDS:
-            if name not in ("train_envs", "eval_envs", "league"):
-                setattr(self, name, nested.get(name, self.__dataclass_fields__[name].default))
         check_fields(self)
-        for rule in (_check_models, _check_placement, _check_sync, _check_seats, _check_opponent_seats, _check_psro,
-                     _check_average_eta):
+        for rule in (_check_models, _check_sync, _check_seats, _check_average_eta,
+                     _check_opponent_seats, _check_psro):
             rule(self, nested)
-
-    def __getattr__(self, name: str) -> Any:
-        """The seed's flat names, read-only: ``cfg.batch_size`` is ``cfg.models[0].learner``'s (or its default)."""
-        if name not in FLAT_ARGUMENTS or "models" not in self.__dict__:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        section_name, key = FLAT_ARGUMENTS[name]
-        model = self.models[0]
-        if section_name == MODEL:
-            return getattr(model, key)
-        if section_name == "learner":
-            return model.setting(key) if key else model.learner
-        if section_name == "inference":
-            return model.inference.get(key, INFERENCE_DEFAULTS[key]) if key else model.inference
-        if section_name == "buffer":
-            return getattr(model.buffer, key)
-        return getattr(getattr(self, section_name), key)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in FLAT_ARGUMENTS:  # one copy of each value: in its section
-            section_name, key = FLAT_ARGUMENTS[name]
-            where = f"{section_name}.{key}" if section_name in RUN_SECTIONS else "models[0]." + (
-                key if section_name == MODEL else section_name)
-            raise AttributeError(f"BuildConfig.{name} is read-only; the value lives in {where}")
-        super().__setattr__(name, value)
-
-    @property
-    def model(self) -> ModelConfig:
-        """The run's one trainable model."""
-        return self.models[0]
-
-    @property
-    def lora(self) -> dict:
-        """The first model's LoRA settings (:attr:`ModelConfig.lora_cfg`)."""
-        return self.models[0].lora_cfg
-
-    def learner_settings(self, learner_cls: type) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The model's learner settings: see :meth:`ModelConfig.learner_settings`."""
-        return self.models[0].learner_settings(learner_cls)
 
     def to_dict(self) -> dict:
         """The settings in the nested form, as JSON-able values: what ``config.json`` holds (a config
@@ -476,7 +423,7 @@ class BuildConfig:
                                "eval_envs": [_env_dict(s) for s in self.eval_envs if not is_environment(s)]}
         out |= {name: asdict(getattr(self, name)) for name in RUN_SECTIONS}
         out["samplers"]["fixed_opponents"] = list(self.samplers.fixed_opponents)
-        out |= {name: getattr(self, name) for name in RUN_FIELDS if name not in ("train_envs", "eval_envs", "league")}
+        out |= {name: getattr(self, name) for name in RUN_FIELDS if name not in (*out, "league")}
         if self.league is not None:
             out["league"] = asdict(self.league)
         return out
@@ -510,13 +457,6 @@ def _check_models(cfg: BuildConfig, nested: dict) -> None:
                          "model, or use num_learner_workers=1")
 
 
-def _check_placement(cfg: BuildConfig, nested: dict) -> None:
-    """Where the run goes: paths and names without control characters or overlong parts."""
-    check_dir_path("runs_dir", cfg.runs_dir)
-    if cfg.run_name is not None:
-        check_dir_name("run_name", cfg.run_name)
-
-
 def _check_sync(cfg: BuildConfig, nested: dict) -> None:
     """``mode="sync"``'s buffers: no stale step (``max_staleness=0``), and one batch (``buffer_size``
     defaults to ``batch_size``: the collector's round ends when the buffer is full)."""
@@ -537,18 +477,16 @@ def _check_seats(cfg: BuildConfig, nested: dict) -> None:
     """Who plays whom: with several models every train env names its seats, every seat and eval
     ``model`` names a declared model, and every model plays somewhere."""
     names = [m.name for m in cfg.models]
-    several = len(names) > 1
     played = set()
     for env in cfg.environments:
         env.check(names)
-    for env in (spec for spec in cfg.train_envs if is_environment(spec)):  # eval-only ones train no one
-        if any(p.trains for p in env.participants):
-            played.update(env.models or names[:1])
     for i, spec in enumerate(cfg.train_envs):
         if is_environment(spec):
+            if any(p.trains for p in spec.participants):
+                played.update(spec.models or names[:1])
             continue
         if spec.seats is None:
-            if several:
+            if len(names) > 1:
                 raise ValueError(f"train_envs[{i}] ({spec.env_id}) has no seats, but the run trains {names}: say who "
                                  f"plays, e.g. seats=['{names[0]}', '{names[1]}'] or ['{names[0]}', 'opponent']")
             played.add(names[0])
@@ -578,8 +516,8 @@ def _check_psro(cfg: BuildConfig, nested: dict) -> None:
 
 
 def _check_opponent_seats(cfg: BuildConfig, nested: dict) -> None:
-    """Opponents need a seat: a strategy that draws them, or fixed opponents, with every seat of every
-    train game played by a trained model would never seat one (the run trains in self-play instead)."""
+    """Opponents need a seat: a strategy that draws them, fixed opponents or NFSP's average policy, with every seat
+    of every train game played by a trained model would never seat one (the run trains in self-play instead)."""
     if any(spec.num_actors < spec.num_players for spec in cfg.train_envs if not is_environment(spec)):
         return
     strategy = cfg.samplers.opponent_sampling_strategy
@@ -596,28 +534,24 @@ def _check_opponent_seats(cfg: BuildConfig, nested: dict) -> None:
         raise ValueError(f"fixed_opponents {list(cfg.samplers.fixed_opponents)} would never play: {why}, and "
                          f"opponent_sampling_strategy={strategy!r} draws no opponent: {fix} and set "
                          "opponent_sampling_strategy='fixed', or leave fixed_opponents out")
+    if cfg.samplers.average_eta is not None:
+        raise ValueError(f"average_eta={cfg.samplers.average_eta!r} seats NFSP's average policy in the opponent's "
+                         f"seat, but {why}, so it would never play: {fix}, or drop average_eta")
 
 
 def _check_average_eta(cfg: BuildConfig, nested: dict) -> None:
-    """NFSP's ``average_eta`` seats the average policy in the opponent seats of a one-model self-play run:
-    the run needs such seats, and a strategy whose opponent is the current checkpoint."""
-    if all(m.average_eta is None for m in cfg.models):
+    """NFSP's ``average_eta`` seats the average policy, which ``average_reservoir`` trains, in a one-model run (the
+    self-play strategy it needs is the sampler config's rule, the opponent seat :func:`_check_opponent_seats`')."""
+    eta = cfg.samplers.average_eta
+    if eta is None:
         return
-    eta = next(m.average_eta for m in cfg.models if m.average_eta is not None)
     if len(cfg.models) > 1:
         raise ValueError(f"average_eta={eta!r}: a run with several trainable models does not seat NFSP's average "
                          "policy yet; train one model, or drop average_eta (the average policy is still trained "
                          "and saved in each checkpoint's average/)")
-    strategy = cfg.samplers.opponent_sampling_strategy
-    if not OPPONENT_STRATEGIES[strategy].self_play:
-        mirror = [name for name, row in OPPONENT_STRATEGIES.items() if row.self_play]
-        raise ValueError(f"average_eta={eta!r} is NFSP's share of self-play games against the policy rather than "
-                         f"its average; opponent_sampling_strategy={strategy!r} draws other opponents: use "
-                         f"opponent_sampling_strategy in {mirror}, or drop average_eta")
-    if not any(spec.num_actors < spec.num_players for spec in cfg.train_envs if not is_environment(spec)):
-        raise ValueError(f"average_eta={eta!r} seats NFSP's average policy in the opponent's seat, but every seat of "
-                         "every train game is played by the trained policy (num_actors == num_players): leave the "
-                         "opponent a seat (num_actors=1 in a 2-player game), or drop average_eta")
+    if cfg.models[0].learner.get("average_reservoir") is None:
+        raise ValueError(f"average_eta={eta!r} seats NFSP's average policy, which only the learner's "
+                         "average_reservoir trains: set average_reservoir (e.g. 20000) or drop average_eta")
 
 
 def _env_dict(spec: Any) -> dict:

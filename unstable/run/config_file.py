@@ -16,28 +16,17 @@ Checked here, before anything starts: the file reads safely (:mod:`unstable.util
 mapping, no key twice, no alias bomb), every key is known (with a "did you mean" for typos), none is
 an API key (keys come from the environment only), ``model_name`` and ``train_envs`` are present (unless
 ``resume_from`` brings them from the earlier run's config.json), and start()'s settings are integers
-in range. ``BuildConfig`` checks the values of build()'s settings. YAML's own readings are undone where
-the declarations say what a setting is: ``1e-3`` (no dot), which PyYAML reads as a string, is the
-number for a ``float`` setting (flat or nested), and an unquoted ``off`` (false) the word for a choice
-of words (:data:`unstable.utils.schema.YAML_WORDS`, done by the check itself).
+in range. ``BuildConfig`` checks the values of build()'s settings. ``1e-3`` is a number (YAML 1.2's floats,
+:mod:`unstable.utils.yaml_files`), and an unquoted ``off`` (false to YAML) the word for a choice of words
+(:data:`unstable.utils.schema.YAML_WORDS`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
-from unstable.run.arguments import (
-    DECLARED,
-    FLAT_ARGUMENTS,
-    MODEL_SECTIONS,
-    NESTED_ARGUMENTS,
-    RUN_FIELDS,
-    RUN_SECTIONS,
-    argument_names,
-    merge_arguments,
-)
+from unstable.run.arguments import NESTED_ARGUMENTS, RUN_FIELDS, argument_names, merge_arguments
 from unstable.run.config import StartConfig
 from unstable.utils.schema import unknown_names
 from unstable.utils.secrets import SecretInConfigError, reject_secret_settings
@@ -47,30 +36,11 @@ __all__ = ["MAX_CONFIG_VALUES", "ConfigError", "build_keys", "load_config", "rea
 
 START_KEYS = {f.name: f.default for f in dataclasses.fields(StartConfig)}
 REQUIRED_KEYS = ("model_name", "train_envs")
-_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def build_keys() -> set[str]:
     """build()'s keywords a config may hold: the flat ones and the nested sections."""
     return argument_names() - {"reward_transforms"}
-
-
-def _floats(data: dict) -> None:
-    """``1e-3`` (read by PyYAML as a string) as a number wherever a ``float`` setting is given: flat, in a run
-    section or in a model's sections."""
-    places = [(data, key, *FLAT_ARGUMENTS[key]) for key in data if key in FLAT_ARGUMENTS]
-    places += [(data[s], key, s, key) for s in RUN_SECTIONS if isinstance(data.get(s), dict) for key in data[s]]
-    places += [(data[name], key, s, key) for name, (s, f) in FLAT_ARGUMENTS.items() if f is None
-               and isinstance(data.get(name), dict) for key in data[name]]  # learner={...}, vllm_config={...}
-    models = data.get("models") if isinstance(data.get("models"), list) else []
-    places += [(m[s], key, s, key) for m in models if isinstance(m, dict) for s in MODEL_SECTIONS
-               if isinstance(m.get(s), dict) for key in m[s]]
-    for where, key, section, field in places:
-        doc = DECLARED[section].get(field or "")
-        value = where[key]
-        if doc and doc.annotation.startswith("float") and isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(
-                value.strip()):
-            where[key] = float(value)
 
 
 def _apply_override(data: dict, item: Any) -> None:
@@ -114,20 +84,13 @@ def load_config(path: str, overrides: list[str] | None = None) -> tuple[dict[str
     for item in overrides or []:
         _apply_override(over, item)
     _check_keys({**data, **over}, f"config {path!r}: ")
-    start = {k: over.pop(k) for k in START_KEYS if k in over}
-    nested = any(k in data for k in NESTED_ARGUMENTS if k not in RUN_FIELDS)
-    if nested and over:  # a flat override of a nested config (config.json): onto its section
-        try:
-            data = {**merge_arguments(data, over), **{k: v for k, v in data.items() if k in START_KEYS}}
-        except ValueError as exc:
-            raise ConfigError(f"config {path!r}: {exc}") from None
-    else:
-        data.update(over)
-    data.update(start)
-    _floats(data)
-    start = {k: data.pop(k, default) for k, default in START_KEYS.items()}
+    start = {k: {**data, **over}.get(k, default) for k, default in START_KEYS.items()}
+    data, over = ({k: v for k, v in d.items() if k not in START_KEYS} for d in (data, over))
     try:
         StartConfig(**start)
+        if over and any(k in data for k in NESTED_ARGUMENTS if k not in RUN_FIELDS):  # onto a nested config's sections
+            return merge_arguments(data, over), start
     except ValueError as exc:
         raise ConfigError(f"config {path!r}: {exc}") from None
+    data.update(over)
     return data, start

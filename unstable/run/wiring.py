@@ -300,8 +300,7 @@ def _start_scheduler(cfg, tracker, registry, run_dir: str, resume: Any, light: d
     restored when resumed."""
     league = getattr(cfg, "league", None)
     fixed = tuple(fixed_policy_ref(name).uid for name in cfg.samplers.fixed_opponents)
-    opponents_sampler = opponent_sampler(cfg.samplers, registry, cfg.seed, fixed, tracker, run_dir,
-                                         average_eta=cfg.models[0].average_eta)  # NFSP: one-model runs only
+    opponents_sampler = opponent_sampler(cfg.samplers, registry, cfg.seed, fixed, tracker, run_dir)
     # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
     scheduler = actor_class(GameScheduler).options(**light).remote(
         model_sampler=league_model_sampler(league, cfg.models, opponents_sampler, cfg.seed),

@@ -75,6 +75,14 @@ class SamplerConfig:
     """For env ``"curriculum"``: the success rate (win 1, draw 0.5, loss 0) the curriculum prefers."""
     env_curriculum_width: float = setting(0.25, gt=0, flat="env_curriculum_width")
     """For env ``"curriculum"``: how far from the target an env's weight falls to exp(-1/2) of the nearest's."""
+    average_eta: float | None = setting(None, ge=0, le=1, flat="average_eta")
+    """NFSP's anticipatory parameter eta (0.1 in the paper): in self-play, the share of opponent seats the policy
+    plays, the others playing its average policy (``None``: the average plays no game).
+
+    An opponent seat plays the current checkpoint's average policy (``average/``, which the learner's
+    ``average_reservoir`` trains) with probability ``1 - eta`` and the current policy otherwise; the learner's
+    own seats always play the policy, and the average's moves are never trained on
+    (:class:`~unstable.samplers.nfsp.NFSPModelSampler`)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -82,6 +90,11 @@ class SamplerConfig:
         self.fixed_opponents = opponent_names(self.fixed_opponents)
         if self.opponent_sampling_strategy == "fixed" and not self.fixed_opponents:
             raise ValueError("opponent_sampling_strategy='fixed' needs at least one name in fixed_opponents")
+        if self.average_eta is not None and not OPPONENT_STRATEGIES[self.opponent_sampling_strategy].self_play:
+            mirror = [name for name, row in OPPONENT_STRATEGIES.items() if row.self_play]
+            raise ValueError(f"average_eta={self.average_eta!r} is NFSP's share of self-play games against the policy "
+                             f"rather than its average; opponent_sampling_strategy={self.opponent_sampling_strategy!r} "
+                             f"draws other opponents: use opponent_sampling_strategy in {mirror}, or drop average_eta")
 
     def unused_settings(self) -> list[str]:
         """A line for each setting given another value than its default that only a strategy this config does

@@ -74,16 +74,16 @@ OPPONENT_STRATEGIES: dict[str, OpponentStrategy] = {
 
 
 def opponent_sampler(settings: Any, registry: Any, seed: int, fixed: tuple[str, ...] = (), tracker: Any = None,
-                     run_dir: str | None = None, average_eta: float | None = None) -> Any:
+                     run_dir: str | None = None) -> Any:
     """The model sampler a :class:`~unstable.samplers.config.SamplerConfig` describes, with its rating curriculum
     mixed in when asked: ``fixed`` are the registry uids of its ``fixed_opponents``; PSRO's logs its updates
-    to ``tracker`` and ``<run_dir>/psro.jsonl``. ``average_eta`` (the learner's NFSP setting): the strategy's
-    opponents are replaced by the current checkpoint's average policy with probability ``1 - average_eta``
+    to ``tracker`` and ``<run_dir>/psro.jsonl``. With ``average_eta`` (NFSP) the strategy's opponents are
+    replaced by the current checkpoint's average policy with probability ``1 - average_eta``
     (:class:`~unstable.samplers.nfsp.NFSPModelSampler`)."""
     base = OPPONENT_STRATEGIES[settings.opponent_sampling_strategy].sampler(settings, registry, seed, fixed, tracker,
                                                                             run_dir)
-    if average_eta is not None:
-        base = NFSPModelSampler(base, average_eta, rng_seed=seed)
+    if settings.average_eta is not None:
+        base = NFSPModelSampler(base, settings.average_eta, rng_seed=seed)
     if settings.rating_curriculum == 0:
         return base
     curriculum = league.RatingCurriculumModelSampler(

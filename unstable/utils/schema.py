@@ -1,9 +1,9 @@
 """Settings declared once: a config dataclass's field is the whole declaration of its setting.
 
 The annotation is the type and, with ``Literal[...]``, the allowed values; :func:`setting` adds the
-default, the bounds and the flat name ``build()`` also takes it by; the string under the field is its
-documentation (``--help`` and the docs' tables, read by :mod:`unstable.utils.fields` without importing
-the module)::
+default, the bounds, a ``check`` of its own and the flat name ``build()`` also takes it by; the string
+under the field is its documentation (``--help`` and the docs' tables, read by :mod:`unstable.utils.fields`
+without importing the module)::
 
     psro_every: int = setting(5, ge=1)
     \"\"\"For ``"psro"``: the meta-game is solved after every this many new learner checkpoints.\"\"\"
@@ -32,14 +32,15 @@ YAML_WORDS = {False: "off", True: "on"}
 
 
 def setting(default: Any = dataclasses.MISSING, *, factory: Any = None, flat: str | None = None,
-            what: str | None = None, **bounds: float) -> Any:
+            what: str | None = None, check: Any = None, **bounds: float) -> Any:
     """A dataclass field declaring a setting: its ``default`` (or ``factory()``), the bounds ``ge``, ``gt``,
     ``le``, ``lt`` of a number, ``flat``: the name build() takes it by when the field sits in a section,
-    ``what``: how the error for a bad string describes the value wanted."""
+    ``what``: how the error for a bad string describes the value wanted, ``check(name, value)``: a rule of its
+    own, for a value that passed the others (not ``None``)."""
     unknown = set(bounds) - set(_BOUNDS)
     if unknown:
         raise TypeError(f"setting() takes the bounds {_BOUNDS}, not {sorted(unknown)}")
-    meta = {k: v for k, v in {"flat": flat, "what": what, **bounds}.items() if v is not None}
+    meta = {k: v for k, v in {"flat": flat, "what": what, "check": check, **bounds}.items() if v is not None}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -72,7 +73,9 @@ def check_value(name: str, value: Any, hint: Any, meta: Any = None) -> Any:
 
 
 def _checked(kind: Any, meta: Any) -> bool:
-    return kind in (bool, int, float) or get_origin(kind) is Literal or (kind is str and "what" in meta)
+    if "check" in meta or (kind is str and "what" in meta):
+        return True
+    return kind in (bool, int, float) or get_origin(kind) is Literal
 
 
 def _check(name: str, value: Any, kind: Any, optional: bool, meta: Any) -> Any:
@@ -94,6 +97,8 @@ def _check(name: str, value: Any, kind: Any, optional: bool, meta: Any) -> Any:
         check_number(name, value, low, high, low_open="gt" in meta, high_open="lt" in meta, allow_none=optional)
     elif kind is str and "what" in meta:
         check_str(name, value, allow_none=optional, what=meta["what"])
+    if "check" in meta:
+        meta["check"](name, value)
     return value
 
 

@@ -5,11 +5,13 @@
 would expand. :func:`read_config_file` and :func:`load_yaml_value` refuse both (at most
 :data:`MAX_CONFIG_VALUES` values once the aliases are expanded, and no alias inside its own anchor, checked
 in time linear in the file); a file that cannot be read or parsed is a :class:`ConfigError` naming it.
-The run configs (:mod:`unstable.run.config_file`) and the quickstart's are read this way.
+The run configs (:mod:`unstable.run.config_file`) and the quickstart's are read this way, with YAML 1.2's
+floats: ``1e-3`` (no dot), a string to PyYAML's YAML 1.1, is the number (as JSON writes it in ``config.json``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -47,6 +49,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         if node is not None:
             _check_expansion(node)
         return node
+
+
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+                                       list("-+0123456789."))
 
 
 class _ExpansionError(yaml.YAMLError):
