@@ -25,7 +25,7 @@ from unstable.eval.in_run import EXPLOITABILITY_EVAL
 from unstable.games.mixture import EnvironmentMixture, is_environment
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.adapters import CHECKPOINT_TRANSPORTS, DEFAULT_LORA_CFG, complete_lora_cfg
-from unstable.inference.config import InferenceConfig
+from unstable.inference.config import InferenceConfig, choose_backend
 from unstable.learners.catalog import algorithm_settings, learner_name, resolve_learner
 from unstable.learners.config import LearnerConfig
 from unstable.policies.api import APIOpponentConfig
@@ -273,6 +273,11 @@ class ModelConfig:
             raise ValueError(str(exc) if head and head.group(0) in FLAT_LEARNER_NAMES
                              else f"learner settings: {exc}") from None
 
+    @property
+    def backend(self) -> str:
+        """The backend this model's inference actors run: ``inference['backend']``, ``"auto"`` resolved."""
+        return choose_backend(self.inference.get("backend", INFERENCE_DEFAULTS["backend"]))
+
     def inference_config(self, backend: str | None = None, num_actors: int | None = None, gpus_per_actor: float = 0.0,
                          cpus_per_actor: float = 1.0, where: str = "vllm_config") -> InferenceConfig:
         """The model's inference settings as the backends' config, with the backend, the number of actors and
@@ -284,7 +289,7 @@ class ModelConfig:
         given = self.inference.get("num_actors")
         return InferenceConfig.from_vllm_config(
             {**base, "model_name": self.model_name}, where=where, actor_num_gpus=gpus_per_actor,
-            backend=self.inference.get("backend", "auto") if backend is None else backend,
+            backend=self.inference.get("backend", INFERENCE_DEFAULTS["backend"]) if backend is None else backend,
             num_actors=(1 if given is None else given) if num_actors is None else num_actors,
             actor_num_cpus=0 if gpus_per_actor else cpus_per_actor)
 

@@ -35,7 +35,6 @@ from unstable.collection.scheduler import GameScheduler
 from unstable.games.extraction import custom_action_extractions
 from unstable.games.templates import custom_templates
 from unstable.inference.adapters import resolve_transport
-from unstable.inference.config import choose_backend
 from unstable.learners.catalog import resolve_learner
 from unstable.learners.distributed import free_port
 from unstable.learners.loop import SleepingEngines
@@ -352,7 +351,7 @@ def _start_evaluator(cfg, tracker, checkpoints_dir: str, points: dict, light: di
     """The run's in-run exploitability evaluator and its learner hook (see :mod:`unstable.run.evaluator`),
     reading at the first model's eval sampling settings, from the checkpoint the run starts at."""
     m = cfg.models[0]
-    sampling = m.inference_config(choose_backend(m.inference.get("backend", "auto")), 1, 0.0).sampling
+    sampling = m.inference_config(m.backend, 1, 0.0).sampling
     point = points.get(m.name)
     start = (point.version, str(point.checkpoint)) if point is not None and point.checkpoint is not None else (0, None)
     return start_evaluator(cfg, tracker, checkpoints_dir, sampling, start, light)
@@ -415,7 +414,7 @@ def _start_engines(models, lineage: dict[str, str | None], gpus_per_actor: float
     sleepers: list[Any] = []
     for k, group in enumerate(by_base):
         first = group[0]
-        backend = choose_backend(first.inference.get("backend", "auto"))
+        backend = first.backend
         num_actors = first.inference.get("num_actors") or default_actors
         cpus, gpus = _engine_share(gpus_per_actor, len(by_base))
         engine = first.inference_config(backend, num_actors, gpus, cpus)
