@@ -269,10 +269,14 @@ def test_all_checkpoints_of_a_run_are_read_and_appended(answering_model, tmp_pat
     key = "eval/KuhnPoker-v0-train/exploitability"
     assert all(0 <= x[f"{key}_other_mass"] <= 1 and key in x for x in lines)
     assert lines[0][key] != lines[1][key]  # the adapter changed the policy
+    # the tables conditioned on a legal answer: each line's own, and their average beside the plain one
+    assert all(0 <= x[f"{key}_legal"] <= x[key] + 1e-9 for x in lines)  # `other` counted as a fold costs chips
+    assert lines[0][f"{key}_average_legal"] == pytest.approx(lines[0][f"{key}_legal"], abs=1e-12)
     # The average of the checkpoints so far: of one, the checkpoint itself; of two, the table in --out.
     assert lines[0][f"{key}_average"] == pytest.approx(lines[0][key], abs=1e-12)
     average = json.loads((tmp_path / "avg.json").read_text())
     assert average["checkpoints"] == 2 and average["exploitability"] == lines[1][f"{key}_average"]
+    assert average["legal_exploitability"] == lines[1][f"{key}_average_legal"]
     assert len(average["policy"]) == 12 and lines[1][f"{key}_average"] not in (lines[0][key], lines[1][key])
     assert "ckpt-3" in capsys.readouterr().out
     # From step 1 on, linear: only ckpt-3 counts; its average is itself (the base, step 0, is left out).
@@ -284,6 +288,23 @@ def test_all_checkpoints_of_a_run_are_read_and_appended(answering_model, tmp_pat
     saved = json.loads((tmp_path / "tail.json").read_text())
     assert (saved["checkpoints"], saved["average_from"], saved["average_weights"]) == (1, 1, "linear")
     assert "the linear average of the 1 checkpoints read from step 1" in capsys.readouterr().out
+
+
+def test_legal_only_shares_the_other_mass_out_in_proportion():
+    """A read table conditioned on a legal answer: 0.3 / 0.1 with 0.6 elsewhere -> 0.75 / 0.25; a state with no
+    legal mass plays uniformly. On Kuhn's Nash table with a tenth of every state's mass moved off the legal moves,
+    the plain reading pays for that mass (every non-answer is a fold) and the legal-only reading is Nash again."""
+    from unstable.eval.exploitability import legal_only
+    from unstable.eval.game_states import solved_game
+    from unstable.eval.solvers.kuhn import INFO_SETS, kuhn_nash_table
+
+    assert legal_only({"s": {"a": 0.3, "b": 0.1}, "t": {"a": 0.0, "b": 0.0}}) == {
+        "s": {"a": pytest.approx(0.75, abs=1e-15), "b": pytest.approx(0.25, abs=1e-15)}, "t": {"a": 0.5, "b": 0.5}}
+    game = solved_game("KuhnPoker-v0-train")
+    nash = kuhn_nash_table(alpha=0.1)
+    leaky = {state: {move: 0.9 * p for move, p in nash[state].items()} for state in INFO_SETS}
+    assert game.exploitability(leaky)["exploitability"] > 0.05
+    assert game.exploitability(legal_only(leaky))["exploitability"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_exact_results_against_average_the_seats():

@@ -24,6 +24,8 @@ reached when it finished. The keys (:func:`exploitability_metrics`), for each en
 * ``eval/<env>/exploitability_first`` / ``_second``: the best response's value when the policy moves
   first / second (per seat);
 * ``eval/<env>/exploitability_other_mass``: the mean mass not on a legal move's canonical answer;
+* ``eval/<env>/exploitability_legal``: the exploitability of the table conditioned on a legal answer (the
+  headline counts ``other`` as a loss, an upper bound: :mod:`unstable.eval.exploitability`);
 * ``eval/<env>/exploitability_wall_s``: what the evaluation took;
 * KuhnPoker also ``eval/<env>/exploitability_textarena``: the hand scored as TextArena's env pays it;
 * ``eval/<env>/exploitability_average``: the exploitability of the reach-weighted average of every
@@ -116,6 +118,8 @@ def exploitability_metrics(result: ExploitabilityResult) -> dict[str, float]:
     out = {key: result.exploitability, f"{key}_first": result.solver["best_response_first"],
            f"{key}_second": result.solver["best_response_second"], f"{key}_other_mass": result.other_mean,
            f"{key}_wall_s": result.wall_s}
+    if result.legal_exploitability is not None:
+        out[f"{key}_legal"] = result.legal_exploitability
     if "textarena_exploitability" in result.solver:
         out[f"{key}_textarena"] = result.solver["textarena_exploitability"]
     return out
