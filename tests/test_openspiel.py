@@ -95,6 +95,7 @@ def test_every_openspiel_game_has_a_solver_and_kuhn_reads_end_to_end(tiny_model_
     library = kuhn_exploitability(_as_library_table(_renormalised(result.policy))).exploitability
     assert result.exploitability == pytest.approx(library, abs=1e-9)
     assert 0 < result.exploitability < 1.5  # the untrained model is exploitable, less than always-pass (1.5)
+    assert result.other_mean > 0 and result.legal_exploitability == result.exploitability  # renormalised already
     metrics = exploitability_metrics(result)  # what a run logs for it each checkpoint
     key = f"eval/{KUHN}/exploitability"
     assert metrics[key] == result.exploitability

@@ -214,9 +214,11 @@ class SolvedGame:
     solver needs (this module's ``*_states``), keyed. ``state_name(key)``, ``move_name(move)``: their names in a
     policy table (a move as the game writes it, ``"[4]"``). ``exploitability(table)``: the solver's numbers
     (``"exploitability"`` the headline) for a table, state name -> move name -> probability, the rest of a state's
-    mass an invalid answer. ``own_reach(table)``: each state's weight in the checkpoint average
-    (:mod:`unstable.eval.average_policy`); ``None``: not computed (OpenSpiel). ``history_dependent(states, render)``:
-    whether a template's prompts depend on the move order reaching a state; ``None``: a state holds its history.
+    mass an invalid answer; ``scores_invalid_mass``: whether the solver counts that rest as a loss (OpenSpiel's
+    renormalises it away, :mod:`unstable.eval.solvers.openspiel`). ``own_reach(table)``: each state's weight in the
+    checkpoint average (:mod:`unstable.eval.average_policy`); ``None``: not computed (OpenSpiel).
+    ``history_dependent(states, render)``: whether a template's prompts depend on the move order reaching a state;
+    ``None``: a state holds its history.
     """
 
     name: str
@@ -226,6 +228,7 @@ class SolvedGame:
     move_name: Callable[[str], str] = str
     own_reach: Callable[[Table], dict[str, float]] | None = None
     history_dependent: Callable[[dict[Any, GameState], Callable[[str], str]], bool] | None = None
+    scores_invalid_mass: bool = True
 
 
 _BARE = methodcaller("strip", "[]")  # a TextArena move as a table names it: "[4]" -> "4", "[bet]" -> "bet"
@@ -258,7 +261,8 @@ def solved_game(env_id: str) -> SolvedGame:
     """The :class:`SolvedGame` of ``env_id`` (an ``openspiel:`` game is solved by OpenSpiel's best response,
     :mod:`unstable.eval.solvers.openspiel`), else :class:`NoSolverError`."""
     if openspiel.is_openspiel_id(env_id):
-        return SolvedGame("openspiel", partial(openspiel_states, env_id), partial(openspiel_exploitability, env_id))
+        return SolvedGame("openspiel", partial(openspiel_states, env_id), partial(openspiel_exploitability, env_id),
+                          scores_invalid_mass=False)
     if not has_solver(env_id):
         raise NoSolverError(f"no exploitability solver for {env_id!r}; games with one: "
                             f"{', '.join(SOLVED_GAMES)} (e.g. TicTacToe-v0-train, KuhnPoker-v0-train) and "

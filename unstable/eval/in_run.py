@@ -25,7 +25,8 @@ reached when it finished. The keys (:func:`exploitability_metrics`), for each en
   first / second (per seat);
 * ``eval/<env>/exploitability_other_mass``: the mean mass not on a legal move's canonical answer;
 * ``eval/<env>/exploitability_legal``: the exploitability of the table conditioned on a legal answer (the
-  headline counts ``other`` as a loss, an upper bound: :mod:`unstable.eval.exploitability`);
+  TicTacToe and Kuhn headlines count ``other`` as a loss, an upper bound: :mod:`unstable.eval.exploitability`;
+  on an OpenSpiel game the two are the same number);
 * ``eval/<env>/exploitability_wall_s``: what the evaluation took;
 * KuhnPoker also ``eval/<env>/exploitability_textarena``: the hand scored as TextArena's env pays it;
 * ``eval/<env>/exploitability_average``: the exploitability of the reach-weighted average of every
