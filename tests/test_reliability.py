@@ -363,6 +363,31 @@ def test_resumed_learner_continues_exactly_like_an_uninterrupted_one(small_model
                          restore_training_state=True, **kw)
 
 
+def test_a_stop_between_a_checkpoint_and_its_metrics_row_gets_the_row_back_on_resume(small_model_dir, tmp_path):
+    """Ctrl-C after ckpt-N was written and before its update's row reached the tracker lost that row for good (the
+    resumed run starts at N+1; the quickstart test caught it on a busy machine): the checkpoint keeps the row, and a
+    resume writes back the one metrics.jsonl lacks, named as the learner logs it."""
+    from unstable.run.resume import ResumePoint, lost_step_rows
+
+    run = tmp_path / "run"
+    learner = REINFORCELearner(small_model_dir, output_dir=str(run / "checkpoints"), lora_cfg={"lora_rank": 4},
+                               batch_size=8, mini_batch_size=4, learning_rate=0.1, gradient_checkpointing=False,
+                               activation_checkpointing=False, seed=0)
+    rows = [learner.update(_steps(k)).metrics for k in range(2)]
+    # row 1 reached the file; row 2 did not, and the stop cut a line short
+    (run / "metrics.jsonl").write_text(json.dumps({"learner_step": 1, **rows[0]}) + '\n{"learner_step": 2, "tr')
+    point = find_resume_point(run)
+    [(row, step)] = lost_step_rows([point])
+    assert step == 2 == row["train/version"] and row["train/lr"] == rows[1]["train/lr"]
+    assert row["train/reward_mean"] == pytest.approx(rows[1]["train/reward_mean"])
+    assert 0 < row["train/update_seconds"] <= rows[1]["train/update_seconds"]  # the saved one leaves out the write
+    # one model of several: its rows are <model>/train/..., so an unprefixed row is not its own
+    [(named, _)] = lost_step_rows([ResumePoint(run, 2, point.checkpoint, None, "alice")])
+    assert named["alice/train/version"] == 2 and not any(k.startswith("train/") for k in named)
+    (run / "metrics.jsonl").write_text(json.dumps({"learner_step": 2, **rows[1]}) + "\n")
+    assert lost_step_rows([point]) == []  # never written twice
+
+
 class DeadBackend:
     """An inference actor's client whose actor is gone: every request fails; ``ready`` says how."""
 

@@ -19,6 +19,7 @@ restore_training_state=True`` continues training exactly where ckpt-N left off (
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -45,6 +46,8 @@ from unstable.utils.disk import writing
 logger = logging.getLogger(__name__)
 
 TRAINER_STATE_FILE = "trainer_state.pt"
+STEP_METRICS_FILE = "step_metrics.json"
+"""The metrics row of the update that made a checkpoint (its ``train/update_seconds`` without the write)."""
 
 
 class NonFiniteError(ArithmeticError):
@@ -214,11 +217,14 @@ class BaseLearner(DataParallelLearner):
         if self.data_parallel is not None and self.data_parallel.rank > 0:  # rank 0 writes the checkpoint
             return UpdateResult(self.version, None, self._step_metrics(metrics, steps, trained_version, start))
         target = ckpt.checkpoint_dir(self.config.output_dir, self.version)
+        row = self._step_metrics(metrics, steps, trained_version, start)
         with writing(target):  # a full disk or read-only folder: one clear error (earlier checkpoints stay)
-            self.adapter_path = str(ckpt.atomic_save(target, self._write_all))
+            # the step's metrics go into its checkpoint: a run stopped before the row reached the tracker
+            # gets it back on resume (unstable.run.resume.restore_step_rows)
+            self.adapter_path = str(ckpt.atomic_save(target, lambda directory: self._write_all(directory, row)))
             ckpt.apply_retention(self.config.output_dir, self.config.keep_last, self.config.keep_every)
-        return UpdateResult(self.version, self.adapter_path,
-                            self._step_metrics(metrics, steps, trained_version, start))
+        row["train/update_seconds"] = time.perf_counter() - start  # the checkpoint's write included
+        return UpdateResult(self.version, self.adapter_path, row)
 
     def _step_metrics(self, metrics: dict[str, float], steps: Sequence[Step], trained_version: int,
                       start: float) -> dict[str, float]:
@@ -285,9 +291,10 @@ class BaseLearner(DataParallelLearner):
         """Write the adapter(s) into ``directory`` (standard PEFT layout at the root)."""
         self.model.save_pretrained(str(directory), selected_adapters=self._saved_adapters())
 
-    def _write_all(self, directory: Path) -> None:
+    def _write_all(self, directory: Path, row: dict[str, float]) -> None:
         self._write_checkpoint(directory)
         torch.save(self.training_state(), directory / TRAINER_STATE_FILE)
+        (directory / STEP_METRICS_FILE).write_text(json.dumps(row), encoding="utf-8")
 
     # ------------------------------------------------------------------------------ resuming
     def training_state(self) -> dict[str, Any]:

@@ -13,15 +13,15 @@ What a run directory keeps for this (all written atomically: temp file or dir, t
 * ``config.json``: ``build()``'s settings plus ``start()``'s, so ``unstable train --resume RUN_DIR``
   needs nothing else.
 
-:func:`find_resume_point` picks the newest complete checkpoint (temp dirs of an interrupted write
-are removed; a checkpoint is only registered once it is complete, so the registry never points at a
-partial one). A complete checkpoint newer than the state snapshot (killed between the two writes)
-is registered on resume. So a kill loses at most the learner step in progress, the games in flight
-and the buffer's contents (re-collected with the resumed policy; after a stop they are counted,
-:func:`restore_buffers`). A checkpoint without its marker (damaged, half-copied), or with it but
-without ``trainer_state.pt``, is set aside as ``ckpt-N.incomplete`` and the snapshot's registry is
-rolled back to the newest complete checkpoint (:func:`roll_back_registry`); a resume says what it
-dropped.
+:func:`find_resume_point` picks the newest complete checkpoint (temp dirs of an interrupted write are removed;
+a checkpoint is only registered once it is complete, so the registry never points at a partial one). A
+complete checkpoint newer than the state snapshot (killed between the two writes) is registered on resume, and
+its update's metrics row, kept in the checkpoint, is written to ``metrics.jsonl`` if the run stopped before
+the row got there (:func:`lost_step_rows`). So a kill loses at most the learner step in progress, the games in
+flight and the buffer's contents (re-collected with the resumed policy; after a stop they are counted,
+:func:`restore_buffers`). A checkpoint without its marker (damaged, half-copied), or with it but without
+``trainer_state.pt``, is set aside as ``ckpt-N.incomplete`` and the snapshot's registry is rolled back to the
+newest complete checkpoint (:func:`roll_back_registry`); a resume says what it dropped.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 from unstable.learners import checkpoints as ckpt
 from unstable.local_models.resolve import read_json
 from unstable.registry.model_registry import DEFAULT_LINEAGE
-from unstable.tracking.run_dir import CONFIG_FILE, atomic_write_json
+from unstable.tracking.run_dir import CONFIG_FILE, METRICS_FILE, atomic_write_json
 from unstable.utils.calls import call
 from unstable.utils.disk import writing
 
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 RUN_STATE_FILE = "run_state.json"
 REGISTRY_FILE = os.path.join("registry", "registry.json")
 TRAINER_STATE = "trainer_state.pt"  # the learner's TRAINER_STATE_FILE (not imported: that module imports torch)
+STEP_METRICS = "step_metrics.json"  # the learner's STEP_METRICS_FILE: the update's metrics row
 _TAIL_BYTES = 4 << 20  # how much of the newest transcripts file is read to find the last game ids
 
 
@@ -210,6 +211,33 @@ def find_resume_point(run_dir: str | os.PathLike, lineage: str | None = None) ->
                  f"{', '.join(dropped) or 'nothing'} (ratings of the others keep the games played against them)")
         _skip_issued_games(state["scheduler"], root)
     return ResumePoint(root, version, path, state, lineage)
+
+
+def lost_step_rows(points: list[ResumePoint]) -> list[tuple[dict[str, float], int]]:
+    """The metrics row of each model's resume checkpoint that the run's ``metrics.jsonl`` lacks (the run stopped
+    after the checkpoint was written and before its row reached the tracker), named as the learner logs it, with
+    its learner step."""
+    points = [p for p in points if p.checkpoint is not None and (p.checkpoint / STEP_METRICS).is_file()]
+    if not points:
+        return []
+    logged = set()  # (model prefix, version) of every update row written
+    metrics = points[0].run_dir / METRICS_FILE
+    if metrics.is_file():
+        with metrics.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line cut short by the stop
+                    continue
+                logged.update((k[: -len("train/version")], int(v)) for k, v in row.items()
+                              if k.endswith("train/version") and isinstance(v, int | float))
+    out = []
+    for point in points:
+        prefix = f"{point.lineage}/" if point.lineage else ""
+        if (prefix, point.version) not in logged:
+            row = json.loads((point.checkpoint / STEP_METRICS).read_text(encoding="utf-8"))
+            out.append(({prefix + k: v for k, v in row.items()}, point.version))
+    return out
 
 
 def _set_aside(ckpt_dir: Path, version: int) -> str:

@@ -55,7 +55,13 @@ from unstable.run.remote import (
 )
 from unstable.run.resources import amounts as _amounts
 from unstable.run.resources import short_of, wait_for_free_resources
-from unstable.run.resume import RunStateWriter, find_resume_point, restore_buffers, roll_back_registry
+from unstable.run.resume import (
+    RunStateWriter,
+    find_resume_point,
+    lost_step_rows,
+    restore_buffers,
+    roll_back_registry,
+)
 from unstable.samplers.env_samplers import SuccessCurriculumEnvSampler, UniformRandomEnvSampler
 from unstable.samplers.strategies import opponent_sampler
 from unstable.tracking import Tracker
@@ -282,6 +288,8 @@ def _start_tracking(cfg, run_name: str, run_id: str, lineage: dict[str, str | No
     if resume:
         for point in points.values():
             _register_missing_checkpoints(registry, point)
+        for row, step in lost_step_rows(list(points.values())):  # stopped before its row reached the tracker
+            ray.get(tracker.log_at.remote(row, step))
         ray.get(tracker.set_learner_step.remote(max(p.version for p in points.values())))
     samplers = cfg.samplers
     opponents = set(samplers.fixed_opponents if samplers.plays_fixed() else ())
