@@ -1,0 +1,52 @@
+"""The TicTacToe tabular twin (benchmarks/tictactoe_tabular_selfplay.py): its start, its games' results and one
+update, on hand-checked cases."""
+
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import tictactoe_tabular_selfplay as twin
+
+sys.path.pop(0)
+
+
+def test_the_start_puts_its_mass_on_the_empty_cells_only():
+    uniform = twin.start_logits("uniform", 0).softmax(-1)
+    first = twin.INDEX[" " * 9]
+    torch.testing.assert_close(uniform[first], torch.full((9,), 1 / 9))
+    board = "OX       "  # O to move, 7 empty cells
+    assert twin.INDEX[board] is not None
+    torch.testing.assert_close(uniform[twin.INDEX[board]], torch.tensor([0, 0] + [1 / 7] * 7))
+    mixed = twin.start_logits("mixed", 3).softmax(-1)
+    assert torch.all(mixed[~twin.LEGAL] == 0) and torch.allclose(mixed.sum(-1), torch.ones(len(twin.BOARDS)))
+    assert not torch.allclose(mixed[first], uniform[first])  # each board its own mixture
+    torch.testing.assert_close(mixed, twin.start_logits("mixed", 3).softmax(-1))  # seeded
+
+
+def test_a_game_rewards_each_seat_with_its_result():
+    """The lowest empty cell every time: O takes 0, 2, 4, 6 and wins on the 2-4-6 diagonal at the 7th move."""
+    lowest = torch.zeros(len(twin.BOARDS), 9)
+    for i, board in enumerate(twin.BOARDS):
+        lowest[i, board.index(" ")] = 1.0
+    moves = twin.play_game(lowest, random.Random(0))
+    assert [cell for _, cell, _, _ in moves] == [0, 1, 2, 3, 4, 5, 6]
+    assert [(seat, result) for _, _, seat, result in moves] == [(0, 1.0), (1, -1.0)] * 3 + [(0, 1.0)]
+
+
+def test_a_greedy_table_that_plays_like_the_lowest_cell_is_exploitable():
+    lowest = torch.zeros(len(twin.BOARDS), 9)
+    for i, board in enumerate(twin.BOARDS):
+        lowest[i, board.index(" ")] = 0.9
+        lowest[i, board.rindex(" ")] += 0.1
+    read = twin.reading(lowest)
+    assert read["greedy_exploitability"] == 1.0  # a best response beats it from both seats
+    assert 0 < read["exploitability"] <= 1.0
+
+
+def test_two_updates_are_read_at_the_start_and_the_end():
+    out = twin.run(updates=2, batch=16, learning_rate=0.1, beta=1.0, magnet_every=1, seed=0, read_every=2)
+    assert [c["update"] for c in out["curve"]] == [0, 2] and out["curve"][-1]["games"] >= 4
+    assert all(0 <= c["exploitability"] <= 1 and 0 <= c["greedy_vs_optimal_draw"] <= 1 for c in out["curve"])
