@@ -220,7 +220,7 @@ class BaseLearner(DataParallelLearner):
         row = self._step_metrics(metrics, steps, trained_version, start)
         with writing(target):  # a full disk or read-only folder: one clear error (earlier checkpoints stay)
             # the step's metrics go into its checkpoint: a run stopped before the row reached the tracker
-            # gets it back on resume (unstable.run.resume.restore_step_rows)
+            # gets it back on resume (unstable.run.resume.lost_step_rows)
             self.adapter_path = str(ckpt.atomic_save(target, lambda directory: self._write_all(directory, row)))
             ckpt.apply_retention(self.config.output_dir, self.config.keep_last, self.config.keep_every)
         row["train/update_seconds"] = time.perf_counter() - start  # the checkpoint's write included
