@@ -425,6 +425,20 @@ def test_quickstart_passes_sampler_settings_and_refuses_unknown_ones():
         QuickstartConfig(samplers={"fixed_opponents": ["heuristic"]})
 
 
+def test_nfsp_self_play_leaves_the_opponent_seat_to_the_average_and_needs_its_reservoir():
+    """Mirror self-play trained both seats, so build() refused average_eta, after the warm start."""
+    from unstable import TrainEnvSpec
+    from unstable.run.config import BuildConfig
+
+    nfsp = QuickstartConfig(learner={"average_reservoir": 1000}, samplers={"average_eta": 0.1})
+    assert (QuickstartConfig()._trained_seats(), nfsp._trained_seats()) == (2, 1)
+    spec = TrainEnvSpec(nfsp.env_id, 2, num_actors=nfsp._trained_seats(), prompt_template=nfsp.prompt_template)
+    BuildConfig(model_name="m", train_envs=[spec],
+                opponent_sampling_strategy=nfsp._strategy(), learner=nfsp.learner, **nfsp.samplers)
+    with pytest.raises(ValueError, match=r"samplers.average_eta=0.1 seats NFSP's average.*learner.average_reservoir"):
+        QuickstartConfig(samplers={"average_eta": 0.1})
+
+
 def test_the_quickstart_says_who_the_learner_plays():
     """The first line named every job "self-play", a psro or league job too."""
     assert QuickstartConfig().describe_training() == "self-play"

@@ -147,6 +147,11 @@ class QuickstartConfig:
             return f"a league: {strategy}, {n} exploiter{'s' if n != 1 else ''}"
         return "self-play" if strategy == "mirror" else f"{strategy} opponents"
 
+    def _trained_seats(self) -> int:
+        """Seats of a train game that the learner plays and trains on: both in mirror self-play, unless NFSP's
+        ``average_eta`` seats the average policy in the other; one with any other strategy (its opponent's seat)."""
+        return 2 if self.opponent_sampling_strategy == "mirror" and self.samplers.get("average_eta") is None else 1
+
     def _strategy(self) -> str:
         """The strategy build() gets: the job's, or in a league the main model's (the preset requires they agree)."""
         return self.opponent_sampling_strategy if self.league is None else self._league_opponents()
@@ -174,6 +179,10 @@ def _check_learner_settings(cfg: QuickstartConfig) -> None:
     job = {"batch_size": cfg.batch_size, "mini_batch_size": cfg.mini_batch_size, "learning_rate": cfg.learning_rate,
            "lr_schedule": cfg.lr_schedule, "max_generation_len": cfg.max_new_tokens}
     ModelConfig(model_name="tiny", algorithm=cfg.algorithm, learner={**job, **cfg.learner})
+    eta = cfg.samplers.get("average_eta")
+    if eta is not None and cfg.learner.get("average_reservoir") is None:  # build() says so after the warm start
+        raise ValueError(f"samplers.average_eta={eta!r} seats NFSP's average policy, which only the learner's "
+                         "average_reservoir trains: set learner.average_reservoir (e.g. 20000) or drop average_eta")
 
 
 def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
@@ -264,8 +273,8 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
     run = unstable.build(
         model_name=model,
         # mirror self-play trains on both seats; the other strategies need the second seat for their opponent
-        train_envs=[unstable.TrainEnvSpec(cfg.env_id, 2, num_actors=2 if cfg.opponent_sampling_strategy == "mirror"
-                                          else 1, prompt_template=cfg.prompt_template,
+        train_envs=[unstable.TrainEnvSpec(cfg.env_id, 2, num_actors=cfg._trained_seats(),
+                                          prompt_template=cfg.prompt_template,
                                           error_allowance=cfg.train_error_allowance)],
         eval_envs=[unstable.EvalEnvSpec(cfg.env_id, 2, cfg.prompt_template, fixed_opponent=cfg.eval_opponent)]
         if cfg.num_eval_workers else None,
