@@ -272,7 +272,6 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
              else {"runs_dir": str(run_dir.parent), "run_name": run_dir.name})
     run = unstable.build(
         model_name=model,
-        # mirror self-play trains on both seats; the other strategies need the second seat for their opponent
         train_envs=[unstable.TrainEnvSpec(cfg.env_id, 2, num_actors=cfg._trained_seats(),
                                           prompt_template=cfg.prompt_template,
                                           error_allowance=cfg.train_error_allowance)],
