@@ -24,6 +24,7 @@ step "$PY" benchmarks/bench_learner.py "$@"
 step "$PY" benchmarks/bench_learner_workers.py "$@"
 step "$PY" benchmarks/bench_weight_sync.py "$@"
 step "$PY" benchmarks/bench_moves.py "$@"
+step "$PY" benchmarks/bench_worker_niceness.py "$@"
 if [ -x "$VPY" ] && "$VPY" -c 'import vllm' 2>/dev/null; then
   step "$VPY" benchmarks/bench_weight_sync.py --backend vllm "$@"
 fi

@@ -92,9 +92,11 @@ def ray_session():
     os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray
 
+    from unstable.run.wiring import init_local_ray
+
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="unstable-tests",
-             _temp_dir=temp_dir, log_to_driver=False)
+    init_local_ray(num_cpus=2, include_dashboard=False, namespace="unstable-tests", _temp_dir=temp_dir,
+                   log_to_driver=False)
     yield ray
     ray.shutdown()
 

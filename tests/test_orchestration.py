@@ -66,6 +66,34 @@ def test_seed_defaults_are_kept(tiny_model_dir):  # the seed's Qwen/Qwen3-1.7B-B
     assert cfg.tracker.wandb_project == "UnstableBaselines"
 
 
+def test_local_ray_workers_run_at_the_drivers_priority(ray_session):
+    """Ray's default (niceness 15) let any busy process at normal priority take the CPU from the learner
+    and the inference actors: 21x slower beside two (benchmarks/bench_worker_niceness.py)."""
+
+    @ray_session.remote(num_cpus=0)
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray_session.get(niceness.remote()) == os.nice(0)
+
+
+def test_init_local_ray_keeps_the_users_worker_niceness_and_restores_the_environment(monkeypatch):
+    import ray
+
+    from unstable.run.wiring import WORKER_NICENESS_ENV as KEY
+    from unstable.run.wiring import init_local_ray
+
+    seen = []
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append((os.environ.get(KEY), kwargs)))
+    monkeypatch.delenv(KEY, raising=False)
+    init_local_ray(num_cpus=1)
+    assert seen[-1] == ("0", {"address": "local", "num_cpus": 1})
+    assert KEY not in os.environ
+    monkeypatch.setenv(KEY, "5")
+    init_local_ray()
+    assert seen[-1][0] == "5" and os.environ[KEY] == "5"
+
+
 @pytest.mark.slow
 def test_build_runs_three_learner_steps_with_concurrent_collection(ray_session, tiny_model_dir, tmp_path):
     run = unstable.build(**small_run_kwargs(tiny_model_dir, tmp_path))
