@@ -426,16 +426,12 @@ def test_quickstart_passes_sampler_settings_and_refuses_unknown_ones():
 
 
 def test_nfsp_self_play_leaves_the_opponent_seat_to_the_average_and_needs_its_reservoir():
-    """Mirror self-play trained both seats, so build() refused average_eta, after the warm start."""
-    from unstable import TrainEnvSpec
-    from unstable.run.config import BuildConfig
-
+    """Mirror self-play trained both seats, so build() refused average_eta, after the warm start. The job's
+    config builds the BuildConfig it will pass to build(), so what build() refuses is refused at once."""
     nfsp = QuickstartConfig(learner={"average_reservoir": 1000}, samplers={"average_eta": 0.1})
     assert (QuickstartConfig()._trained_seats(), nfsp._trained_seats()) == (2, 1)
-    spec = TrainEnvSpec(nfsp.env_id, 2, num_actors=nfsp._trained_seats(), prompt_template=nfsp.prompt_template)
-    BuildConfig(model_name="m", train_envs=[spec],
-                opponent_sampling_strategy=nfsp._strategy(), learner=nfsp.learner, **nfsp.samplers)
-    with pytest.raises(ValueError, match=r"samplers.average_eta=0.1 seats NFSP's average.*learner.average_reservoir"):
+    assert nfsp.build_kwargs("m")["train_envs"][0].num_actors == 1
+    with pytest.raises(ValueError, match=r"average_eta=0.1 .*YAML: learner: \{average_reservoir: 20000\}"):
         QuickstartConfig(samplers={"average_eta": 0.1})
 
 

@@ -29,9 +29,10 @@ from typing import Any, Literal
 from unstable.cli.progress import wait_with_progress
 from unstable.eval.in_run import EXPLOITABILITY_EVAL
 from unstable.eval.intervals import compare_intervals, comparison_line
+from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
-from unstable.run.config import RUN_MODES, ModelConfig
+from unstable.run.config import RUN_MODES, BuildConfig
 from unstable.run.league_preset import DEFAULT_MODEL_NAME, league_config
 from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig, opponent_names
 from unstable.utils.checks import check_str
@@ -121,18 +122,52 @@ class QuickstartConfig:
         if self.mode == "sync" and self.max_staleness != 0:
             raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
                              f"max_staleness=0, got {self.max_staleness}")
-        _check_sampler_settings(self)
-        _check_learner_settings(self)
-        if league_config(self.league) is not None:  # a mapping of league settings, then with the job's strategy
-            league_config({"main_opponents": self._league_opponents(), **self.league})
-        elif (self.opponent_sampling_strategy == "mirror" and self.fixed_opponents
-              and tuple(self.fixed_opponents) != SamplerConfig().fixed_opponents):
-            # build() refuses this too (its default is the reference there as here), but only after the warm start
+        _check_mappings(self)
+        league_config(self.league)  # a mapping of league settings (checked again below, with the job's strategy)
+        if (self.opponent_sampling_strategy == "mirror" and self.league is None and self.fixed_opponents
+                and tuple(self.fixed_opponents) != SamplerConfig().fixed_opponents):  # build() names num_actors,
+            # which the job sets from the strategy: said here in the job's own terms
             raise ValueError(f"fixed_opponents {list(self.fixed_opponents)} would never play: "
                              "opponent_sampling_strategy 'mirror' is self-play on both seats; choose a strategy that "
                              "plays them ('fixed', 'pfsp', 'psro', ...) or leave fixed_opponents out")
+        # everything build() will check, said now rather than after the warm start and the first evaluation
+        BuildConfig(**self.build_kwargs(model="tiny"))
         if self.warm_start.env_id != self.env_id or self.warm_start.prompt_template != self.prompt_template:
             raise ValueError("warm_start.env_id and warm_start.prompt_template must match env_id and prompt_template")
+
+    def build_kwargs(self, model: str, **where: Any) -> dict[str, Any]:
+        """What the job passes to build() for ``model`` (``where``: ``runs_dir`` and ``run_name``, or
+        ``resume_from``)."""
+        return dict(
+            model_name=model,
+            train_envs=[TrainEnvSpec(self.env_id, 2, num_actors=self._trained_seats(),
+                                     prompt_template=self.prompt_template, error_allowance=self.train_error_allowance)],
+            eval_envs=[EvalEnvSpec(self.env_id, 2, self.prompt_template, fixed_opponent=self.eval_opponent)]
+            if self.num_eval_workers else None,
+            opponent_sampling_strategy=self._strategy(),
+            fixed_opponents=list(self.fixed_opponents),
+            **self.samplers,
+            **({} if self.league is None else {"league": {"main_opponents": self._league_opponents(), **self.league}}),
+            algorithm=self.algorithm,
+            learner=dict(self.learner),
+            max_staleness=self.max_staleness,
+            mode=self.mode,
+            exploitability_eval=self.exploitability_eval,
+            batch_size=self.batch_size,
+            mini_batch_size=self.mini_batch_size,
+            learning_rate=self.learning_rate,
+            lr_schedule=self.lr_schedule,
+            gradient_clipping=1.0,
+            max_generation_len=self.max_new_tokens,
+            lora_config={"lora_rank": self.lora_rank, "lora_alpha": self.lora_alpha},
+            activation_checkpointing=False,
+            gradient_checkpointing=False,
+            temperature=self.temperature,
+            reward_transforms=_transforms(self),
+            wandb_project=None,
+            **where,
+            seed=self.seed,
+        )
 
     def _league_opponents(self) -> str:
         """The main model's strategy in a league: the job's, unless that is mirror self-play (then pfsp)."""
@@ -157,8 +192,11 @@ class QuickstartConfig:
         return self.opponent_sampling_strategy if self.league is None else self._league_opponents()
 
 
-def _check_sampler_settings(cfg: QuickstartConfig) -> None:
-    """``cfg.samplers`` names SamplerConfig settings that the job does not set itself, with valid values."""
+def _check_mappings(cfg: QuickstartConfig) -> None:
+    """``learner`` and ``samplers`` are mappings, and ``samplers`` names only settings the job does not set
+    itself (build() checks their values)."""
+    if not isinstance(cfg.learner, dict):
+        raise ValueError(f"learner must be a mapping of learner settings (e.g. {{'beta': 0.05}}), got {cfg.learner!r}")
     if not isinstance(cfg.samplers, dict):
         raise ValueError(f"samplers must be a mapping of sampler settings, got {cfg.samplers!r}")
     own = {"opponent_sampling_strategy", "fixed_opponents"}
@@ -167,22 +205,6 @@ def _check_sampler_settings(cfg: QuickstartConfig) -> None:
     if unknown:
         hint = " (set them at the top level)" if set(unknown) & own else ""
         raise ValueError(f"samplers: unknown setting(s) {unknown}{hint}; known: {sorted(known)}")
-    SamplerConfig(opponent_sampling_strategy=cfg.opponent_sampling_strategy,
-                  fixed_opponents=tuple(cfg.fixed_opponents), **cfg.samplers)
-
-
-def _check_learner_settings(cfg: QuickstartConfig) -> None:
-    """``algorithm`` and ``learner`` as build() checks them, with the job's batch sizes and learning rate:
-    said now, not after the warm start and the first evaluation."""
-    if not isinstance(cfg.learner, dict):
-        raise ValueError(f"learner must be a mapping of learner settings (e.g. {{'beta': 0.05}}), got {cfg.learner!r}")
-    job = {"batch_size": cfg.batch_size, "mini_batch_size": cfg.mini_batch_size, "learning_rate": cfg.learning_rate,
-           "lr_schedule": cfg.lr_schedule, "max_generation_len": cfg.max_new_tokens}
-    ModelConfig(model_name="tiny", algorithm=cfg.algorithm, learner={**job, **cfg.learner})
-    eta = cfg.samplers.get("average_eta")
-    if eta is not None and cfg.learner.get("average_reservoir") is None:  # build() says so after the warm start
-        raise ValueError(f"samplers.average_eta={eta!r} seats NFSP's average policy, which only the learner's "
-                         "average_reservoir trains: set learner.average_reservoir (e.g. 20000) or drop average_eta")
 
 
 def load_quickstart_config(path: str, **overrides: Any) -> QuickstartConfig:
@@ -270,37 +292,7 @@ def _train(model: str, cfg: QuickstartConfig, run_dir: Path, say: Printer) -> tu
 
     where = ({"resume_from": str(run_dir)} if (run_dir / "checkpoints").is_dir()
              else {"runs_dir": str(run_dir.parent), "run_name": run_dir.name})
-    run = unstable.build(
-        model_name=model,
-        train_envs=[unstable.TrainEnvSpec(cfg.env_id, 2, num_actors=cfg._trained_seats(),
-                                          prompt_template=cfg.prompt_template,
-                                          error_allowance=cfg.train_error_allowance)],
-        eval_envs=[unstable.EvalEnvSpec(cfg.env_id, 2, cfg.prompt_template, fixed_opponent=cfg.eval_opponent)]
-        if cfg.num_eval_workers else None,
-        opponent_sampling_strategy=cfg._strategy(),
-        fixed_opponents=list(cfg.fixed_opponents),
-        **cfg.samplers,
-        **({} if cfg.league is None else {"league": {"main_opponents": cfg._league_opponents(), **cfg.league}}),
-        algorithm=cfg.algorithm,
-        learner=dict(cfg.learner),
-        max_staleness=cfg.max_staleness,
-        mode=cfg.mode,
-        exploitability_eval=cfg.exploitability_eval,
-        batch_size=cfg.batch_size,
-        mini_batch_size=cfg.mini_batch_size,
-        learning_rate=cfg.learning_rate,
-        lr_schedule=cfg.lr_schedule,
-        gradient_clipping=1.0,
-        max_generation_len=cfg.max_new_tokens,
-        lora_config={"lora_rank": cfg.lora_rank, "lora_alpha": cfg.lora_alpha},
-        activation_checkpointing=False,
-        gradient_checkpointing=False,
-        temperature=cfg.temperature,
-        reward_transforms=_transforms(cfg),
-        wandb_project=None,
-        **where,
-        seed=cfg.seed,
-    )
+    run = unstable.build(**cfg.build_kwargs(model, **where))
     # a league's models keep their checkpoints apart; the main model is the job's, under the default name
     return train_to_checkpoint(run, cfg.learning_steps, cfg.num_collection_workers, cfg.num_eval_workers, say,
                                model=None if cfg.league is None else DEFAULT_MODEL_NAME)

@@ -556,7 +556,9 @@ def _check_average_eta(cfg: BuildConfig, nested: dict) -> None:
                          "and saved in each checkpoint's average/)")
     if cfg.models[0].learner.get("average_reservoir") is None:
         raise ValueError(f"average_eta={eta!r} seats NFSP's average policy, which only the learner's "
-                         "average_reservoir trains: set average_reservoir (e.g. 20000) or drop average_eta")
+                         "average_reservoir trains: set the learner's average_reservoir (e.g. "
+                         "learner={'average_reservoir': 20000}; YAML: learner: {average_reservoir: 20000}) "
+                         "or drop average_eta")
 
 
 def _env_dict(spec: Any) -> dict:
