@@ -132,7 +132,7 @@ class ExploitabilityEvaluator:
     :class:`~unstable.inference.transformers_backend.TransformersBackend` of ``model_name`` to use
     (default: one of its own on ``device``). ``torch_threads`` and ``nice`` (added to the process's
     niceness, so the OS gives the learner and the inference actors the CPU first) apply to the whole
-    process: the run's evaluator actor, a process of its own, uses one thread and ``nice=10`` while
+    process: the run's evaluator actor, a process of its own, uses one thread and ``nice=4`` while
     the run trains, and every core for what is left once it is done (``finish(every_core=True)``).
     ``action_extractions`` (name -> function): extractions registered in the user's process
     (:func:`~unstable.games.extraction.custom_action_extractions`), which a Ray actor starts without.

@@ -20,9 +20,12 @@ from unstable.games.extraction import custom_action_extractions
 from unstable.inference.base import SamplingParams
 from unstable.run.remote import actor_class
 
-EVALUATOR_NICENESS = 10
+EVALUATOR_NICENESS = 4
 """Added to the evaluator process's niceness: where the learner and the inference actors want every core,
-the OS gives them the CPU first (a nice-10 thread gets about a tenth of a core it shares with a nice-0 one)."""
+the OS gives them the CPU first (Linux weighs a thread 4 steps nicer about 0.41 of one at the other's
+priority). 4 is the gap the evaluator's costs in docs/evaluation.md were measured at, when Ray's workers ran at
+niceness 15 and the evaluator at the limit, 19; with the workers at 0 (:func:`~unstable.run.wiring.init_local_ray`),
+10 left it 0.11 and it read almost no checkpoint before training ended."""
 
 
 class CheckpointHooks:
