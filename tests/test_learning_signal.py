@@ -55,3 +55,25 @@ def test_the_tabular_twin_learns_the_bandit_quickly():
     """What the algorithm allows when every card has its own parameters: GRPO on a table, a few thousand hands."""
     result = ls.run_tabular("grpo", steps=200)
     assert result["reached"] and result["games"] <= 6400, (result["updates"], result["curve"][-1])
+
+
+def test_the_tictactoe_bandit_pays_for_moves_that_win_in_the_real_game():
+    """``benchmarks/tictactoe_bandit.py``: every winning cell it names ends a real TextArena game with a win for
+    the player to move, and no other legal cell does; its training and held-out boards are distinct."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import tictactoe_bandit as tb
+
+    sys.path.pop(0)
+    from unstable.eval.game_states import replay, tictactoe_states
+
+    train, held = tb.win_boards("TicTacToe-v0-train", "qwen3-grid", 6, seed=1)
+    assert len(train) == len(held) == 6 and not {r["board"] for r in train} & {r["board"] for r in held}
+    for row in train + held:
+        state = tictactoe_states("TicTacToe-v0-train", [row["board"]])[row["board"]]
+        assert row["wins"] and set(row["wins"]) <= set(row["moves"])
+        for move in row["moves"]:
+            _, _, env = replay("TicTacToe-v0-train", state.history)
+            done, _ = env.step(move)
+            rewards, _ = env.close()
+            won = done and rewards[state.player] > rewards[1 - state.player]
+            assert won == (move in row["wins"]), (row["board"], move, rewards)
