@@ -146,6 +146,17 @@ run = unstable.build(  # the seed's minimal script, scaled down; wandb_project k
     runs_dir=sys.argv[2], run_name="user", inference_backend="transformers")
 run.start(learning_steps=1, num_collection_workers=8, num_eval_workers=0)
 run.stop()
+
+import os
+import ray
+
+
+@ray.remote(num_cpus=0)
+def niceness():
+    return os.nice(0)
+
+
+print("niceness of Ray's workers, of the driver:", ray.get(niceness.remote()), os.nice(0))
 """
 
 
@@ -176,6 +187,8 @@ def test_a_run_on_a_machine_without_wandb_login_logs_offline(tiny_model_dir, tmp
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     _said_offline_once(out, tmp_path / "runs" / "user")
+    worker, driver = out.split("niceness of Ray's workers, of the driver: ")[1].split()[:2]
+    assert worker == driver  # build()'s local Ray: not Ray's default 15 (benchmarks/bench_worker_niceness.py)
 
 
 USER_CONFIG = """\
