@@ -112,7 +112,7 @@ def run_table(train: list[dict], draws: list[list[int]], args: Any) -> list[dict
 
     curve = [{"update": 0, "train": {"win": win(), "invalid": 0.0}}]
     for update, picks in enumerate(draws, start=1):
-        chosen = [(i, rng.choices(list(probs(i)), weights=list(probs(i).values()))[0]) for i in picks]
+        chosen = [(i, rng.choices(list(p), weights=list(p.values()))[0]) for i in picks for p in [probs(i)]]
         raw = [1.0 if m in train[i]["wins"] else 0.0 for i, m in chosen]
         mean = sum(raw) / len(raw)
         for (i, m), x in zip(chosen, raw, strict=True):  # REINFORCE on the logits: (x - mean) * (onehot - p)
