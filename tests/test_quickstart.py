@@ -575,6 +575,13 @@ def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, caps
     QuickstartConfig(fixed_opponents=["heuristic"], opponent_sampling_strategy="fixed")
     with pytest.raises(ValueError, match="temperature"):
         QuickstartConfig(temperature=0)
+    with pytest.raises(ValueError, match=r"top_p must be a finite number in \(0, 1\]"):
+        QuickstartConfig(top_p=0)
+    # GRPO's default ratio to the behaviour policy can't honour a nucleus: refused before the warm start
+    with pytest.raises(ValueError, match=r"top_p'\]=0.99 with algorithm='grpo'.*off_policy_correction='none'"):
+        QuickstartConfig(top_p=0.99, algorithm="grpo")
+    nucleus = QuickstartConfig(top_p=0.99, algorithm="grpo", learner={"off_policy_correction": "none"})
+    assert nucleus.build_kwargs("tiny")["vllm_config"] == {"top_p": 0.99}
     assert main(["quickstart", "--out", str(tmp_path / "q"), "--learning-steps", "0"]) == 2
     assert "learning_steps" in capsys.readouterr().err
     (tmp_path / "used").mkdir()

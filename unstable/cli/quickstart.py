@@ -83,6 +83,11 @@ class QuickstartConfig:
     temperature: float = setting(1.0, gt=0)
     """Sampling temperature of the training games (and of the in-training eval games and exploitability
     reading); the initial and final evaluations decode greedily whatever it is."""
+    top_p: float = setting(1.0, gt=0, le=1)
+    """Nucleus of the training games' sampling (and of the in-training eval games and exploitability reading):
+    below 1 it cuts the long tail of stray tokens that make answers the game rejects. The learner models the
+    distribution without the nucleus, so a learner that weighs samples by their behaviour ratio (GRPO's and
+    PPO's default ``off_policy_correction``) is refused with it; set ``learner: {off_policy_correction: none}``."""
     seed: int = setting(0, ge=0)
     """Seeds the tiny model, the warm start and the run."""
     algorithm: str = "reinforce"
@@ -163,6 +168,7 @@ class QuickstartConfig:
             activation_checkpointing=False,
             gradient_checkpointing=False,
             temperature=self.temperature,
+            vllm_config={"top_p": self.top_p},
             reward_transforms=_transforms(self),
             wandb_project=None,
             **where,
