@@ -24,6 +24,7 @@ import math
 import random
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +52,13 @@ def win_boards(env_id: str, template: str, count: int, seed: int) -> tuple[list[
     return rows[:count], rows[count:]
 
 
-def read(backend: Any, adapter: str | None, rows: list[dict]) -> dict[str, float]:
-    """Mean exact probability of a winning cell, and of anything but a legal cell, over ``rows``."""
+def read(backend: Any, adapter: str | None, rows: list[dict], top_p: float) -> dict[str, float]:
+    """Mean exact probability of a winning cell, and of anything but a legal cell, over ``rows`` (as sampled
+    at ``top_p``)."""
     from unstable.eval.policy_reading import PolicyReader
     from unstable.inference.base import SamplingParams
 
-    reader = PolicyReader(backend, adapter, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=16))
+    reader = PolicyReader(backend, adapter, SamplingParams(temperature=1.0, top_p=top_p, max_new_tokens=16))
     dists = reader.read_exact([r["prompt"] for r in rows], [r["moves"] for r in rows])
     win = [sum(d.probs[m] for m in r["wins"]) for r, d in zip(rows, dists, strict=True)]
     return {"win": sum(win) / len(win), "invalid": sum(d.other for d in dists) / len(dists)}
@@ -70,12 +72,13 @@ def run_model(model: str, lr: float, train: list[dict], held: list[dict], draws:
     from unstable.records import Step, TrainBatch
 
     extract = get_action_extraction("default")
-    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=16)
+    sampling = SamplingParams(temperature=1.0, top_p=args.top_p, max_new_tokens=16)
     backend = TransformersBackend(model, device="cpu", max_batch_size=args.batch)
     curve, adapter, started = [], None, time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ttt-bandit-") as out:
         learner = make_learner(args.algorithm, model, out, args.batch, lr, args.seed, beta=args.beta)
-        curve.append({"update": 0, "train": read(backend, None, train), "held_out": read(backend, None, held)})
+        curve.append({"update": 0, "train": read(backend, None, train, args.top_p),
+                      "held_out": read(backend, None, held, args.top_p)})
         for update, picks in enumerate(draws, start=1):
             rows = [train[i] for i in picks]
             results = backend.generate_batch([GenerationRequest(r["prompt"], adapter, sampling) for r in rows])
@@ -89,8 +92,11 @@ def run_model(model: str, lr: float, train: list[dict], held: list[dict], draws:
                      for i, (r, res, m, x) in enumerate(zip(rows, results, moves, raw, strict=True))]
             adapter = learner.update(TrainBatch.from_steps(steps, group_episodes=learner.needs_episodes)).adapter_path
             if update % args.read_every == 0 or update == len(draws):
-                point = {"update": update, "sampled_reward": mean, "train": read(backend, adapter, train),
-                         "held_out": read(backend, adapter, held), "seconds": time.perf_counter() - started}
+                refused = Counter(res.sample.text for res, m, r in zip(results, moves, rows, strict=True)
+                                  if m not in r["moves"])  # this update's answers the game would refuse
+                point = {"update": update, "sampled_reward": mean, "refused_answers": dict(refused.most_common(5)),
+                         "train": read(backend, adapter, train, args.top_p),
+                         "held_out": read(backend, adapter, held, args.top_p), "seconds": time.perf_counter() - started}
                 curve.append(point)
                 print(f"lr {lr:g} update {update}: train win {point['train']['win']:.3f} invalid "
                       f"{point['train']['invalid']:.3f}; held-out win {point['held_out']['win']:.3f}", flush=True)
@@ -140,6 +146,8 @@ def main() -> None:
     parser.add_argument("--invalid-penalty", type=float, default=-1.0)
     parser.add_argument("--table-lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--top-p", type=float, default=1.0,
+                        help="the model's nucleus when it samples and when it is read (1: the whole distribution)")
     args = parser.parse_args()
     if args.quick:
         args.lrs, args.updates, args.boards, args.batch, args.read_every = "5e-3", 2, 8, 8, 1
@@ -167,7 +175,10 @@ def main() -> None:
                          "held-out invalid": point.get("held_out", {}).get("invalid")})
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "quick")} | {"model": model,
                                                                                      "boards_train": len(train)}
+    refused = [f"{name}, update {p['update']}: the sampled answers the game would refuse, most common first: "
+               f"{p['refused_answers']}" for name, curve in curves.items() for p in curve if p.get("refused_answers")]
     write_result("tictactoe-bandit", args, rows, settings, info=info, notes=[
+        *refused,
         "win: mean exact probability of a winning cell over the boards; invalid: of an answer that is no legal cell",
         "table: REINFORCE on a softmax table over the training boards, same draws and rewards, lr --table-lr"])
 
