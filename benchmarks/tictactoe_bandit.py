@@ -64,6 +64,24 @@ def read(backend: Any, adapter: str | None, rows: list[dict], top_p: float) -> d
     return {"win": sum(win) / len(win), "invalid": sum(d.other for d in dists) / len(dists)}
 
 
+def train_only_unsure_tokens(below: float) -> None:
+    """An experiment on the loss, not a library setting: the policy-gradient term of the learners counts only the
+    tokens the policy gave a probability below ``below`` (a sampled format token the policy was sure of gets no
+    advantage; the KL term still counts every token). It asks whether the negative advantages of bad answers, which
+    also push down their format tokens, are what breaks the format at large learning rates."""
+    import unstable.learners.reinforce as reinforce
+
+    original = reinforce.policy_loss
+
+    def masked(logp, old_logp, advantages, mask, **settings):
+        unsure = (logp.detach().exp() < below).to(logp.dtype)
+        per_row = advantages.to(logp.dtype)
+        return original(logp, old_logp, (per_row[:, None] if per_row.dim() == 1 else per_row) * unsure, mask,
+                        **settings)
+
+    reinforce.policy_loss = masked
+
+
 def run_model(model: str, lr: float, train: list[dict], held: list[dict], draws: list[list[int]], args: Any,
               env_id: str) -> list[dict[str, Any]]:
     from unstable.games.extraction import get_action_extraction
@@ -148,7 +166,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top-p", type=float, default=1.0,
                         help="the model's nucleus when it samples and when it is read (1: the whole distribution)")
+    parser.add_argument("--train-only-unsure", type=float, default=None, metavar="P",
+                        help="experiment: the policy-gradient term counts only tokens sampled with probability < P")
     args = parser.parse_args()
+    if args.train_only_unsure is not None:
+        train_only_unsure_tokens(args.train_only_unsure)
     if args.quick:
         args.lrs, args.updates, args.boards, args.batch, args.read_every = "5e-3", 2, 8, 8, 1
     quiet_libraries()
