@@ -359,8 +359,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
     likely = ("a legal most likely move" if own else f"one of the {ws.teacher} baseline's moves as most likely")
     close = f", within {ws.target_teacher_tv:.2f} (total variation) of its mixture," if mixing else ""
     say(f"[2/5] warm start on rounds of {ws.positions} random-game positions of {cfg.env_id}{teacher}, until "
-        f"{ws.target_legal_mass:.0%} probability on legal moves{close} and {likely} in "
-        f"{ws.target_greedy_legal:.0%} of held-out positions (at most {ws.max_rounds} rounds)")
+        f"{100 * ws.target_legal_mass:.3g}% probability on legal moves{close} and {likely} in "
+        f"{100 * ws.target_greedy_legal:.3g}% of held-out positions (at most {ws.max_rounds} rounds)")
     last_print = [0.0]
 
     def ws_progress(step: int, total: int, stats: dict[str, float]) -> None:
