@@ -85,7 +85,8 @@ class QuickstartConfig:
     reading); the initial and final evaluations decode greedily whatever it is."""
     top_p: float = setting(1.0, gt=0, le=1)
     """Nucleus of the training games' sampling (and of the in-training eval games and exploitability reading):
-    below 1 it cuts the long tail of stray tokens that make answers the game rejects. The learner models the
+    below 1 it cuts the long tail of stray tokens that make answers the game rejects (on Kuhn, not the format
+    crises that training adds: docs/training.md, "Fewer stray answers"). The learner models the
     distribution without the nucleus, so a learner that weighs samples by their behaviour ratio (GRPO's and
     PPO's default ``off_policy_correction``) is refused with it; set ``learner: {off_policy_correction: none}``."""
     seed: int = setting(0, ge=0)
