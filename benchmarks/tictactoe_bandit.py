@@ -94,7 +94,8 @@ def run_model(model: str, lr: float, train: list[dict], held: list[dict], draws:
     backend = TransformersBackend(model, device="cpu", max_batch_size=args.batch)
     curve, adapter, started = [], None, time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ttt-bandit-") as out:
-        learner = make_learner(args.algorithm, model, out, args.batch, lr, args.seed, beta=args.beta)
+        lora = {"lora_cfg": {"target_modules": args.lora_targets.split(",")}} if args.lora_targets else {}
+        learner = make_learner(args.algorithm, model, out, args.batch, lr, args.seed, beta=args.beta, **lora)
         curve.append({"update": 0, "train": read(backend, None, train, args.top_p),
                       "held_out": read(backend, None, held, args.top_p)})
         for update, picks in enumerate(draws, start=1):
@@ -168,6 +169,8 @@ def main() -> None:
                         help="the model's nucleus when it samples and when it is read (1: the whole distribution)")
     parser.add_argument("--train-only-unsure", type=float, default=None, metavar="P",
                         help="experiment: the policy-gradient term counts only tokens sampled with probability < P")
+    parser.add_argument("--lora-targets", default=None, metavar="NAMES",
+                        help="the adapted modules, comma-separated (default: the library's, all seven projections)")
     args = parser.parse_args()
     if args.train_only_unsure is not None:
         train_only_unsure_tokens(args.train_only_unsure)
