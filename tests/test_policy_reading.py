@@ -288,6 +288,11 @@ def test_all_checkpoints_of_a_run_are_read_and_appended(answering_model, tmp_pat
     saved = json.loads((tmp_path / "tail.json").read_text())
     assert (saved["checkpoints"], saved["average_from"], saved["average_weights"]) == (1, 1, "linear")
     assert "the linear average of the 1 checkpoints read from step 1" in capsys.readouterr().out
+    # Every 2nd learner step: the base (step 0) is read, ckpt-3 is not.
+    assert main(["eval", "--exploitability", "--run", str(tmp_path), "--all-checkpoints", "--env",
+                 "KuhnPoker-v0-train", "--temperature", "1", "--top-p", "1", "--checkpoint-every", "2"]) == 0
+    strided = [json.loads(x) for x in (tmp_path / "exploitability.jsonl").read_text().splitlines()][4:]
+    assert [(x["uid"], x["learner_step"]) for x in strided] == [("base", 0)]
 
 
 def test_legal_only_shares_the_other_mass_out_in_proportion():

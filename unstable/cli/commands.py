@@ -159,6 +159,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                          "--all-checkpoints reads: add those")
     if args.average_from < 0:
         raise ValueError(f"--average-from is a learner step >= 0, got {args.average_from}")
+    if args.checkpoint_every != 1 and not args.all_checkpoints:
+        raise ValueError("--checkpoint-every picks among the checkpoints that --exploitability --all-checkpoints "
+                         "reads: add those")
+    if args.checkpoint_every < 1:
+        raise ValueError(f"--checkpoint-every is a number of learner steps >= 1, got {args.checkpoint_every}")
     model, adapter, template = args.model, args.adapter, args.template
     env_id, num_players = args.env or "TicTacToe-v0-train", 2 if args.num_players is None else args.num_players
     if args.run:
