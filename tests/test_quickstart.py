@@ -11,7 +11,7 @@ import pytest
 import textarena as ta
 import torch
 
-from unstable.cli.quickstart import QuickstartConfig
+from unstable.cli.quickstart import QuickstartConfig, run_quickstart
 from unstable.games.extraction import extract_boxed_action
 from unstable.games.templates import board_view, render_prompt
 from unstable.models.warmstart import (
@@ -494,8 +494,6 @@ def test_quickstart_runs_end_to_end(ray_session, tmp_path, monkeypatch, capsys):
     assert main(["replay", str(out), "--last", "1"]) == 0
     assert "TicTacToe-v0-train" in capsys.readouterr().out
     with pytest.raises(FileExistsError):
-        from unstable.cli.quickstart import QuickstartConfig, run_quickstart
-
         run_quickstart(QuickstartConfig(out=str(out)), say=lambda _: None)
     assert main(["quickstart", "--resume", str(out)]) == 2
     assert "is a finished quickstart run" in capsys.readouterr().err
@@ -582,6 +580,16 @@ def test_bad_quickstart_settings_are_clear_errors_before_any_work(tmp_path, caps
         QuickstartConfig(top_p=0.99, algorithm="grpo")
     nucleus = QuickstartConfig(top_p=0.99, algorithm="grpo", learner={"off_policy_correction": "none"})
     assert nucleus.build_kwargs("tiny")["vllm_config"] == {"top_p": 0.99}
+    with pytest.raises(ValueError, match=r"lora_target_modules must be a non-empty list .* got 'q_proj'"):
+        QuickstartConfig(lora_target_modules="q_proj")
+    attention = QuickstartConfig(lora_target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    assert attention.build_kwargs("tiny")["lora_config"]["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert "target_modules" not in QuickstartConfig().build_kwargs("tiny")["lora_config"]  # build()'s default
+    # a module the tiny model lacks: refused once the model exists, before the warm start's minutes
+    said: list[str] = []
+    with pytest.raises(ValueError, match=r"lora_target_modules names \['qproj'\], which the model .* does not have"):
+        run_quickstart(QuickstartConfig(out=str(tmp_path / "m"), lora_target_modules=["qproj"]), say=said.append)
+    assert not any(line.startswith("[2/5]") for line in said)
     assert main(["quickstart", "--out", str(tmp_path / "q"), "--learning-steps", "0"]) == 2
     assert "learning_steps" in capsys.readouterr().err
     (tmp_path / "used").mkdir()

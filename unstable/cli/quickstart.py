@@ -67,6 +67,10 @@ class QuickstartConfig:
     """``"linear"``: decay from ``learning_rate`` towards 0 over the run; or ``"constant"``."""
     lora_rank: int = setting(8, ge=1)
     lora_alpha: int = setting(16, ge=1)
+    lora_target_modules: list[str] | None = None
+    """The linear modules the adapter changes, by name (PEFT's ``target_modules``); ``None``: build()'s default,
+    all seven projections. ``["q_proj", "k_proj", "v_proj", "o_proj"]`` leaves the MLP alone (docs/training.md,
+    "How the format breaks")."""
     invalid_move_penalty: float = -1.0
     """Added to the reward of each invalid move (PenaltyForInvalidMove), on top of the game's outcome."""
     train_error_allowance: int = setting(2, ge=0)
@@ -129,6 +133,11 @@ class QuickstartConfig:
             raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
                              f"max_staleness=0, got {self.max_staleness}")
         _check_mappings(self)
+        modules = self.lora_target_modules
+        if modules is not None and (not isinstance(modules, list) or not modules
+                                    or not all(isinstance(m, str) and m for m in modules)):
+            raise ValueError(f"lora_target_modules must be a non-empty list of module names such as "
+                             f"['q_proj', 'v_proj'] (or left out: all seven projections), got {modules!r}")
         league_config(self.league)  # a mapping of league settings (checked again below, with the job's strategy)
         if (self.opponent_sampling_strategy == "mirror" and self.league is None and self.fixed_opponents
                 and tuple(self.fixed_opponents) != SamplerConfig().fixed_opponents):  # build() names num_actors,
@@ -165,7 +174,8 @@ class QuickstartConfig:
             lr_schedule=self.lr_schedule,
             gradient_clipping=1.0,
             max_generation_len=self.max_new_tokens,
-            lora_config={"lora_rank": self.lora_rank, "lora_alpha": self.lora_alpha},
+            lora_config={"lora_rank": self.lora_rank, "lora_alpha": self.lora_alpha,
+                         **({} if self.lora_target_modules is None else {"target_modules": self.lora_target_modules})},
             activation_checkpointing=False,
             gradient_checkpointing=False,
             temperature=self.temperature,
@@ -338,6 +348,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
     the stopped job in ``cfg.out`` (:func:`load_resumable`): the warm start is cached, the training resumes from
     its newest checkpoint."""
     from unstable.local_models.tiny import tiny_model_path
+    from unstable.models.checks import check_model, check_target_modules
     from unstable.models.warmstart import mixes, warm_start_path
     from unstable.run.preflight import check_api_opponents
     from unstable.tracking.run_dir import atomic_write_json
@@ -351,6 +362,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
     t0 = time.perf_counter()
     say(f"[1/5] tiny model ({cfg.model_size})")
     base = tiny_model_path(cfg.model_size, seed=cfg.seed)
+    if cfg.lora_target_modules is not None:  # before the warm start, not when build() loads the model
+        check_target_modules(check_model(base), cfg.lora_target_modules, "lora_target_modules")
     ws = cfg.warm_start
     mixing = mixes(ws)
     own = ws.teacher in ("random", "mixed")  # a target of the warm start's own, not a baseline's
