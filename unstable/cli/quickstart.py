@@ -30,6 +30,7 @@ from unstable.cli.progress import wait_with_progress
 from unstable.eval.in_run import EXPLOITABILITY_EVAL
 from unstable.eval.intervals import compare_intervals, comparison_line
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
+from unstable.inference.adapters import check_module_names
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
 from unstable.run.config import RUN_MODES, BuildConfig
@@ -67,7 +68,7 @@ class QuickstartConfig:
     """``"linear"``: decay from ``learning_rate`` towards 0 over the run; or ``"constant"``."""
     lora_rank: int = setting(8, ge=1)
     lora_alpha: int = setting(16, ge=1)
-    lora_target_modules: list[str] | None = None
+    lora_target_modules: list[str] | None = setting(None, check=check_module_names)
     """The linear modules the adapter changes, by name (PEFT's ``target_modules``); ``None``: build()'s default,
     all seven projections. ``["q_proj", "k_proj", "v_proj", "o_proj"]`` leaves the MLP alone (docs/training.md,
     "How the format breaks")."""
@@ -133,11 +134,6 @@ class QuickstartConfig:
             raise ValueError(f"mode='sync' trains every move on the version that played it, so it needs "
                              f"max_staleness=0, got {self.max_staleness}")
         _check_mappings(self)
-        modules = self.lora_target_modules
-        if modules is not None and (not isinstance(modules, list) or not modules
-                                    or not all(isinstance(m, str) and m for m in modules)):
-            raise ValueError(f"lora_target_modules must be a non-empty list of module names such as "
-                             f"['q_proj', 'v_proj'] (or left out: all seven projections), got {modules!r}")
         league_config(self.league)  # a mapping of league settings (checked again below, with the job's strategy)
         if (self.opponent_sampling_strategy == "mirror" and self.league is None and self.fixed_opponents
                 and tuple(self.fixed_opponents) != SamplerConfig().fixed_opponents):  # build() names num_actors,

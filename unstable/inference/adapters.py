@@ -39,6 +39,13 @@ PAYLOADS_PER_LORA = 4
 ``max_loras`` adapters: past checkpoints a league comes back to are not fetched again."""
 
 
+def check_module_names(name: str, modules: Any) -> None:
+    """A ``target_modules`` value: a non-empty list (or tuple) of module names; the error names it ``name``."""
+    if not isinstance(modules, list | tuple) or not modules or not all(isinstance(m, str) and m for m in modules):
+        raise ValueError(f"{name} must be a non-empty list of module names such as ['q_proj', 'v_proj'], "
+                         f"got {modules!r}")
+
+
 @dataclass
 class LoraSettings:
     """A LoRA adapter's settings: a learner's ``lora_cfg``, build()'s ``lora_config`` (as a mapping)."""
@@ -49,16 +56,12 @@ class LoraSettings:
     """The update's scale is ``lora_alpha / lora_rank``."""
     lora_dropout: float = setting(0.0, ge=0, lt=1)
     """Dropout on the adapter's input in training."""
-    target_modules: Any = setting(factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                   "down_proj"])
+    target_modules: list[str] = setting(factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                         "up_proj", "down_proj"], check=check_module_names)
     """The linear modules adapted, by name (PEFT's ``target_modules``)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
-        modules = self.target_modules
-        if not isinstance(modules, list | tuple) or not modules or not all(isinstance(m, str) and m for m in modules):
-            raise ValueError(f"target_modules must be a non-empty list of module names such as ['q_proj', 'v_proj'], "
-                             f"got {modules!r}")
 
 
 DEFAULT_LORA_CFG: dict[str, Any] = dataclasses.asdict(LoraSettings())
