@@ -510,6 +510,7 @@ LEARNER_CASES = [
      "'flex_attention' has no backward on a CPU"),
     ("weight_decay negative", {"learner": {"weight_decay": -1}},
      r"learner settings: weight_decay must be a finite number in \[0, inf\)"),
+    ("adam_eps 0", {"learner": {"adam_eps": 0}}, "learner settings: adam_eps must be a number > 0"),
     ("dtype float64", {"learner": {"dtype": "float64"}}, r"learner settings: dtype must be one of \['bfloat16'"),
     ("keep_every 0", {"learner": {"keep_every": 0}}, "keep_every must be an integer >= 1 or None"),
     ("poll_interval_s 0", {"learner": {"poll_interval_s": 0}}, "poll_interval_s must be a number > 0"),

@@ -107,6 +107,21 @@ def test_first_update_moves_lora_b_then_lora_a_never_base(model_dir, tmp_path):
     assert all(torch.equal(before[n], p) for n, p in lrn.model.named_parameters() if "lora_" not in n)
 
 
+def test_adam_eps_reaches_every_optimiser_and_damps_small_gradients(model_dir, tmp_path):
+    """Adam's first step moves each weight by about lr whatever its gradient's size; an eps far above
+    the gradients makes the step about lr * |g| / eps (torch.optim.AdamW's update)."""
+    def first_step(lrn):
+        before = {n: p.detach().clone() for n, p in lrn.model.named_parameters() if ".lora_B." in n}
+        lrn.update(batch(episodes()))
+        moved = dict(lrn.model.named_parameters())
+        return max((moved[n] - p).abs().max().item() for n, p in before.items())
+
+    assert first_step(learner(A2CLearner, model_dir, tmp_path)) == pytest.approx(1e-3, rel=0.01)
+    damped = learner(A2CLearner, model_dir, tmp_path, adam_eps=0.1)
+    assert [g["eps"] for opt in damped._optimizers() for g in opt.param_groups] == [0.1, 0.1]  # policy, critic
+    assert first_step(damped) < 1e-4
+
+
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_advantage_sign_moves_sampled_logprob(model_dir, tmp_path, sign):
     lrn = learner(REINFORCELearner, model_dir, tmp_path)

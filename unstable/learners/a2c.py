@@ -70,7 +70,7 @@ class A2CLearner(REINFORCELearner):
         critic_lora = mu.adapter_parameters(self.model, CRITIC_ADAPTER)
         self.critic_params = [*critic_lora, *self.value_head.parameters()]
         self.critic_optimizer = torch.optim.AdamW(
-            self.critic_params, lr=cfg.critic_learning_rate, weight_decay=cfg.weight_decay
+            self.critic_params, lr=cfg.critic_learning_rate, weight_decay=cfg.weight_decay, eps=cfg.adam_eps
         )
 
     def initialize_algorithm(

@@ -44,7 +44,7 @@ class AveragePolicy:
         mu.add_saved_or_copied_adapter(self.model, AVERAGE_ADAPTER, cfg.initial_lora_path, trainable=True)
         self.average_params = mu.adapter_parameters(self.model, AVERAGE_ADAPTER)
         self.average_optimizer = torch.optim.AdamW(self.average_params, lr=cfg.average_learning_rate,
-                                                   weight_decay=cfg.weight_decay)
+                                                   weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
         self.reservoir = Reservoir(cfg.average_reservoir, seed=cfg.seed)
 
     def average_update(self, steps: list[Step]) -> dict[str, float]:

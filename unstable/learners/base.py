@@ -120,7 +120,8 @@ class BaseLearner(DataParallelLearner):
         self.model = mu.attach_policy_adapter(base, cfg.lora_cfg, cfg.initial_lora_path)
         self.model.to(self.device)
         self.policy_params = mu.adapter_parameters(self.model, mu.POLICY_ADAPTER)
-        self.optimizer = torch.optim.AdamW(self.policy_params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(self.policy_params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay,
+                                           eps=cfg.adam_eps)
         self.pad_id = mu.pad_token_id(base)
         self.vocab_size = mu.vocab_size(base)
         self._logits_to_keep = mu.supports_logits_to_keep(self.model)

@@ -49,6 +49,11 @@ class LearnerConfig:
     """Global gradient-norm clip (``clip_grad_norm_``)."""
     weight_decay: float = setting(0.0, ge=0)
     """AdamW weight decay. The reference left torch's default (0.01) on the LoRA weights."""
+    adam_eps: float = setting(1e-8, gt=0)
+    """AdamW's ``eps`` (torch's default 1e-8), for every optimiser the learner steps. A step is
+    ``lr * m / (sqrt(v) + eps)``: with the default, a weight whose gradients are tiny still moves by
+    about ``lr`` once they point one way. An ``eps`` near the typical ``sqrt(v)`` (the learner's
+    trainer state holds ``exp_avg_sq``) shrinks those steps, towards SGD with rate ``lr / eps``."""
     activation_checkpointing: bool = setting(True, flat="activation_checkpointing")
     """Take the sampled tokens' log-probs (and entropies) with the chunked head fused with the LM
     head (:func:`~unstable.algorithms.chunked_target_logprobs`): never more than
