@@ -107,9 +107,10 @@ def test_an_opponent_adapter_that_breaks_mid_run_stops_the_run_with_its_cause(
         run.stop()
         pool.shutdown(wait=False)
     assert isinstance(error, FailureBudgetSpentError), causes(error)
-    # whichever limit comes first: 4 in a row, or, when some games still finish in between (seen with
-    # the eval opponent), more than half of the last 200
-    assert ("games failed in a row (max_consecutive_failures=4)" in str(error)
-            or "games failed (max_failure_rate=0.5)" in str(error)), str(error)
+    # 4 in a row: of all games, or of the games the broken opponent played. The eval games that the
+    # evaluated model ends before the opponent's first turn still finish (about half of them with this
+    # tiny model): they used to break the streak, and the run stopped only once more than 100 of the
+    # last 200 eval games had failed, past this test's 300 s under a loaded machine.
+    assert "games failed in a row" in str(error) and "(max_consecutive_failures=4)" in str(error), str(error)
     assert expected in causes(error) and expected in str(error)  # the first failure, in the message and as cause
     assert stats["failed"] >= 4

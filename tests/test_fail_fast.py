@@ -7,6 +7,7 @@ the end-to-end test breaks a registered prompt template in a real ``build()`` ru
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 import traceback
@@ -23,7 +24,7 @@ from unstable.collection.scheduler import GameScheduler
 from unstable.inference.base import InferenceUnavailableError
 from unstable.policies.api import APIOpponentConfig
 from unstable.policies.base import PolicyError
-from unstable.records import AgentSpec, FailedGame, GameFailedError, GameSpec, PolicyRef
+from unstable.records import AgentSpec, FailedGame, GameFailedError, GameRecord, GameSpec, PolicyRef, Turn
 from unstable.registry import ModelRegistry
 from unstable.samplers.env_samplers import UniformRandomEnvSampler
 from unstable.samplers.model_samplers import BaseModelSampler
@@ -48,6 +49,33 @@ def test_a_streak_of_failures_spends_the_budget_from_its_first_failure():
         counter.record(failure(seed=4))
     assert info.value.first.seed == 2 and str(info.value.__cause__) == "cause of game 2"
     assert "seed 2" in str(info.value) and "max_consecutive_failures" in str(info.value)
+
+
+def test_a_broken_policy_spends_the_budget_though_games_it_never_played_finish_in_between():
+    """An eval opponent whose adapter broke: the games where the evaluated model's first move ended
+    the game finish without its turn, so the plain streak never reaches 3 and the failures stay at half
+    of the window. Before, such a run went on (the failure in test_every_game_fails under load)."""
+    learner, opponent = PolicyRef("ckpt-3", version=3), PolicyRef("/adapters/opponent")
+
+    def played_by(*policies):
+        turns = tuple(Turn(turn_index=i, player_id=i, observation="", prompt="", completion_text="", action="[0]",
+                           format_ok=True, invalid=False, policy=p) for i, p in enumerate(policies))
+        return GameRecord(GameSpec(0, "TicTacToe-v0-train", 0, ()), turns, {0: 1.0, 1: -1.0}, {})
+
+    def broken(seed):
+        err = failure("policy", seed)
+        return GameFailedError(dataclasses.replace(err.failure, policy=opponent))
+
+    counter = FailureCounter(FailureBudget(max_consecutive_failures=3, max_failure_rate=0.5, failure_rate_window=10),
+                             "eval")
+    for outcome in (broken(1), played_by(learner), broken(2), played_by(opponent, learner), broken(3),
+                    played_by(learner), broken(4), None):  # a game the opponent played resets its streak
+        counter.record(outcome)
+    with pytest.raises(FailureBudgetSpentError, match="3 eval games failed in a row in a turn of '/adapters/opponent', "
+                                                      "counting only the games it played") as info:
+        counter.record(broken(5))
+    assert info.value.first.seed == 3 and info.value.first.policy == opponent
+    assert "failed in policy (a turn of '/adapters/opponent')" in str(info.value)
 
 
 def test_dropped_games_neither_count_nor_break_a_streak():

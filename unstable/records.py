@@ -263,7 +263,8 @@ class FailedGame:
     """A game that could not be finished: kept, counted and logged with its seed, never retried blindly.
 
     ``stage="inference"``: the inference actor serving it died or was restarting; the collector
-    counts such a game as *dropped* rather than failed.
+    counts such a game as *dropped* rather than failed. ``policy``: the seat's policy whose turn
+    failed (``stage="policy"``); ``None`` when the game itself failed.
     """
 
     spec: GameSpec
@@ -272,6 +273,7 @@ class FailedGame:
     message: str
     traceback: str = ""
     turns: tuple[Turn, ...] = field(default=())
+    policy: PolicyRef | None = None
 
     @property
     def seed(self) -> int:
@@ -280,9 +282,10 @@ class FailedGame:
 
     def describe(self) -> str:
         """One line for logs and errors: the game, its seed, the stage it failed in, its turns and the error."""
+        whose = f" (a turn of {self.policy.uid!r})" if self.policy is not None else ""
         return (
             f"game {self.spec.game_id} ({self.spec.env_id}, seed {self.spec.seed}) failed in "
-            f"{self.stage} after {len(self.turns)} turns: {self.error_type}: {self.message}"
+            f"{self.stage}{whose} after {len(self.turns)} turns: {self.error_type}: {self.message}"
         )
 
 

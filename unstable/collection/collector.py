@@ -456,7 +456,6 @@ class Collector:
     def _handle(self, outcome: GameRecord | GameFailedError, is_train: bool, backends: list[int]) -> None:
         """Count a finished game and hold it in the outbox; raises once the failure budget is spent
         (the game that spent it is held and sent too)."""
-        error = outcome if isinstance(outcome, GameFailedError) else None
         result = outcome.failure if isinstance(outcome, GameFailedError) else outcome
         if isinstance(result, FailedGame):
             if result.stage == "inference":  # its inference actor died: dropped, not the game's fault
@@ -473,7 +472,7 @@ class Collector:
         # a meta-game (PSRO matrix) game collects no seat: it is rated, never trained on
         trains = is_train and not isinstance(result, FailedGame) and not result.spec.is_matrix
         self._outbox.hold(result, self._buffers_of(result) if trains else [])
-        self._failures["train" if is_train else "eval"].record(error)  # raises once the budget is spent
+        self._failures["train" if is_train else "eval"].record(outcome)  # raises once the budget is spent
 
     def _buffers_of(self, record: GameRecord) -> list[str | None]:
         """The buffer(s) a finished train game goes to: of the models whose seats it collected."""

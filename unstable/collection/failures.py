@@ -10,6 +10,12 @@ games) and stops collection when either spends its :class:`FailureBudget`, raisi
 :class:`FailureBudgetSpentError` *from* the exception of the first failure that spent it, so the
 user sees that error's traceback.
 
+A streak is counted twice: over all games of a kind, and over the games in which one policy's
+turn failed, which only a finished game that policy took a turn in breaks. A broken opponent
+whose games sometimes end before its first turn (the evaluated model's first move was illegal)
+still stops the run: before, those games broke the streak, the failures stayed near half of the
+window, and the run went on with its eval numbers from the games the opponent never played.
+
 Games dropped because their inference actor died (``stage="inference"``) are not the game's fault
 and neither count nor break a streak. Bugs in our code (a template, an action extraction, a
 scripted policy) never reach the budget: the turn loop lets them propagate and the run stops at the
@@ -21,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from unstable.records import FailedGame, GameFailedError
+from unstable.records import FailedGame, GameFailedError, GameRecord
 from unstable.utils.schema import check_fields, setting
 
 
@@ -34,7 +40,8 @@ class FailureBudget:
     """
 
     max_consecutive_failures: int | None = setting(32, ge=1, flat="max_consecutive_failures")
-    """Stop after this many failed games in a row (per kind: train, eval)."""
+    """Stop after this many failed games in a row (per kind: train, eval), and after this many games
+    in a row whose failure was one policy's turn, of the games that policy played."""
     max_failure_rate: float | None = setting(0.5, gt=0, le=1, flat="max_failure_rate")
     """Stop when more than this fraction of the last ``failure_rate_window`` games of a kind
     failed (judged only once that many have ended: a bad start is the streak check's job)."""
@@ -74,15 +81,20 @@ class FailureCounter:
         self._recent: deque[GameFailedError | None] = deque(maxlen=budget.failure_rate_window)
         self._streak = 0
         self._streak_first: GameFailedError | None = None
+        self._policy_streaks: dict[str, list] = {}  # a policy's uid -> [failed turns in a row, the first]
 
-    def record(self, failure: GameFailedError | None) -> None:
-        """Count one ended game (``None``: it finished); raise :class:`FailureBudgetSpentError` once the
-        budget is spent. A dropped game (``stage="inference"``) is not recorded at all."""
+    def record(self, outcome: GameFailedError | GameRecord | None) -> None:
+        """Count one ended game (a :class:`GameRecord` or ``None``: it finished); raise
+        :class:`FailureBudgetSpentError` once the budget is spent. A dropped game
+        (``stage="inference"``) is not recorded at all."""
+        failure = outcome if isinstance(outcome, GameFailedError) else None
         if failure is not None and failure.failure.stage == "inference":
             return
         self._recent.append(failure)
         if failure is None:
             self._streak, self._streak_first = 0, None
+            for turn in outcome.turns if isinstance(outcome, GameRecord) else ():
+                self._policy_streaks.pop(turn.policy.uid, None)
             return
         self._streak += 1
         self._streak_first = self._streak_first or failure
@@ -90,6 +102,13 @@ class FailureCounter:
         if b.max_consecutive_failures is not None and self._streak >= b.max_consecutive_failures:
             self._spent(f"{self._streak} {self.kind} games failed in a row "
                         f"(max_consecutive_failures={b.max_consecutive_failures})", self._streak_first)
+        if failure.failure.policy is not None:
+            uid = failure.failure.policy.uid
+            streak = self._policy_streaks.setdefault(uid, [0, failure])
+            streak[0] += 1
+            if b.max_consecutive_failures is not None and streak[0] >= b.max_consecutive_failures:
+                self._spent(f"{streak[0]} {self.kind} games failed in a row in a turn of {uid!r}, counting only "
+                            f"the games it played (max_consecutive_failures={b.max_consecutive_failures})", streak[1])
         if b.max_failure_rate is not None and len(self._recent) == b.failure_rate_window:
             failed = [f for f in self._recent if f is not None]
             if len(failed) > b.max_failure_rate * b.failure_rate_window:

@@ -346,7 +346,8 @@ class GameScheduler:
         self._failure_log.write({"game_id": failed.spec.game_id, "env_id": failed.spec.env_id,
                                  "seed": failed.spec.seed, "is_eval": failed.spec.is_eval, "stage": failed.stage,
                                  "error_type": failed.error_type, "message": failed.message,
-                                 "turns": len(failed.turns)})
+                                 "turns": len(failed.turns),
+                                 "policy": failed.policy.uid if failed.policy is not None else None})
 
     # ----------------------------------------------------------------- introspection
     def running(self) -> int:

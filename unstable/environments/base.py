@@ -31,15 +31,17 @@ from unstable.games.mixture import EnvironmentMixture
 from unstable.games.templates import get_template
 from unstable.inference.base import InferenceUnavailableError
 from unstable.policies.base import Policy, PolicyError, PolicyOutput, TurnContext
-from unstable.records import FailedGame, GameFailedError, GameSpec, Turn
+from unstable.records import FailedGame, GameFailedError, GameSpec, PolicyRef, Turn
 from unstable.utils.checks import check_number, check_str
 from unstable.utils.secrets import redact
 
 TRAIN_SPLIT = "train"
 
 
-def game_failure(spec: GameSpec, stage: str, exc: BaseException, turns: Sequence[Turn]) -> GameFailedError:
-    """The error that fails one game (counted by the collector), with its seed, stage and turns so far."""
+def game_failure(spec: GameSpec, stage: str, exc: BaseException, turns: Sequence[Turn],
+                 policy: PolicyRef | None = None) -> GameFailedError:
+    """The error that fails one game (counted by the collector), with its seed, stage and turns so far
+    (and the policy whose turn failed, if one did)."""
     failure = FailedGame(
         spec=spec,
         stage=stage,  # type: ignore[arg-type]
@@ -47,6 +49,7 @@ def game_failure(spec: GameSpec, stage: str, exc: BaseException, turns: Sequence
         message=redact(str(exc)),  # both end up in logs and transcripts: never with an API key in them
         traceback=redact("".join(traceback.format_exception(exc))),
         turns=tuple(turns),
+        policy=policy,
     )
     return GameFailedError(failure)
 
@@ -59,7 +62,7 @@ async def ask_policy(policy: Policy, ctx: TurnContext, spec: GameSpec, turns: Se
     except InferenceUnavailableError as exc:
         raise game_failure(spec, "inference", exc, turns) from exc
     except PolicyError as exc:
-        raise game_failure(spec, "policy", exc, turns) from exc
+        raise game_failure(spec, "policy", exc, turns, policy.ref) from exc
     except Exception as exc:
         exc.add_note(f"raised by the policy {policy.ref.uid!r} in seat {ctx.player_id}, turn {ctx.turn_index} of game "
                      f"{spec.game_id} ({spec.env_id}, seed {spec.seed}); a bug, not a failed game")

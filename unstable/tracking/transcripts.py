@@ -91,7 +91,8 @@ def transcript_line(result: GameRecord | FailedGame, learner_step: int = 0) -> d
     }  # fmt: skip
     if isinstance(result, FailedGame):
         line["failure"] = {"stage": result.stage, "error_type": result.error_type, "message": result.message,
-                           "traceback": result.traceback}
+                           "traceback": result.traceback,
+                           "policy": result.policy.uid if result.policy is not None else None}
     else:
         line.update(final_rewards=result.final_rewards, outcomes=result.outcomes, game_info=result.game_info,
                     invalid_player=result.invalid_player, wall_seconds=result.wall_seconds)
