@@ -361,6 +361,13 @@ def test_resumed_learner_continues_exactly_like_an_uninterrupted_one(small_model
     with pytest.raises(ValueError, match=r"trainer_state\.pt"):
         REINFORCELearner(small_model_dir, output_dir=str(tmp_path / "c"), initial_lora_path=str(tmp_path),
                          restore_training_state=True, **kw)
+    # the resumed run's own settings, the saved moments (torch's load_state_dict brought back the saved eps)
+    changed = REINFORCELearner(small_model_dir, output_dir=str(tmp_path / "d"), initial_lora_path=str(path),
+                               initial_version=version, restore_training_state=True, **kw, adam_eps=1e-3,
+                               weight_decay=0.1)
+    changed.update(_steps(2))  # the trainer state is loaded before the first update
+    group, state = changed.optimizer.param_groups[0], changed.optimizer.state_dict()["state"][0]
+    assert (group["eps"], group["weight_decay"]) == (1e-3, 0.1) and state["step"] == 3  # the saved 2, and this one
 
 
 def test_a_stop_between_a_checkpoint_and_its_metrics_row_gets_the_row_back_on_resume(small_model_dir, tmp_path):

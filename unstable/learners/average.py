@@ -92,5 +92,5 @@ class AveragePolicy:
         if "average" not in state:
             raise ValueError("this checkpoint was trained without average_reservoir; its trainer state holds no "
                              "reservoir to resume the average policy from")
-        self.average_optimizer.load_state_dict(state["average"]["optimizer"])
+        mu.load_optimizer_state(self.average_optimizer, state["average"]["optimizer"])
         self.reservoir.load_state_dict(state["average"]["reservoir"])

@@ -322,7 +322,7 @@ class BaseLearner(DataParallelLearner):
             raise ValueError(f"trainer state holds optimisers {sorted(state['optimizers'])}, "
                              f"this learner has {sorted(groups)}")
         for name, (optimizer, _) in groups.items():
-            optimizer.load_state_dict(state["optimizers"][name])
+            mu.load_optimizer_state(optimizer, state["optimizers"][name])
         self.version = int(state["version"])
         self.skipped_total = int(state["skipped_total"])
         torch.set_rng_state(state["rng"]["torch"])

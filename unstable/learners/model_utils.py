@@ -193,3 +193,13 @@ def plain_lm_head(model: PeftModel) -> bool:
     after_head = any(getattr(config, name, None) not in (None, 1.0)
                      for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
     return type(model.get_output_embeddings()) is nn.Linear and not after_head
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """Load a saved optimiser's moments and step counts, keeping this run's settings (``lr``, ``eps``,
+    ``weight_decay``, ...): torch's ``load_state_dict`` also brings back the saved param groups'
+    settings, so a run resumed with another ``adam_eps`` or ``average_learning_rate`` kept the old one."""
+    settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    optimizer.load_state_dict(saved)
+    for group, own in zip(optimizer.param_groups, settings, strict=True):
+        group.update(own)
