@@ -81,7 +81,7 @@ class FailureCounter:
         self._recent: deque[GameFailedError | None] = deque(maxlen=budget.failure_rate_window)
         self._streak = 0
         self._streak_first: GameFailedError | None = None
-        self._policy_streaks: dict[str, list] = {}  # a policy's uid -> [failed turns in a row, the first]
+        self._policy_streaks: dict[str, tuple[int, GameFailedError]] = {}  # uid -> (failed in a row, the first)
 
     def record(self, outcome: GameFailedError | GameRecord | None) -> None:
         """Count one ended game (a :class:`GameRecord` or ``None``: it finished); raise
@@ -104,11 +104,11 @@ class FailureCounter:
                         f"(max_consecutive_failures={b.max_consecutive_failures})", self._streak_first)
         if failure.failure.policy is not None:
             uid = failure.failure.policy.uid
-            streak = self._policy_streaks.setdefault(uid, [0, failure])
-            streak[0] += 1
-            if b.max_consecutive_failures is not None and streak[0] >= b.max_consecutive_failures:
-                self._spent(f"{streak[0]} {self.kind} games failed in a row in a turn of {uid!r}, counting only "
-                            f"the games it played (max_consecutive_failures={b.max_consecutive_failures})", streak[1])
+            count, first = self._policy_streaks.get(uid, (0, failure))
+            self._policy_streaks[uid] = (count + 1, first)
+            if b.max_consecutive_failures is not None and count + 1 >= b.max_consecutive_failures:
+                self._spent(f"{count + 1} {self.kind} games failed in a row in a turn of {uid!r}, counting only "
+                            f"the games it played (max_consecutive_failures={b.max_consecutive_failures})", first)
         if b.max_failure_rate is not None and len(self._recent) == b.failure_rate_window:
             failed = [f for f in self._recent if f is not None]
             if len(failed) > b.max_failure_rate * b.failure_rate_window:
