@@ -280,6 +280,11 @@ class FailedGame:
         """The seed of the failed game, to replay it with."""
         return self.spec.seed
 
+    @property
+    def policy_uid(self) -> str | None:
+        """The uid of the policy whose turn failed, as the logs and transcripts write it."""
+        return self.policy.uid if self.policy is not None else None
+
     def describe(self) -> str:
         """One line for logs and errors: the game, its seed, the stage it failed in, its turns and the error."""
         whose = f" (a turn of {self.policy.uid!r})" if self.policy is not None else ""

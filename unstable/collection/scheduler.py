@@ -347,7 +347,7 @@ class GameScheduler:
                                  "seed": failed.spec.seed, "is_eval": failed.spec.is_eval, "stage": failed.stage,
                                  "error_type": failed.error_type, "message": failed.message,
                                  "turns": len(failed.turns),
-                                 "policy": failed.policy.uid if failed.policy is not None else None})
+                                 "policy": failed.policy_uid})
 
     # ----------------------------------------------------------------- introspection
     def running(self) -> int:

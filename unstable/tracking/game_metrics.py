@@ -117,6 +117,6 @@ def failure_line(failure: FailedGame, stage: str, learner_step: int) -> dict[str
         "message": failure.message,
         "turns": len(failure.turns),
         "agents": [a.policy.uid for a in failure.spec.agents],
-        "policy": failure.policy.uid if failure.policy is not None else None,  # whose turn failed, if one did
+        "policy": failure.policy_uid,  # whose turn failed, if one did
         "traceback": failure.traceback,
     }

@@ -92,7 +92,7 @@ def transcript_line(result: GameRecord | FailedGame, learner_step: int = 0) -> d
     if isinstance(result, FailedGame):
         line["failure"] = {"stage": result.stage, "error_type": result.error_type, "message": result.message,
                            "traceback": result.traceback,
-                           "policy": result.policy.uid if result.policy is not None else None}
+                           "policy": result.policy_uid}
     else:
         line.update(final_rewards=result.final_rewards, outcomes=result.outcomes, game_info=result.game_info,
                     invalid_player=result.invalid_player, wall_seconds=result.wall_seconds)
