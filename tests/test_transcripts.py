@@ -58,6 +58,7 @@ def test_a_line_holds_the_whole_game():
     failed = transcript_line(FailedGame(spec=known_game().spec, stage="env", error_type="KeyError", message="boom",
                                         turns=known_game().turns[:1]))
     assert failed["kind"] == "failed" and failed["failure"]["error_type"] == "KeyError" and failed["num_turns"] == 1
+    assert failed["failure"]["policy"] is None  # the game failed, not a seat's turn
 
 
 def test_tracker_writes_train_eval_and_failed_games(tmp_path):
@@ -65,11 +66,14 @@ def test_tracker_writes_train_eval_and_failed_games(tmp_path):
     tracker.set_learner_step(3)
     tracker.log_game(known_game(1))
     tracker.log_game(known_game(2, is_eval=True))
-    tracker.log_game(FailedGame(spec=known_game(3).spec, stage="policy", error_type="TimeoutError", message="slow"))
+    tracker.log_game(FailedGame(spec=known_game(3).spec, stage="policy", error_type="TimeoutError", message="slow",
+                                policy=PolicyRef("gpt-opponent", "api")))
     tracker.close()
     lines = read_transcripts(tmp_path / "run")
     assert [(x["game_id"], x["kind"], x["is_eval"], x["learner_step"]) for x in lines] == [
         (1, "game", False, 3), (2, "game", True, 3), (3, "failed", False, 3)]  # fmt: skip
+    failed_log = (tmp_path / "run" / "logs" / "failed_games.jsonl").read_text().splitlines()
+    assert lines[-1]["failure"]["policy"] == json.loads(failed_log[-1])["policy"] == "gpt-opponent"  # whose turn failed
     assert transcript_files(tmp_path / "run") == [tmp_path / "run" / "games" / "transcripts.jsonl"]
     off = Tracker("t", run_dir=str(tmp_path / "off"), use_wandb=False, transcripts=TranscriptConfig(enabled=False))
     off.log_game(known_game(1))
