@@ -279,19 +279,20 @@ def test_all_checkpoints_of_a_run_are_read_and_appended(answering_model, tmp_pat
     assert average["legal_exploitability"] == lines[1][f"{key}_average_legal"]
     assert len(average["policy"]) == 12 and lines[1][f"{key}_average"] not in (lines[0][key], lines[1][key])
     assert "ckpt-3" in capsys.readouterr().out
-    # From step 1 on, linear: only ckpt-3 counts; its average is itself (the base, step 0, is left out).
+    # From step 1 on, linear: only ckpt-3 is read and counts; its average is itself (the base, step 0, is not read).
     assert main(["eval", "--exploitability", "--run", str(tmp_path), "--all-checkpoints", "--env",
                  "KuhnPoker-v0-train", "--temperature", "1", "--top-p", "1", "--average-from", "1",
                  "--average-weights", "linear", "--out", str(tmp_path / "tail.json")]) == 0
     tail = [json.loads(x) for x in (tmp_path / "exploitability.jsonl").read_text().splitlines()][2:]
-    assert f"{key}_average" not in tail[0] and tail[1][f"{key}_average"] == pytest.approx(tail[1][key], abs=1e-12)
+    assert [x["uid"] for x in tail] == ["ckpt-3"] and tail[0][key] == pytest.approx(lines[1][key], abs=1e-12)
+    assert tail[0][f"{key}_average"] == pytest.approx(tail[0][key], abs=1e-12)
     saved = json.loads((tmp_path / "tail.json").read_text())
     assert (saved["checkpoints"], saved["average_from"], saved["average_weights"]) == (1, 1, "linear")
     assert "the linear average of the 1 checkpoints read from step 1" in capsys.readouterr().out
     # Every 2nd learner step: the base (step 0) is read, ckpt-3 is not.
     assert main(["eval", "--exploitability", "--run", str(tmp_path), "--all-checkpoints", "--env",
                  "KuhnPoker-v0-train", "--temperature", "1", "--top-p", "1", "--checkpoint-every", "2"]) == 0
-    strided = [json.loads(x) for x in (tmp_path / "exploitability.jsonl").read_text().splitlines()][4:]
+    strided = [json.loads(x) for x in (tmp_path / "exploitability.jsonl").read_text().splitlines()][3:]
     assert [(x["uid"], x["learner_step"]) for x in strided] == [("base", 0)]
 
 
