@@ -47,6 +47,19 @@ BEST = {"J": "[check]", "Q": "[check]", "K": "[bet]"}
 RANK = {"J": 0, "Q": 1, "K": 2}
 
 
+# The settings with which every learner reads the card (results: learning-signal-2026-11-28/bandit-seeds/):
+# the KL to the warm start, which is uniform over the legal moves, keeps the moves spread (the plateau of
+# Mei et al. 2020), and four clipped optimiser steps a batch (two epochs of two mini-batches, PPO's own)
+# shorten the card-blind plateau; GRPO takes one group per card.
+FOUR_STEPS = {"beta": 0.1, "epochs": 2, "minibatches": 2, "mini_batch_size": 32, "clip_ratio": 0.2}
+RECIPE: dict[str, dict[str, Any]] = {
+    "reinforce": FOUR_STEPS,
+    "grpo": {**FOUR_STEPS, "group_by": ("env_id", "prompt")},
+    "ppo": {**FOUR_STEPS, "critic_learning_rate": 1e-3},
+}
+BUDGET = 300  # updates of 64 openings; the slowest of three seeds per learner is in the results
+
+
 def chips(card: str, move: str, other: str) -> float:
     """The first player's chips for opening ``move`` with ``card`` against the fixed opponent holding ``other``."""
     wins = RANK[card] > RANK[other]
@@ -104,6 +117,25 @@ def read_policy(backend, adapter: str | None, prompts: dict[str, str]) -> dict[s
     return {c: {**d.probs, "other": d.other} for c, d in zip(CARDS, dists, strict=True)}
 
 
+def play_openings(backend, adapter: str | None, prompts: dict[str, str],
+                  samples: int = 256) -> dict[str, dict[str, float]]:
+    """Each card's moves as played: ``samples`` answers per card sampled at temperature 1 and read by the game's
+    extraction, as shares of all answers (``invalid``: no legal move). Unlike :func:`read_policy`, an answer
+    spelled otherwise than the canonical ``\\boxed{check}`` counts as the move it names."""
+    from unstable.games.extraction import get_action_extraction
+    from unstable.inference.base import GenerationRequest, SamplingParams
+
+    extract = get_action_extraction("default")
+    sampling = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=16)
+    out = {}
+    for card in CARDS:
+        results = backend.generate_batch([GenerationRequest(prompts[card], adapter, sampling)] * samples)
+        moves = [extract(r.sample.text).action for r in results]
+        out[card] = {m: moves.count(m) / samples for m in MOVES}
+        out[card]["invalid"] = 1.0 - sum(out[card].values())
+    return out
+
+
 def best_share(policy: dict[str, dict[str, float]]) -> dict[str, float]:
     """Each card's probability of its best move among the legal moves (the exact reading's ``other``, answers
     spelled otherwise than the canonical ``\\boxed{check}``, left out; the sampled invalid rate is reported
@@ -111,14 +143,27 @@ def best_share(policy: dict[str, dict[str, float]]) -> dict[str, float]:
     return {c: policy[c][BEST[c]] / max(1e-12, sum(policy[c][m] for m in MOVES)) for c in CARDS}
 
 
+def reached(reading: dict[str, Any], target: float, max_invalid: float) -> bool:
+    """Whether an update's reading has every card's best move at ``target``: of all answers as played when it
+    holds ``played`` (:func:`play_openings`), else among the legal answers of the exact reading, with at most
+    ``max_invalid`` of the batch invalid."""
+    if "played" in reading:
+        return min(reading["played"][c][BEST[c]] for c in CARDS) >= target
+    return min(reading["best"].values()) >= target and reading.get("invalid", 0.0) <= max_invalid
+
+
 def run_bandit(algorithm: str = "reinforce", steps: int = 30, batch: int = 64, learning_rate: float = 1e-3,
                seed: int = 0, invalid_penalty: float = -4.0, target: float = 0.9, model: str | None = None,
                log: Callable[[str], None] = print, expected: bool = False, max_invalid: float = 0.05,
-               **settings: Any) -> dict[str, Any]:
+               absolute: bool = False, **settings: Any) -> dict[str, Any]:
     """Train ``algorithm`` on the bandit for at most ``steps`` updates of ``batch`` openings; stop once every
     card's best move has probability >= ``target`` among the legal moves and at most ``max_invalid`` of the
-    batch's answers were invalid. ``expected``: the reward is the move's expected chips
-    (no noise from the opponent's card). Returns the per-update readings and the games played."""
+    batch's answers were invalid. ``absolute``: of all answers as played instead, the share of ``check``
+    answers (128 a card, :func:`play_openings`) once the exact reading is within 0.05 of ``target``: the
+    exact reading's legal share counts the canonical ``\\boxed{bet}`` only, and a trained adapter also plays
+    spellings the game reads (``\\boxed{oves\\boxed{bet}``) in other proportions. ``expected``: the reward
+    is the move's expected chips (no noise from the opponent's card). Returns the per-update readings, the
+    games played and the final adapter's moves as played (:func:`play_openings`)."""
     from unstable.games.extraction import get_action_extraction
     from unstable.inference.base import GenerationRequest, SamplingParams
     from unstable.inference.transformers_backend import TransformersBackend
@@ -162,14 +207,19 @@ def run_bandit(algorithm: str = "reinforce", steps: int = 30, batch: int = 64, l
             invalid = sum(s.invalid for s in batch_steps) / len(batch_steps)
             curve.append({"update": update, "games": update * batch, "best": best, "policy": policy,
                           "reward_mean": sum(rewards) / len(rewards), "invalid": invalid})
+            if absolute and min(best.values()) >= target - 0.05 and invalid <= max_invalid:
+                curve[-1]["played"] = play_openings(backend, adapter, prompts, samples=128)
             log(f"{algorithm} update {update}: best {fmt(best)} reward {sum(rewards) / len(rewards):+.3f} "
                 f"invalid {invalid:.2f}")
-            if min(best.values()) >= target and invalid <= max_invalid:
+            if reached(curve[-1], target, max_invalid):
                 break
+        played = play_openings(backend, adapter, prompts)
+        log(f"{algorithm} as played after update {curve[-1]['update']}: "
+            + " ".join(f"{c} {played[c][BEST[c]]:.2f} (invalid {played[c]['invalid']:.2f})" for c in CARDS))
     backend.close()
     return {"algorithm": algorithm, "learning_rate": learning_rate, "batch": batch, "seed": seed,
-            "settings": settings,
-            "reached": min(curve[-1]["best"].values()) >= target and curve[-1].get("invalid", 0.0) <= max_invalid,
+            "expected": expected, "absolute": absolute, "settings": settings, "played": played,
+            "reached": reached(curve[-1], target, max_invalid) and (not absolute or "played" in curve[-1]),
             "updates": curve[-1]["update"], "games": curve[-1]["games"],
             "seconds": round(time.perf_counter() - started, 1), "curve": curve}
 
@@ -222,23 +272,35 @@ def exact_updates(model: str, mode: str = "policy_gradient", steps: int = 60, le
 
 def run_tabular(algorithm: str = "grpo", steps: int = 300, batch: int = 64, learning_rate: float = 0.05,
                 seed: int = 0, target: float = 0.9, beta: float = 0.0, magnet_every: int | None = None,
-                group_by: tuple[str, ...] = ("env_id", "player_id"), expected: bool = False) -> dict[str, Any]:
+                group_by: tuple[str, ...] = ("env_id", "player_id"), expected: bool = False,
+                epochs: int | None = None, minibatches: int | None = None, clip_ratio: float = 0.2,
+                critic_learning_rate: float = 0.05) -> dict[str, Any]:
     """The tabular twin: the same bandit, batches and loss (:func:`unstable.algorithms.policy_loss`, with the
     KL to a magnet at ``beta``) for a softmax table ``theta[card, move]`` that starts uniform, stepped by
     Adam. Advantages as the algorithm takes them: ``"reinforce"`` the reward, ``"grpo"`` the reward minus
     its group's mean over its std (``group_by``: ``("env_id", "player_id")`` is one group for the whole
-    batch, ``("env_id", "prompt")`` one per card). ``learning_rate`` is the table's own (a table needs a
-    larger one than a LoRA adapter); the curve is what the algorithm allows when every card has its own
-    parameters."""
+    batch, ``("env_id", "prompt")`` one per card), ``"ppo"`` the reward minus a critic table ``V[card]``
+    (read before the update, regressed on the rewards at ``critic_learning_rate`` beside each policy step),
+    normalised over the batch. Each batch takes ``epochs`` passes over ``minibatches`` shuffled parts, the
+    ratio to the table at the start of the update clipped at ``clip_ratio`` from the second step on, as the
+    learners do (``None``: the learner's default, 2 x 2 for PPO, 1 x 1 otherwise).
+    ``learning_rate`` is the table's own (a table needs a larger one than a LoRA adapter); the curve is what
+    the algorithm allows when every card has its own parameters."""
     import torch
 
-    from unstable.algorithms import group_advantages, policy_loss
+    from unstable.algorithms import group_advantages, normalize, policy_loss, value_loss
 
+    if algorithm not in ("reinforce", "grpo", "ppo"):
+        raise ValueError(f"the tabular twin has reinforce, grpo and ppo, got {algorithm!r}")
+    epochs = epochs or (2 if algorithm == "ppo" else 1)
+    minibatches = minibatches or (2 if algorithm == "ppo" else 1)
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     theta = torch.zeros(len(CARDS), len(MOVES), requires_grad=True)
     magnet = theta.detach().log_softmax(-1)
     opt = torch.optim.Adam([theta], lr=learning_rate)
+    values = torch.zeros(len(CARDS), requires_grad=True)  # PPO's critic
+    critic_opt = torch.optim.Adam([values], lr=critic_learning_rate)
 
     def best() -> dict[str, float]:
         probs = theta.detach().softmax(-1)
@@ -247,29 +309,42 @@ def run_tabular(algorithm: str = "grpo", steps: int = 300, batch: int = 64, lear
     curve = [{"update": 0, "games": 0, "best": best()}]
     for update in range(1, steps + 1):
         cards = torch.tensor([rng.randrange(len(CARDS)) for _ in range(batch)])
-        logp_all = theta.log_softmax(-1)
-        moves = torch.multinomial(logp_all.detach().exp()[cards], 1, generator=gen)[:, 0]
+        old_logp_all = theta.detach().log_softmax(-1)
+        moves = torch.multinomial(old_logp_all.exp()[cards], 1, generator=gen)[:, 0]
         rewards = torch.tensor([expected_chips(CARDS[c], MOVES[m]) if expected else
                                 chips(CARDS[c], MOVES[m], rng.choice([o for o in CARDS if o != CARDS[c]]))
                                 for c, m in zip(cards.tolist(), moves.tolist(), strict=True)])
         if algorithm == "reinforce":
             adv = rewards
-        else:
+        elif algorithm == "grpo":
             adv = group_advantages(rewards, [int(c) if "prompt" in group_by else 0 for c in cards.tolist()])
-        logp = logp_all[cards, moves][:, None]
-        loss, _ = policy_loss(logp, logp.detach(), adv, torch.ones_like(logp, dtype=torch.bool),
-                              max_generation_len=1, batch_sequences=batch, batch_tokens=batch,
-                              ref_logp=magnet[cards, moves][:, None] if beta else None, beta=beta)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        else:
+            adv = normalize(rewards - values.detach()[cards])
+        for _ in range(epochs):
+            order = torch.randperm(batch, generator=gen) if minibatches > 1 else torch.arange(batch)
+            for part in order.chunk(minibatches):
+                logp = theta.log_softmax(-1)[cards[part], moves[part]][:, None]
+                loss, _ = policy_loss(logp, old_logp_all[cards[part], moves[part]][:, None], adv[part],
+                                      torch.ones_like(logp, dtype=torch.bool), max_generation_len=1,
+                                      batch_sequences=len(part), batch_tokens=len(part), clip_low=clip_ratio,
+                                      ref_logp=magnet[cards[part], moves[part]][:, None] if beta else None, beta=beta)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if algorithm == "ppo":
+                    critic_opt.zero_grad()
+                    value_loss(values[cards[part]], rewards[part]).backward()
+                    critic_opt.step()
         if magnet_every and update % magnet_every == 0:
             magnet = theta.detach().log_softmax(-1)
         curve.append({"update": update, "games": update * batch, "best": best()})
         if min(curve[-1]["best"].values()) >= target:
             break
     return {"algorithm": f"{algorithm}, tabular", "learning_rate": learning_rate, "batch": batch, "seed": seed,
-            "settings": {"beta": beta, "magnet_every": magnet_every, "group_by": list(group_by)},
+            "expected": expected,
+            "settings": {"beta": beta, "magnet_every": magnet_every, "group_by": list(group_by), "epochs": epochs,
+                         "minibatches": minibatches, "clip_ratio": clip_ratio,
+                         **({"critic_learning_rate": critic_learning_rate} if algorithm == "ppo" else {})},
             "reached": min(curve[-1]["best"].values()) >= target, "updates": curve[-1]["update"],
             "games": curve[-1]["games"], "curve": curve}
 
@@ -285,12 +360,16 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--set", action="append", default=[], help="a learner setting, key=value (JSON value)")
+    p.add_argument("--set", action="append", default=[],
+                   help="a learner setting, key=value (JSON value); also expected=true, absolute=true (run_bandit)")
+    p.add_argument("--recipe", action="store_true", help="start from RECIPE[algorithm]'s settings (--set overrides)")
     p.add_argument("--tabular", action="store_true", help="also run the tabular twin on the same budget")
     p.add_argument("--tabular-lr", type=float, default=0.05)
     p.add_argument("--out", default=None, help="JSON result file")
     args = p.parse_args()
-    settings = {}
+    if args.recipe and args.algorithm not in RECIPE:
+        p.error(f"--recipe has settings for {', '.join(RECIPE)}, not {args.algorithm!r}")
+    settings = dict(RECIPE[args.algorithm]) if args.recipe else {}
     for item in args.set:
         key, value = item.split("=", 1)
         try:
@@ -302,7 +381,8 @@ def main() -> int:
     torch.set_num_threads(1)
     results = [run_bandit(args.algorithm, args.steps, args.batch, args.lr, args.seed, **settings)]
     if args.tabular:
-        tab = {k: settings[k] for k in ("beta", "magnet_every", "group_by") if k in settings}
+        tab = {k: settings[k] for k in ("beta", "magnet_every", "group_by", "epochs", "minibatches", "clip_ratio",
+                                        "expected") if k in settings}
         results.append(run_tabular(args.algorithm, args.steps, args.batch, args.tabular_lr, args.seed, **tab))
     for r in results:
         print(f"{r['algorithm']}: reached {r['reached']} after {r['updates']} updates ({r['games']} games); "
