@@ -57,7 +57,7 @@ RECIPE: dict[str, dict[str, Any]] = {
     "grpo": {**FOUR_STEPS, "group_by": ("env_id", "prompt")},
     "ppo": {**FOUR_STEPS, "critic_learning_rate": 1e-3},
 }
-BUDGET = 300  # updates of 64 openings; the slowest of three seeds per learner is in the results
+BUDGET = 300  # updates of 64 openings; the test's learners reached 0.8 of the legal answers in 24-92 (seed 0)
 
 
 def chips(card: str, move: str, other: str) -> float:
@@ -158,8 +158,8 @@ def run_bandit(algorithm: str = "reinforce", steps: int = 30, batch: int = 64, l
                absolute: bool = False, **settings: Any) -> dict[str, Any]:
     """Train ``algorithm`` on the bandit for at most ``steps`` updates of ``batch`` openings; stop once every
     card's best move has probability >= ``target`` among the legal moves and at most ``max_invalid`` of the
-    batch's answers were invalid. ``absolute``: of all answers as played instead, the share of ``check``
-    answers (128 a card, :func:`play_openings`) once the exact reading is within 0.05 of ``target``: the
+    batch's answers were invalid. ``absolute``: of all answers as played instead, the best move's share of
+    128 answers a card (:func:`play_openings`), read once the exact reading is within 0.05 of ``target``: the
     exact reading's legal share counts the canonical ``\\boxed{bet}`` only, and a trained adapter also plays
     spellings the game reads (``\\boxed{oves\\boxed{bet}``) in other proportions. ``expected``: the reward
     is the move's expected chips (no noise from the opponent's card). Returns the per-update readings, the
