@@ -360,3 +360,21 @@ async def run_collector_for(collector: Any, workers: int, seconds: float, warmup
     out = {k: after[k] - before[k] for k in after}
     out["seconds"] = t1 - t0
     return out
+
+
+def pyplot() -> Any:
+    """matplotlib's ``pyplot`` on the Agg backend: the plotting scripts draw to files, with no display."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, out: str | Path) -> None:
+    """Lay ``fig`` out and write it to ``out`` (its folder made) at the plots' 110 dpi, and say where."""
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")

@@ -10,6 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
+from common import pyplot, save_figure
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -17,10 +19,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="the PNG to write")
     parser.add_argument("--opponent", default="random")
     args = parser.parse_args()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     curves: dict[tuple[str, int], list[dict]] = {}
     for path in args.results:
@@ -40,9 +39,7 @@ def main() -> None:
     ax.set_title(f"TicTacToe self-play, tiny model: {', '.join(map(str, sorted(games)))} games per point, 95% CI")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out}")
+    save_figure(fig, args.out)
 
 
 if __name__ == "__main__":

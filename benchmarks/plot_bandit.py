@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from common import pyplot, save_figure
+
 
 def runs(path: Path) -> list[dict]:
     """The runs of one ``learning_signal.py`` result file: a list of them, or one."""
@@ -37,10 +39,7 @@ def main() -> int:
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(9, 5))
     any_tabular = False
@@ -58,10 +57,7 @@ def main() -> int:
     ax.set_ylim(0, 1)
     ax.set_title("Kuhn's opening as a bandit, from the card-blind start" + (" (tabular twins dotted)" * any_tabular))
     ax.legend(fontsize=6.5, loc="center right")
-    fig.tight_layout()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out}")
+    save_figure(fig, args.out)
     return 0
 
 

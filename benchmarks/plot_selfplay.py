@@ -19,6 +19,8 @@ import json
 import sys
 from pathlib import Path
 
+from common import pyplot, save_figure
+
 
 def hands_by_step(run: Path) -> dict[int, int]:
     """The hands (games) the run had collected when each learner step was logged (``collect/games``, a running
@@ -82,10 +84,7 @@ def main() -> int:
         p.error("the tabular twin counts moves: --tabular needs --x moves")
     if args.baselines and args.x != "hands":
         p.error("OpenSpiel's learners count hands: --baselines needs --x hands")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(9, 5))
     for run in map(Path, args.runs):
@@ -119,10 +118,7 @@ def main() -> int:
     ax.set_ylim(0, args.ymax)
     ax.set_title(args.title)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out}")
+    save_figure(fig, args.out)
     return 0
 
 
