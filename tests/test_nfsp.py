@@ -95,6 +95,25 @@ def test_the_scheduler_seats_the_policy_for_the_learner_and_the_average_against_
     assert [a.policy.uid for job in resumed.next_train_jobs(10) for a in job.agents] == after
 
 
+def test_the_eval_games_of_an_nfsp_lineage_seat_its_average_policy():
+    """NFSP evaluates its average: with ``eval_average=(None,)`` every eval game's evaluated seat (alternating) is
+    ckpt-3/average and the other the fixed opponent; without it, ckpt-3; train seats are unchanged."""
+    registry = registry_at()
+    registry.add_fixed("random")
+    game = {"env_id": KUHN, "num_players": 2, "prompt_template": "qwen3-board"}
+    specs = [unstable.TrainEnvSpec(num_actors=2, **game)]
+    evals = [unstable.EvalEnvSpec(fixed_opponent="random", **game)]
+    for eval_average, uid in (((None,), "ckpt-3/average"), ((), "ckpt-3")):
+        scheduler = GameScheduler(BaseModelSampler(registry), UniformRandomEnvSampler(specs, evals, rng_seed=7),
+                                  seed=7, eval_average=eval_average)
+        jobs = scheduler.next_eval_jobs(4)
+        assert [job.eval_player_id for job in jobs] == [0, 1, 0, 1]
+        for job in jobs:
+            seats = {a.player_id: a.policy.uid for a in job.agents}
+            assert seats == {job.eval_player_id: uid, 1 - job.eval_player_id: "random"}, (eval_average, seats)
+        assert {a.policy.uid for a in scheduler.next_train_job().agents} == {"ckpt-3"}
+
+
 def test_a_game_against_the_average_is_the_checkpoints_unrated_self_play():
     registry = registry_at()
     spec = GameSpec(game_id=0, env_id=KUHN, seed=0, agents=(
@@ -145,7 +164,8 @@ def test_the_evaluator_reads_the_checkpoints_average_adapter_as_offline(tiny_mod
 @pytest.mark.slow
 def test_a_run_seats_the_average_policy_and_logs_its_exploitability(tiny_model_dir, tmp_path, ray_session):
     """Two updates of Kuhn poker self-play with ``average_eta=0``: every opponent seat is the current checkpoint's
-    average policy (the transcripts and ``collect/average_policy_games``), never collected; the in-run
+    average policy (the transcripts and ``collect/average_policy_games``), never collected; so is every eval
+    game's evaluated seat (``eval/average_policy_games``); the in-run
     evaluator logs ``exploitability_nfsp_average`` at each checkpoint it reads; ``unstable eval --run --checkpoint
     ckpt-2/average`` finds the adapter."""
     from conftest import small_run_kwargs
@@ -175,8 +195,42 @@ def test_a_run_seats_the_average_policy_and_logs_its_exploitability(tiny_model_d
     rows = read_metrics(run_dir)
     counted = max(r.get("collect/average_policy_games", 0) for r in rows)
     assert counted == len(train)
+    evals = [line for line in lines if line["kind"] == "game" and line["is_eval"]]  # NFSP evaluates the average
+    assert evals and all(line["seats"][line["eval_player_id"]]["uid"].endswith("/average") for line in evals)
+    assert max(r.get("eval/average_policy_games", 0) for r in rows) == len(evals)
     nfsp = {r["learner_step"]: r for r in rows if NFSP_KEY in r}
     assert set(nfsp) == set(summary["exploitability"]["evaluated"]) and 0 <= nfsp[max(nfsp)][NFSP_KEY] <= 1
     assert run_checkpoint(str(run_dir), "ckpt-2/average")[1] == str(run_dir / "checkpoints" / "ckpt-2" / "average")
     registry = json.loads((run_dir / REGISTRY_FILE).read_text())  # the averages are not registered
     assert {m["uid"] for m in registry["models"]} == {"base", "ckpt-1", "ckpt-2", "random"}
+
+
+def test_the_quickstart_evaluates_the_nfsp_average_beside_the_final_checkpoint(tiny_model_dir, adapters, tmp_path,
+                                                                               monkeypatch):
+    """With ``average_reservoir`` the job's last step also evaluates the final checkpoint's ``average/`` (greedy
+    games against the same opponent) and says so; ``summary.json`` has it as ``eval.final_average``. The warm
+    start and the training are stood in for (tests/test_quickstart.py runs them); the evaluations are real."""
+    import unstable.cli.quickstart as qs
+    import unstable.models.warmstart as warmstart
+
+    ckpt = tmp_path / "ckpt-2"
+    shutil.copytree(adapters[0], ckpt)
+    shutil.copytree(adapters[1], ckpt / AVERAGE_ADAPTER)
+    monkeypatch.setattr(warmstart, "warm_start_path", lambda base, cfg, progress: (tiny_model_dir, True))
+    monkeypatch.setattr(qs, "_train", lambda model, cfg, run_dir, say: (str(ckpt), 2))
+    evaluated, real_eval = [], qs._eval
+
+    def evaluate(model, adapter, *args):
+        evaluated.append(adapter)
+        return real_eval(model, adapter, *args)
+
+    monkeypatch.setattr(qs, "_eval", evaluate)
+    said = []
+    cfg = qs.QuickstartConfig(out=str(tmp_path / "qs"), eval_games=4, eval_workers=1, learning_steps=2,
+                              learner={"average_reservoir": 64})
+    summary = qs.run_quickstart(cfg, say=said.append)
+    assert evaluated == [None, str(ckpt), str(ckpt / AVERAGE_ADAPTER)]
+    average = summary["eval"]["final_average"]
+    assert average["adapter"] == str(ckpt / AVERAGE_ADAPTER) and average["games"] == 4
+    assert json.loads((tmp_path / "qs" / "summary.json").read_text())["eval"]["final_average"] == average
+    assert any(line.startswith("  its NFSP average ") for line in said)

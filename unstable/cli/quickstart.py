@@ -10,7 +10,8 @@
 3. evaluates that starting checkpoint against the random baseline (``eval_opponent``);
 4. trains a LoRA adapter by **asynchronous mirror self-play** through :func:`unstable.build`
    (REINFORCE, the SPIRAL role baseline, a penalty on each invalid move, per-env z-scores);
-5. evaluates the final checkpoint the same way and writes ``RUN_DIR/summary.json`` and plots.
+5. evaluates the final checkpoint the same way (and, with NFSP's ``average_reservoir``, its average policy:
+   ``summary.json``'s ``eval.final_average``) and writes ``RUN_DIR/summary.json`` and plots.
 
 RUN_DIR is also the run's Tracker directory, so ``unstable dashboard RUN_DIR`` watches it live and
 ``unstable replay RUN_DIR`` shows its games. Evaluation decodes greedily (temperature 0): the
@@ -33,6 +34,7 @@ from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.adapters import check_module_names
 from unstable.learners.config import LR_SCHEDULES
 from unstable.models.warmstart import WarmStartConfig
+from unstable.records import AVERAGE_ADAPTER
 from unstable.run.config import RUN_MODES, BuildConfig
 from unstable.run.league_preset import DEFAULT_MODEL_NAME, league_config
 from unstable.samplers.config import OPPONENT_SAMPLING_STRATEGIES, SamplerConfig, opponent_names
@@ -415,6 +417,11 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
         f"vs {cfg.eval_opponent}")
     final = _eval(str(model), adapter, cfg, "final", say)
     say(f"  win rate {_fmt(final)}")
+    average = None
+    if cfg.learner.get("average_reservoir") is not None:  # NFSP reports its average policy: evaluated the same way
+        say(f"  and its NFSP average policy ({Path(adapter).name}/{AVERAGE_ADAPTER}):")
+        average = _eval(str(model), os.path.join(adapter, AVERAGE_ADAPTER), cfg, "final average", say)
+        say(f"  win rate {_fmt(average)}")
     change = compare_intervals(initial.overall.win_rate_ci95, final.overall.win_rate_ci95)
     summary = {
         "env_id": cfg.env_id,
@@ -430,6 +437,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
         "warnings": warnings,
         "config": asdict(cfg),
     }
+    if average is not None:
+        summary["eval"]["final_average"] = _summary_entry(average, os.path.join(adapter, AVERAGE_ADAPTER))
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_json(run_dir / "eval_initial.json", initial.to_dict())
     atomic_write_json(run_dir / "eval_final.json", final.to_dict())
@@ -439,6 +448,8 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
     say(f"win rate vs the {opponent} baseline ({cfg.eval_games} games each, 95% intervals):")
     say(f"  initial (warm start)    {_fmt(initial)}")
     say(f"  final ({steps} steps)   {_fmt(final)}")
+    if average is not None:
+        say(f"  its NFSP average        {_fmt(average)}")
     verdict = comparison_line(change, "win rate")
     say(f"  {verdict}; done in {summary['wall_s']:.0f}s")
     say(f"summary: {run_dir / 'summary.json'}; plots: {', '.join(p.name for p in plots)} in {run_dir / 'plots'}")

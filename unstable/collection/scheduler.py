@@ -12,7 +12,10 @@
   ``k % num_players`` for the env's k-th eval game), so it plays every seat equally often; the other
   seats play ``fixed_opponent`` (see :func:`~unstable.registry.fixed_policy_ref`). Nothing is collected.
   The checkpoint is the current one of the spec's ``model``, or, for ``model=None``, of each lineage
-  in turn (after every seat has had its game).
+  in turn (after every seat has had its game). For a lineage in ``eval_average`` (its learner trains NFSP's
+  average policy, ``average_reservoir``) the seat is that checkpoint's average policy
+  (:func:`~unstable.records.average_policy_ref`): NFSP reports and evaluates the average, not the RL policy.
+  (An environment's eval episodes seat the current checkpoint.)
 * **Matrix games.** A model sampler with ``next_matrix_game`` (PSRO's,
   :class:`~unstable.samplers.psro.PSROModelSampler`, alone or as the ``base`` a wrapper draws from) is asked
   before each train game; the game it names (two uids and the row's seat) is played in a two-player
@@ -51,7 +54,7 @@ from typing import Any
 
 from unstable.environments.base import TRAIN_SPLIT, Environment, EvalSet, Participant
 from unstable.games.specs import OPPONENT_SEAT
-from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef
+from unstable.records import AgentSpec, FailedGame, GameRecord, GameSpec, PolicyRef, average_policy_ref
 from unstable.registry.model_registry import fixed_policy_ref
 from unstable.samplers.model_samplers import sample_opponent_for
 from unstable.tracking.run_dir import FAILED_GAMES_FILE, FAILED_GAMES_MAX_BYTES, CappedJsonlWriter
@@ -68,10 +71,11 @@ MIRROR = "self"  # the opponent label of a game with no opponent seats
 class GameScheduler:
     """See the module docstring. ``seed`` seeds seat shuffling only. ``model_registry`` (a
     ``ModelRegistry`` or its actor handle) gets the finished games; by default it is the one the
-    model sampler reads (``model_sampler.model_registry``)."""
+    model sampler reads (``model_sampler.model_registry``). ``eval_average``: the lineages (``None`` for
+    a run's one model) whose eval games seat the current checkpoint's NFSP average policy."""
 
     def __init__(self, model_sampler: Any, env_sampler: Any, logging_dir: str | None = None, seed: int = 0,
-                 model_registry: Any = None):
+                 model_registry: Any = None, eval_average: tuple[str | None, ...] = ()):
         if model_sampler is None or env_sampler is None:
             raise ValueError("GameScheduler needs a model_sampler and an env_sampler")
         if model_registry is None:
@@ -81,6 +85,7 @@ class GameScheduler:
                              "or a model sampler built on one (model_sampler.model_registry)")
         self.model_sampler, self.env_sampler, self.logging_dir = model_sampler, env_sampler, logging_dir
         self.model_registry = model_registry
+        self.eval_average = frozenset(eval_average)
         self._rng = random.Random(seed)
         self._next_game_id = 0
         self._train_idx = 0
@@ -257,6 +262,8 @@ class GameScheduler:
             lineage = lineages[(count // spec.num_players) % len(lineages)] if len(lineages) > 1 else None
         current = self.model_sampler.get_current_ckpt(lineage) if lineage is not None else \
             self.model_sampler.get_current_ckpt()
+        if lineage in self.eval_average:  # NFSP: the average policy is the one evaluated
+            current = average_policy_ref(current)
         opponent = fixed_policy_ref(spec.fixed_opponent) if spec.num_players > 1 else None  # single-player: none
         agents = tuple(
             AgentSpec(player_id=pid, policy=current if pid == seat else opponent, collect_data=False,

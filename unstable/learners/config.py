@@ -191,7 +191,9 @@ class LearnerConfig:
     checkpoint's ``average/``, fitted by supervised learning to a reservoir of this many of the policy's own
     past moves (Vitter's algorithm R: a uniform sample of every move trained on), one step of
     ``average_batch_size`` moves per update (see :mod:`unstable.learners.average`). ``None``: no average
-    policy. The opponent sampler's ``average_eta`` seats it in games (NFSP's anticipatory play)."""
+    policy. The opponent sampler's ``average_eta`` seats it in games (NFSP's anticipatory play). It is the policy
+    NFSP reports: the eval games seat it instead of the policy, the in-run exploitability reads it beside the
+    policy, and ``unstable quickstart`` evaluates it at the end beside the final checkpoint."""
     average_batch_size: int = setting(64, ge=1)
     """Moves drawn from the reservoir for each supervised step of the average policy."""
     average_learning_rate: float = setting(1e-4, gt=0, le=MAX_LEARNING_RATE)

@@ -220,7 +220,7 @@ def start_actors(cfg, run_name: str) -> Actors:
     run_id = new_run_id(run_name)
     tracker, registry, run_dir, in_memory = _start_tracking(cfg, run_name, run_id, lineage, points, resume, wandb,
                                                             light)
-    scheduler = _start_scheduler(cfg, tracker, registry, run_dir, resume, light)
+    scheduler = _start_scheduler(cfg, tracker, registry, run_dir, resume, light, lineage)
     checkpoints_dir = ray.get(tracker.get_checkpoints_dir.remote())
     # several learners take turns on their device instead of oversubscribing it; in sync mode the
     # collector takes turns with them
@@ -328,16 +328,18 @@ def _start_tracking(cfg, run_name: str, run_id: str, lineage: dict[str, str | No
     return tracker, registry, run_dir, in_memory
 
 
-def _start_scheduler(cfg, tracker, registry, run_dir: str, resume: Any, light: dict) -> Any:
+def _start_scheduler(cfg, tracker, registry, run_dir: str, resume: Any, light: dict,
+                     lineage: dict[str, str | None]) -> Any:
     """The GameScheduler with the env sampler and the opponent sampler (a league's, when there is one),
-    restored when resumed."""
+    restored when resumed; the eval games of a model whose learner trains NFSP's average policy seat the average."""
     league = getattr(cfg, "league", None)
     fixed = tuple(fixed_policy_ref(name).uid for name in cfg.samplers.fixed_opponents)
     opponents_sampler = opponent_sampler(cfg.samplers, registry, cfg.seed, fixed, tracker, run_dir)
     # no logging_dir: the Tracker writes logs/failed_games.jsonl (both writing it listed each failure twice)
     scheduler = actor_class(GameScheduler).options(**light).remote(
         model_sampler=league_model_sampler(league, cfg.models, opponents_sampler, cfg.seed),
-        env_sampler=_env_sampler(cfg), logging_dir=None, seed=cfg.seed)
+        env_sampler=_env_sampler(cfg), logging_dir=None, seed=cfg.seed,
+        eval_average=tuple(lineage[m.name] for m in cfg.models if m.learner.get("average_reservoir") is not None))
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
     return scheduler
