@@ -5,16 +5,21 @@ The loop: ``unstable quickstart --config CONFIG`` (default: the Kuhn self-play r
 in-run exploitability and no eval games during training, so what is timed is games + inference +
 learner. Its rate is the moves trained per second between update ``--skip`` and the last (the run's
 ``metrics.jsonl`` timestamps; start-up and the first updates left out), with the learner's share of that
-time (``train/update_seconds``).
+time (``train/update_seconds``), and the inference engine's seconds a request and rows a call over the run
+(its ``inference/<actor>/...`` counters).
 
 The limit: the same moves as training rows (the run's own prompts and completions, tokenised as the
 learner gets them), through a bare forward+backward of the base model with a fresh LoRA adapter of the
 run's rank, in mini-batches of the run's ``mini_batch_size``, on every core (no game, no optimiser, no
 checkpoint): moves per second if the machine did nothing but the learner's arithmetic. Then the update
 itself on the same rows (``Learner.update``), to split the loop's gap into the learner's own overhead
-and what the rest of the loop costs.
+and what the rest of the loop costs. Then the inference of the same moves alone (:func:`generation`): the
+update and the generation one after the other give the serial rate, which a loop that overlaps them on
+the same cores should beat (``loop / serial`` above 1) and cannot beat by more than their sum over the
+larger of the two.
 
     .venv/bin/python benchmarks/bench_moves.py --steps 12            # ~4 minutes on 2 cores
+    .venv/bin/python benchmarks/bench_moves.py --config configs/kuhn-hand-selfplay-mmd.yaml --modes async sync
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ quiet_libraries()
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_loop(config: str, steps: int, out: Path) -> dict[str, Any]:
-    """The quickstart run: its config and wall time."""
+def run_loop(config: str, steps: int, out: Path, mode: str | None = None) -> dict[str, Any]:
+    """The quickstart run (in ``mode``, else the config's; sync trains no stale move): its config and wall time."""
     from unstable.cli.quickstart import load_quickstart_config, run_quickstart
 
     cfg = load_quickstart_config(config, out=str(out), learning_steps=steps, exploitability_eval="off",
-                                 num_eval_workers=0, eval_games=10, eval_workers=1)
+                                 num_eval_workers=0, eval_games=10, eval_workers=1,
+                                 **({"mode": mode} if mode else {}), **({"max_staleness": 0} if mode == "sync" else {}))
     started = time.perf_counter()
     run_quickstart(cfg, say=lambda _: None)
     return {"cfg": cfg, "wall_s": time.perf_counter() - started}
@@ -54,8 +60,18 @@ def loop_rate(run_dir: Path, skip: int) -> dict[str, float]:
     seconds = window[-1]["time"] - start
     update_s = sum(r["train/update_seconds"] for r in window)
     moves = sum(r["train/batch_steps"] for r in window)
+    engines = {}  # each inference actor's last counters (running totals over the run)
+    for r in rows:
+        for key, value in r.items():
+            if key.startswith("inference/"):
+                engines.setdefault(key.split("/")[1], {})[key.split("/")[2]] = value
+    requests = sum(e.get("requests", 0) for e in engines.values())
+    generate = sum(e.get("generate_seconds", 0) for e in engines.values())
+    batches = sum(e.get("batches", 0) for e in engines.values())
     return {"updates": len(window), "seconds": seconds, "moves": moves, "moves_per_s": moves / seconds,
-            "learner_busy_share": update_s / seconds, "update_s_mean": update_s / len(window)}
+            "learner_busy_share": update_s / seconds, "update_s_mean": update_s / len(window),
+            "generate_ms_per_request": 1000 * generate / requests if requests else None,
+            "mean_batch_size": requests / batches if batches else None}
 
 
 def training_steps(run_dir: Path, tokenizer: Any, n: int) -> list[Any]:
@@ -157,6 +173,32 @@ def limit(cfg: Any, run_dir: Path, threads: int, repeats: int) -> dict[str, Any]
             "bare_tokens_per_s": tokens / min(bare_s)}
 
 
+def generation(cfg: Any, run_dir: Path, threads: int, repeats: int) -> dict[str, Any]:
+    """The inference side of the same moves, alone: the run's last ``batch_size`` prompts generated through the
+    transformers engine with its last checkpoint's adapter at the run's sampling settings, in one call (the
+    engine batches them as it batches the games in flight)."""
+    import torch
+
+    from unstable.inference.base import GenerationRequest, SamplingParams
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    torch.set_num_threads(threads)
+    model_path = json.loads((run_dir / "config.json").read_text())["models"][0]["model_name"]
+    prompts = [turn["prompt"] for path in sorted((run_dir / "games").glob("transcripts.jsonl*"))
+               for line in path.read_text().splitlines() if (game := json.loads(line)).get("kind") == "game"
+               and not game.get("is_eval") for turn in game["turns"]][-cfg.batch_size:]
+    adapter = max((run_dir / "checkpoints").glob("ckpt-*"), key=lambda p: int(p.name.split("-")[-1]))
+    sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
+    backend = TransformersBackend(model_path, device="cpu")
+    try:
+        requests = [GenerationRequest(prompt, str(adapter), sampling) for prompt in prompts]
+        generate_s, _ = timed(lambda: backend.generate_batch(requests), repeats)
+    finally:
+        backend.close()
+    best = min(generate_s)
+    return {"moves": len(prompts), "generate_s": best, "generate_moves_per_s": len(prompts) / best}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(ROOT / "configs" / "kuhn-hand-selfplay-kl-groups.yaml"))
@@ -164,6 +206,8 @@ def main() -> None:
     p.add_argument("--skip", type=int, default=3, help="updates left out of the loop's rate (start-up)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats of the bare pass and the update")
     p.add_argument("--threads", type=int, default=None, help="torch threads of the limit (default: every core)")
+    p.add_argument("--modes", nargs="+", choices=("async", "sync"), default=None,
+                   help="run the loop once in each mode, side by side (default: the config's mode)")
     add_common_args(p)
     args = p.parse_args()
     import os
@@ -172,23 +216,36 @@ def main() -> None:
         args.steps, args.skip, args.repeats = min(args.steps, 5), min(args.skip, 2), min(args.repeats, 2)
     threads = args.threads or len(os.sched_getaffinity(0))
     info = machine()  # at the start, so both load averages are recorded
+    loops = {}
     with tempfile.TemporaryDirectory(prefix="bench-moves-") as tmp:
-        out = Path(tmp) / "run"
-        run = run_loop(args.config, args.steps, out)
-        loop = loop_rate(out, args.skip)
-        bound = limit(run["cfg"], out, threads, args.repeats)
+        for mode in args.modes or [None]:  # one loop per mode, the limit from the first's moves
+            out = Path(tmp) / f"run-{mode or 'config'}"
+            run = run_loop(args.config, args.steps, out, mode)
+            loops[mode or run["cfg"].mode] = {**loop_rate(out, args.skip), "run_wall_s": run["wall_s"]}
+            if len(loops) == 1:
+                bound = limit(run["cfg"], out, threads, args.repeats)
+                gen = generation(run["cfg"], out, threads, args.repeats)
+    serial_s = bound["update_s"] + gen["generate_s"] * bound["moves"] / gen["moves"]  # one after the other
     config = Path(args.config).resolve()
-    row = {"config": str(config.relative_to(ROOT)) if config.is_relative_to(ROOT) else str(config),
-           "loop moves/s": loop["moves_per_s"], "learner busy share": loop["learner_busy_share"],
-           "update s (in the loop)": loop["update_s_mean"], "update s (alone)": bound["update_s"],
-           "bare fwd+bwd s": bound["bare_s"], "limit moves/s (bare)": bound["bare_moves_per_s"],
-           "update-alone moves/s": bound["update_moves_per_s"],
-           "loop / limit": loop["moves_per_s"] / bound["bare_moves_per_s"],
-           "tokens/move": bound["tokens_per_move"], "bare tokens/s": bound["bare_tokens_per_s"]}
-    print(json.dumps(row, indent=2))
-    write_result("moves", args, [row], {"steps": args.steps, "skip": args.skip, "threads": threads,
-                                        "loop": loop, "limit": bound, "run_wall_s": run["wall_s"]},
-                 info=info)
+    rows = []
+    for mode, loop in loops.items():
+        rows.append({"config": str(config.relative_to(ROOT)) if config.is_relative_to(ROOT) else str(config),
+                     "mode": mode, "loop moves/s": loop["moves_per_s"],
+                     "learner busy share": loop["learner_busy_share"],
+                     "update s (in the loop)": loop["update_s_mean"], "update s (alone)": bound["update_s"],
+                     "bare fwd+bwd s": bound["bare_s"], "limit moves/s (bare)": bound["bare_moves_per_s"],
+                     "update-alone moves/s": bound["update_moves_per_s"],
+                     "loop / limit": loop["moves_per_s"] / bound["bare_moves_per_s"],
+                     "generate s (alone)": gen["generate_s"] * bound["moves"] / gen["moves"],
+                     "generate ms/move (loop)": loop["generate_ms_per_request"],
+                     "generate ms/move (alone)": 1000 * gen["generate_s"] / gen["moves"],
+                     "rows a generate call (loop)": loop["mean_batch_size"],
+                     "serial moves/s": bound["moves"] / serial_s,
+                     "loop / serial": loop["moves_per_s"] * serial_s / bound["moves"],
+                     "tokens/move": bound["tokens_per_move"], "bare tokens/s": bound["bare_tokens_per_s"]})
+    print(json.dumps(rows, indent=2))
+    write_result("moves", args, rows, {"steps": args.steps, "skip": args.skip, "threads": threads, "loops": loops,
+                                       "limit": bound, "generation": gen}, info=info)
 
 
 if __name__ == "__main__":
