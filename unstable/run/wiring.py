@@ -339,7 +339,8 @@ def _start_scheduler(cfg, tracker, registry, run_dir: str, resume: Any, light: d
     scheduler = actor_class(GameScheduler).options(**light).remote(
         model_sampler=league_model_sampler(league, cfg.models, opponents_sampler, cfg.seed),
         env_sampler=_env_sampler(cfg), logging_dir=None, seed=cfg.seed,
-        eval_average=tuple(lineage[m.name] for m in cfg.models if m.learner.get("average_reservoir") is not None))
+        eval_average=tuple(key for m in cfg.models if m.learner.get("average_reservoir") is not None
+                           for key in {lineage[m.name], m.name}))  # an eval spec may name the one model
     if resume and resume.state:
         ray.get(scheduler.load_state_dict.remote(resume.state["scheduler"]))
     return scheduler
