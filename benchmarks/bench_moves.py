@@ -28,6 +28,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,29 +75,38 @@ def loop_rate(run_dir: Path, skip: int) -> dict[str, float]:
             "mean_batch_size": requests / batches if batches else None}
 
 
+def run_model(run_dir: Path) -> str:
+    """The model the run trained (its ``config.json``'s first model)."""
+    return json.loads((run_dir / "config.json").read_text())["models"][0]["model_name"]
+
+
+def train_turns(run_dir: Path) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each (game, turn) of the run's train games, in the order the transcripts hold them."""
+    for path in sorted((run_dir / "games").glob("transcripts.jsonl*")):
+        for line in path.read_text().splitlines():
+            game = json.loads(line)
+            if game.get("kind") == "game" and not game.get("is_eval"):
+                yield from ((game, turn) for turn in game["turns"])
+
+
 def training_steps(run_dir: Path, tokenizer: Any, n: int) -> list[Any]:
     """The last ``n`` collected moves of the run as learner Steps (prompt and completion tokenised as the
     transcripts hold them, rewards +-1 alternating, one GRPO group per prompt as the run's)."""
     from unstable.records import Sample, Step
 
     steps: list[Any] = []
-    for path in sorted((run_dir / "games").glob("transcripts.jsonl*")):
-        for line in path.read_text().splitlines():
-            game = json.loads(line)
-            if game.get("kind") != "game" or game.get("is_eval"):
-                continue
-            for turn in game["turns"]:
-                prompt = tuple(tokenizer(turn["prompt"], add_special_tokens=False)["input_ids"])
-                completion = tuple(tokenizer(turn["completion"], add_special_tokens=False)["input_ids"])
-                if not completion:
-                    continue
-                completion += (tokenizer.eos_token_id,)
-                sample = Sample(prompt, completion, (-1.0,) * len(completion), "stop", 1.0, 1.0, 0)
-                i = len(steps)
-                steps.append(Step(env_id=game["env_id"], game_id=game["game_id"], player_id=turn["player_id"],
-                                  turn_index=0, sample=sample, reward=(-1.0, 1.0)[i % 2], final_reward=1.0,
-                                  policy_version=0, format_ok=True, invalid=False, is_last=True,
-                                  prompt=turn["prompt"], completion=turn["completion"]))
+    for game, turn in train_turns(run_dir):
+        prompt = tuple(tokenizer(turn["prompt"], add_special_tokens=False)["input_ids"])
+        completion = tuple(tokenizer(turn["completion"], add_special_tokens=False)["input_ids"])
+        if not completion:
+            continue
+        completion += (tokenizer.eos_token_id,)
+        sample = Sample(prompt, completion, (-1.0,) * len(completion), "stop", 1.0, 1.0, 0)
+        i = len(steps)
+        steps.append(Step(env_id=game["env_id"], game_id=game["game_id"], player_id=turn["player_id"],
+                          turn_index=0, sample=sample, reward=(-1.0, 1.0)[i % 2], final_reward=1.0,
+                          policy_version=0, format_ok=True, invalid=False, is_last=True,
+                          prompt=turn["prompt"], completion=turn["completion"]))
     return steps[-n:]
 
 
@@ -145,7 +155,7 @@ def limit(cfg: Any, run_dir: Path, threads: int, repeats: int) -> dict[str, Any]
     from unstable.run.config import BuildConfig
 
     torch.set_num_threads(threads)
-    model_path = json.loads((run_dir / "config.json").read_text())["models"][0]["model_name"]
+    model_path = run_model(run_dir)
     m = BuildConfig(model_name=model_path, algorithm=cfg.algorithm, learner=dict(cfg.learner),
                     batch_size=cfg.batch_size, mini_batch_size=cfg.mini_batch_size,
                     learning_rate=cfg.learning_rate, max_generation_len=cfg.max_new_tokens, gradient_clipping=1.0,
@@ -183,10 +193,8 @@ def generation(cfg: Any, run_dir: Path, threads: int, repeats: int) -> dict[str,
     from unstable.inference.transformers_backend import TransformersBackend
 
     torch.set_num_threads(threads)
-    model_path = json.loads((run_dir / "config.json").read_text())["models"][0]["model_name"]
-    prompts = [turn["prompt"] for path in sorted((run_dir / "games").glob("transcripts.jsonl*"))
-               for line in path.read_text().splitlines() if (game := json.loads(line)).get("kind") == "game"
-               and not game.get("is_eval") for turn in game["turns"]][-cfg.batch_size:]
+    model_path = run_model(run_dir)
+    prompts = [turn["prompt"] for _, turn in train_turns(run_dir)][-cfg.batch_size:]
     adapter = max((run_dir / "checkpoints").glob("ckpt-*"), key=lambda p: int(p.name.split("-")[-1]))
     sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens)
     backend = TransformersBackend(model_path, device="cpu")
