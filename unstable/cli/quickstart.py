@@ -417,10 +417,10 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
         f"vs {cfg.eval_opponent}")
     final = _eval(str(model), adapter, cfg, "final", say)
     say(f"  win rate {_fmt(final)}")
-    average = None
+    average, average_path = None, os.path.join(adapter, AVERAGE_ADAPTER)
     if cfg.learner.get("average_reservoir") is not None:  # NFSP reports its average policy: evaluated the same way
         say(f"  and its NFSP average policy ({Path(adapter).name}/{AVERAGE_ADAPTER}):")
-        average = _eval(str(model), os.path.join(adapter, AVERAGE_ADAPTER), cfg, "final average", say)
+        average = _eval(str(model), average_path, cfg, "final average", say)
         say(f"  win rate {_fmt(average)}")
     change = compare_intervals(initial.overall.win_rate_ci95, final.overall.win_rate_ci95)
     summary = {
@@ -438,7 +438,7 @@ def run_quickstart(cfg: QuickstartConfig | None = None, say: Printer = print, re
         "config": asdict(cfg),
     }
     if average is not None:
-        summary["eval"]["final_average"] = _summary_entry(average, os.path.join(adapter, AVERAGE_ADAPTER))
+        summary["eval"]["final_average"] = _summary_entry(average, average_path)
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_json(run_dir / "eval_initial.json", initial.to_dict())
     atomic_write_json(run_dir / "eval_final.json", final.to_dict())
