@@ -5,8 +5,9 @@ A softmax table ``theta[information set, move]`` over Kuhn poker's 12 informatio
 (both seats sample from it), in batches of at least ``batch`` moves, each move rewarded with its seat's chips for
 the hand. The update is the library's: GRPO advantages (:func:`unstable.algorithms.group_advantages`, one group
 per information set, as ``group_by: [env_id, prompt]`` makes one per prompt), :func:`unstable.algorithms.policy_loss`
-with the KL (``--kl-estimator``, k3 by default) to a magnet at ``beta`` (the starting table, or the current one
-every ``magnet_every`` updates), Adam. The exact exploitability
+with the KL (``--kl-estimator``, k3 by default) to a magnet at ``beta`` (the starting table, the current one
+every ``magnet_every`` updates, or with ``magnet_ema`` an exponential average of the logits, as the learner
+averages an adapter's weights), Adam. The exact exploitability
 (:func:`unstable.eval.solvers.kuhn.kuhn_exploitability`, OpenSpiel's NashConv / 2) is read after every update,
 and that of the reach-weighted average of the tables so far (fictitious play's output,
 :class:`unstable.eval.average_policy.PolicyAverage`, as ``unstable eval --all-checkpoints`` reads a run's), so
@@ -67,22 +68,35 @@ def start_table(start: str, seed: int) -> torch.Tensor:
     raise ValueError(f"start must be 'uniform' or 'mixed', got {start!r}")
 
 
+def half_average(tables: list[dict[str, dict[str, float]]]) -> float:
+    """The exploitability of the reach-weighted average of the second half of ``tables`` (as
+    ``unstable eval --all-checkpoints --average-from`` reads a run's second half)."""
+    average = PolicyAverage(solved_game("KuhnPoker-v0-train"))
+    for table in tables[len(tables) // 2:]:
+        average.add(table)
+    return average.exploitability()
+
+
 def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta: float = 0.0,
         magnet_every: int | None = None, start: str = "uniform", seed: int = 0, lr_schedule: str = "constant",
-        scale_rewards: bool = True, kl_estimator: str = "k3") -> dict[str, Any]:
+        scale_rewards: bool = True, kl_estimator: str = "k3", magnet_ema: float | None = None) -> dict[str, Any]:
     """Self-play the table for ``updates`` updates of at least ``batch`` moves; the exploitability after each.
     ``lr_schedule`` ``"linear"`` decays the rate to 0 over the updates, as the learner's does; ``scale_rewards``
-    False keeps the group mean but not the std (Dr. GRPO)."""
+    False keeps the group mean but not the std (Dr. GRPO). ``magnet_ema``: after every update the magnet's
+    logits move that share of the way to the table's (``magnet_every`` then still copies the table outright).
+    Each point of the curve has the average of all tables so far, every 50th the second half's too (``half``)."""
     rng = random.Random(seed)
     theta = start_table(start, seed).requires_grad_(True)
-    magnet = theta.detach().log_softmax(-1)
+    magnet_logits = theta.detach().clone()
+    magnet = magnet_logits.log_softmax(-1)
     opt = torch.optim.Adam([theta], lr=learning_rate)
     decay = torch.optim.lr_scheduler.LambdaLR(
         opt, (lambda u: 1 - u / updates) if lr_schedule == "linear" else (lambda u: 1.0))
     average = PolicyAverage(solved_game("KuhnPoker-v0-train"))
     average.add(table_of(theta.detach().softmax(-1)))
     first = kuhn_exploitability(table_of(theta.detach().softmax(-1))).exploitability
-    curve = [{"update": 0, "moves": 0, "exploitability": first, "average": first}]
+    curve = [{"update": 0, "moves": 0, "exploitability": first, "average": first, "half": first}]
+    tables = [table_of(theta.detach().softmax(-1))]
     moves_played = 0
     for update in range(1, updates + 1):
         probs = theta.detach().softmax(-1)
@@ -101,14 +115,21 @@ def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta:
         loss.backward()
         opt.step()
         decay.step()
+        if magnet_ema:
+            magnet_logits = (1 - magnet_ema) * magnet_logits + magnet_ema * theta.detach()
         if magnet_every and update % magnet_every == 0:
-            magnet = theta.detach().log_softmax(-1)
+            magnet_logits = theta.detach().clone()
+        magnet = magnet_logits.log_softmax(-1)
         table = table_of(theta.detach().softmax(-1))
+        tables.append(table)
         average.add(table)
         curve.append({"update": update, "moves": moves_played,
                       "exploitability": kuhn_exploitability(table).exploitability,
                       "average": average.exploitability()})
-    return {"start": start, "seed": seed, "beta": beta, "magnet_every": magnet_every, "learning_rate": learning_rate,
+        if update % 50 == 0 or update == updates:
+            curve[-1]["half"] = half_average(tables)
+    return {"start": start, "seed": seed, "beta": beta, "magnet_every": magnet_every, "magnet_ema": magnet_ema,
+            "learning_rate": learning_rate,
             "lr_schedule": lr_schedule, "scale_rewards": scale_rewards, "kl_estimator": kl_estimator, "batch": batch,
             "curve": curve,
             "final_table": table_of(theta.detach().softmax(-1))}
@@ -123,19 +144,20 @@ def main() -> int:
     p.add_argument("--no-scale", action="store_true", help="advantages without the group's std (Dr. GRPO)")
     p.add_argument("--beta", type=float, default=0.0)
     p.add_argument("--magnet-every", type=int, default=None)
+    p.add_argument("--magnet-ema", type=float, default=None, help="magnet logits move this share to the table's")
     p.add_argument("--kl-estimator", default="k3", choices=["k1", "k2", "k3"])
     p.add_argument("--start", default="uniform", choices=["uniform", "mixed"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--out", default=None, help="JSON result file")
     args = p.parse_args()
     results = [run(args.updates, args.batch, args.lr, args.beta, args.magnet_every, args.start, s, args.lr_schedule,
-                   not args.no_scale, args.kl_estimator) for s in args.seeds]
+                   not args.no_scale, args.kl_estimator, args.magnet_ema) for s in args.seeds]
     for r in results:
         ex = [c["exploitability"] for c in r["curve"]]
         marks = {u: ex[u] for u in (0, 50, 100, 200, 300, args.updates) if u < len(ex)}
         print(f"seed {r['seed']}: " + ", ".join(f"{u}: {v:.3f}" for u, v in marks.items())
               + f"; lowest {min(ex):.3f}; last 50 mean {sum(ex[-50:]) / len(ex[-50:]):.3f}"
-              + f"; average of all {r['curve'][-1]['average']:.3f}")
+              + f"; average of all {r['curve'][-1]['average']:.3f}, of the second half {r['curve'][-1]['half']:.3f}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")

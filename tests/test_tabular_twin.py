@@ -50,3 +50,19 @@ def test_two_updates_are_read_at_the_start_and_the_end():
     out = twin.run(updates=2, batch=16, learning_rate=0.1, beta=1.0, magnet_every=1, seed=0, read_every=2)
     assert [c["update"] for c in out["curve"]] == [0, 2] and out["curve"][-1]["games"] >= 4
     assert all(0 <= c["exploitability"] <= 1 and 0 <= c["greedy_vs_optimal_draw"] <= 1 for c in out["curve"])
+
+
+def test_the_kuhn_twins_exponential_magnet_at_one_is_the_magnet_replaced_every_update():
+    """``magnet_ema=1`` moves the magnet all the way to the table after each update: the same run, to the last
+    digit, as ``magnet_every=1``; a smaller share is another run. The second half's average is read every 50."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import kuhn_tabular_selfplay as kuhn
+
+    sys.path.pop(0)
+    settings = dict(updates=50, batch=32, learning_rate=0.1, beta=1.0, start="mixed", seed=1, scale_rewards=False)
+    every = kuhn.run(magnet_every=1, **settings)["curve"]
+    ema = kuhn.run(magnet_ema=1.0, **settings)["curve"]
+    assert [c["exploitability"] for c in ema] == [c["exploitability"] for c in every]
+    assert [c["exploitability"] for c in kuhn.run(magnet_ema=0.1, **settings)["curve"]] != [
+        c["exploitability"] for c in every]
+    assert 0 <= ema[50]["half"] <= ema[0]["half"] and "half" not in ema[49]
