@@ -92,11 +92,11 @@ def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta:
     opt = torch.optim.Adam([theta], lr=learning_rate)
     decay = torch.optim.lr_scheduler.LambdaLR(
         opt, (lambda u: 1 - u / updates) if lr_schedule == "linear" else (lambda u: 1.0))
+    tables = [table_of(theta.detach().softmax(-1))]  # the start's, then one per update
     average = PolicyAverage(solved_game("KuhnPoker-v0-train"))
-    average.add(table_of(theta.detach().softmax(-1)))
-    first = kuhn_exploitability(table_of(theta.detach().softmax(-1))).exploitability
+    average.add(tables[0])
+    first = kuhn_exploitability(tables[0]).exploitability
     curve = [{"update": 0, "moves": 0, "exploitability": first, "average": first, "half": first}]
-    tables = [table_of(theta.detach().softmax(-1))]
     moves_played = 0
     for update in range(1, updates + 1):
         probs = theta.detach().softmax(-1)
