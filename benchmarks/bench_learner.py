@@ -403,8 +403,8 @@ def measure(args: argparse.Namespace, arch: str, save) -> tuple[list[dict], dict
                 raise SystemExit(f"the ideal pass failed: {facts['errors'][IDEAL]}")
         print(f"{arch} round {r}: " + ", ".join(f"{n} {(wall[n] or [warmup_s[n]])[-1]:.3f}s" for n in names),
               flush=True)
-        if r:
-            save(summary(), facts)
+        facts["first_call_s"] = {n: round(s, 3) for n, s in warmup_s.items()}
+        save(summary(), facts)  # round 0 too: a step cut in round 1 keeps the first calls (compiles)
     if args.profile:  # after the timed rounds (a step's timeout keeps them): reading a GPU trace takes a while
         facts["profile"] = {}
         keys = {"update": UPDATE, "ideal": IDEAL, "packed": PACKED, "fp32-lora": FP32_LORA,
