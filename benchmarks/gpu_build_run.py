@@ -93,8 +93,12 @@ def read_run(run_dir: str) -> dict:
     }
 
 
+STOPPED_BY: list[str] = []  # the signal that stopped the run (Ray re-raises it without our message)
+
+
 def on_term(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum} (the step's timeout)")
+    STOPPED_BY.append("--max-seconds" if signum == signal.SIGALRM else f"signal {signum} (the step's timeout)")
+    raise KeyboardInterrupt(STOPPED_BY[-1])
 
 
 def main() -> int:
@@ -109,6 +113,11 @@ def main() -> int:
     p.add_argument("--mode", default="async", choices=("async", "sync"), help="build(mode=...)")
     p.add_argument("--runs-dir", default="/tmp/gpu-check-runs")
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/gpu-out"))
+    cap = os.environ.get("GPU_CHECK_STEP_CAP_S")  # set by gpu_check.sh's step()
+    p.add_argument("--max-seconds", type=int, default=int(cap) - 25 if cap else None,
+                   help="stop the run after this many seconds and write what it measured (default: the GPU "
+                        "check's step cap less 25 s; `timeout` itself signals Ray's processes too, which "
+                        "leaves the run unable to stop in time)")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     signal.signal(signal.SIGTERM, on_term)  # `timeout` ends the step: still stop the run and write the result
@@ -147,6 +156,9 @@ def main() -> int:
         # ray.init (inside build) installs Ray's own SIGTERM handler, which ends the process without
         # Python's finally (on the H200, 2026-11-28, both runs cut by their timeouts left no file): ours again
         signal.signal(signal.SIGTERM, on_term)
+        if args.max_seconds:  # the same stop as a timeout's, from inside, while Ray's processes still answer
+            signal.signal(signal.SIGALRM, on_term)
+            signal.alarm(max(1, int(args.max_seconds - (time.time() - T0))))
         result["build_s"] = round(time.time() - t, 2)
         result["run_dir"] = run.run_dir
         t = time.time()
@@ -155,7 +167,7 @@ def main() -> int:
         result["summary"] = json.loads(json.dumps(summary, default=repr))
         result["ok"] = True
     except BaseException as exc:  # a timeout's SIGTERM or an error: report it either way
-        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["error"] = f"stopped by {STOPPED_BY[0]}" if STOPPED_BY else f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()[-6000:]
         print(result["traceback"], file=sys.stderr, flush=True)
     finally:

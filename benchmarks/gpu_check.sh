@@ -93,7 +93,7 @@ step() {  # step NAME CAP FILE ARGS...: `$PY ARGS...` under min(CAP, time left) 
   fi
   echo; echo "=== [$name] at +$((SECONDS - START)) s, timeout $cap s: $*"
   t0=$SECONDS
-  timeout -k 10 "$cap" "$PY" "$@"
+  GPU_CHECK_STEP_CAP_S=$cap timeout -k 10 "$cap" "$PY" "$@"
   rc=$?
   case $rc in 0) status=ok ;; 124|137) status=timeout ;; *) status=failed ;; esac
   echo "=== [$name] $status (rc $rc) in $((SECONDS - t0)) s"
