@@ -77,50 +77,75 @@ def half_average(tables: list[dict[str, dict[str, float]]]) -> float:
     return average.exploitability()
 
 
+class TablePolicy:
+    """The twin's parameters: one row of logits per information set."""
+
+    def __init__(self, start: str, seed: int):
+        self.theta = start_table(start, seed).requires_grad_(True)
+
+    def parameters(self) -> list[torch.Tensor]:
+        return [self.theta]
+
+    def log_probs(self) -> torch.Tensor:
+        """``[12, 2]`` log-probabilities over :data:`LEGAL_ACTIONS`, differentiable in the parameters."""
+        return self.theta.log_softmax(-1)
+
+
 def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta: float = 0.0,
         magnet_every: int | None = None, start: str = "uniform", seed: int = 0, lr_schedule: str = "constant",
-        scale_rewards: bool = True, kl_estimator: str = "k3", magnet_ema: float | None = None) -> dict[str, Any]:
+        scale_rewards: bool = True, kl_estimator: str = "k3", magnet_ema: float | None = None,
+        policy: Any = None, grad_clip: float | None = None) -> dict[str, Any]:
     """Self-play the table for ``updates`` updates of at least ``batch`` moves; the exploitability after each.
     ``lr_schedule`` ``"linear"`` decays the rate to 0 over the updates, as the learner's does; ``scale_rewards``
     False keeps the group mean but not the std (Dr. GRPO). ``magnet_ema``: after every update the magnet's
     logits move that share of the way to the table's (``magnet_every`` then still copies the table outright).
-    Each point of the curve has the average of all tables so far, every 50th the second half's too (``half``)."""
+    Each point of the curve has the average of all tables so far, every 50th the second half's too (``half``).
+    ``policy``: another parameterisation of the 12 x 2 table (``parameters()``, ``log_probs()``), e.g. an
+    LLM scoring the legal answers (``kuhn_scored_selfplay.py``); ``None``: the table of ``start``.
+    ``grad_clip``: the global gradient-norm clip (the learner's ``grad_clip``), none by default."""
     rng = random.Random(seed)
-    theta = start_table(start, seed).requires_grad_(True)
-    magnet_logits = theta.detach().clone()
+    policy = policy if policy is not None else TablePolicy(start, seed)
+    with torch.no_grad():
+        magnet_logits = policy.log_probs().clone()  # log-probs: the magnet's softmax is the same as of logits
     magnet = magnet_logits.log_softmax(-1)
-    opt = torch.optim.Adam([theta], lr=learning_rate)
+    params = policy.parameters()
+    opt = torch.optim.Adam(params, lr=learning_rate)
     decay = torch.optim.lr_scheduler.LambdaLR(
         opt, (lambda u: 1 - u / updates) if lr_schedule == "linear" else (lambda u: 1.0))
-    tables = [table_of(theta.detach().softmax(-1))]  # the start's, then one per update
+    tables = [table_of(magnet_logits.exp())]  # the start's, then one per update
     average = PolicyAverage(solved_game("KuhnPoker-v0-train"))
     average.add(tables[0])
     first = kuhn_exploitability(tables[0]).exploitability
     curve = [{"update": 0, "moves": 0, "exploitability": first, "average": first, "half": first}]
     moves_played = 0
     for update in range(1, updates + 1):
-        probs = theta.detach().softmax(-1)
+        log_probs = policy.log_probs()
+        probs = log_probs.detach().exp()
         steps: list[tuple[int, int, float]] = []
         while len(steps) < batch:
             steps += play_hand(probs, rng)
         moves_played += len(steps)
         rows, moves, rewards = (torch.tensor(x) for x in zip(*steps, strict=True))
         adv = group_advantages(rewards.float(), rows.tolist(), scale=scale_rewards)
-        logp = theta.log_softmax(-1)[rows, moves][:, None]
+        logp = log_probs[rows, moves][:, None]
         loss, _ = policy_loss(logp, logp.detach(), adv, torch.ones_like(logp, dtype=torch.bool),
                               max_generation_len=1, batch_sequences=len(steps), batch_tokens=len(steps),
                               ref_logp=magnet[rows, moves][:, None] if beta else None, beta=beta,
                               kl_estimator=kl_estimator)
         opt.zero_grad()
         loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, grad_clip)
         opt.step()
         decay.step()
+        with torch.no_grad():
+            now = policy.log_probs()
         if magnet_ema:
-            magnet_logits = (1 - magnet_ema) * magnet_logits + magnet_ema * theta.detach()
+            magnet_logits = (1 - magnet_ema) * magnet_logits + magnet_ema * now
         if magnet_every and update % magnet_every == 0:
-            magnet_logits = theta.detach().clone()
+            magnet_logits = now.clone()
         magnet = magnet_logits.log_softmax(-1)
-        table = table_of(theta.detach().softmax(-1))
+        table = table_of(now.exp())
         tables.append(table)
         average.add(table)
         curve.append({"update": update, "moves": moves_played,
@@ -131,8 +156,7 @@ def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta:
     return {"start": start, "seed": seed, "beta": beta, "magnet_every": magnet_every, "magnet_ema": magnet_ema,
             "learning_rate": learning_rate,
             "lr_schedule": lr_schedule, "scale_rewards": scale_rewards, "kl_estimator": kl_estimator, "batch": batch,
-            "curve": curve,
-            "final_table": table_of(theta.detach().softmax(-1))}
+            "grad_clip": grad_clip, "curve": curve, "final_table": table}
 
 
 def main() -> int:

@@ -5,6 +5,7 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -66,3 +67,36 @@ def test_the_kuhn_twins_exponential_magnet_at_one_is_the_magnet_replaced_every_u
     assert [c["exploitability"] for c in kuhn.run(magnet_ema=0.1, **settings)["curve"]] != [
         c["exploitability"] for c in every]
     assert 0 <= ema[50]["half"] <= ema[0]["half"] and "half" not in ema[49]
+
+
+def test_the_scored_1m_policy_is_the_exact_readings_table_on_the_legal_answers(answering_model, monkeypatch):
+    """benchmarks/kuhn_scored_selfplay.py scores the legal answers with its own forward pass (right-padded, with
+    gradients); unstable.eval reads them with the inference backend's cached, left-padded passes. Two ways to the
+    same numbers: the scored table is the exact reading conditioned on a legal answer, and an update moves it."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import kuhn_scored_selfplay as scored
+    import kuhn_tabular_selfplay as kuhn
+
+    from unstable.eval.exploitability import evaluate_exploitability, legal_only
+    from unstable.eval.solvers.kuhn import INFO_SETS
+    from unstable.inference.transformers_backend import TransformersBackend
+
+    policy = scored.ScoredPolicy(answering_model, seed=0)
+    with torch.no_grad():
+        table = kuhn.table_of(policy.log_probs().exp())
+    backend = TransformersBackend(answering_model, batch_wait_ms=0)
+    try:
+        read = evaluate_exploitability(answering_model, scored.ENV_ID, prompt_template=scored.TEMPLATE,
+                                       backend=backend)
+    finally:
+        backend.close()
+    expected = legal_only(read.policy)
+    assert set(table) == set(expected) == set(INFO_SETS)
+    for key in INFO_SETS:
+        for move, p in table[key].items():
+            assert abs(p - expected[key][move]) < 1e-4, (key, move, p, expected[key][move])
+    assert read.other_mean > 0.01  # the reading's table leaves mass off the legal answers; the scored one cannot
+    result = kuhn.run(updates=2, batch=16, learning_rate=0.05, beta=1.0, magnet_every=1, start="scored",
+                      scale_rewards=False, policy=policy, grad_clip=1.0)
+    assert result["curve"][0]["exploitability"] == pytest.approx(read.legal_exploitability, abs=1e-4)
+    assert result["final_table"] != table  # the adapter's gradients flow through the scored answers
