@@ -5,7 +5,8 @@ Runs are ``unstable quickstart`` run directories (their ``metrics.jsonl`` holds 
 exploitability, read during the run; a learner step is ``batch_size`` moves; ``collect/games`` counts the hands),
 optionally with the ``--all-checkpoints`` reading of their checkpoint average (``unstable eval --exploitability
 --run RUN --all-checkpoints`` writes it to ``RUN/exploitability.jsonl``); the twin is a
-``benchmarks/kuhn_tabular_selfplay.py --out`` file, the baselines a ``benchmarks/openspiel_baselines.py`` result.
+``benchmarks/kuhn_tabular_selfplay.py --out`` file, the 1M model scoring the legal answers a
+``benchmarks/kuhn_scored_selfplay.py --out`` file, the baselines a ``benchmarks/openspiel_baselines.py`` result.
 
     .venv/bin/python benchmarks/plot_selfplay.py --runs runs/a runs/b --tabular twin.json --out curves.png
     .venv/bin/python benchmarks/plot_selfplay.py --x hands --runs runs/leduc-s0 \
@@ -72,6 +73,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", nargs="*", default=[], help="run directories")
     p.add_argument("--tabular", nargs="*", default=[], help="kuhn_tabular_selfplay.py --out files")
+    p.add_argument("--scored", nargs="*", default=[], help="kuhn_scored_selfplay.py --out files (a colour a seed)")
     p.add_argument("--baselines", nargs="*", default=[], help="openspiel_baselines.py result files (x: hands)")
     p.add_argument("--x", choices=("moves", "hands"), default="moves", help="what the x axis counts")
     p.add_argument("--aim", type=_line, default=0.10, help="a horizontal line for the aim ('none': no line)")
@@ -80,8 +82,8 @@ def main() -> int:
     p.add_argument("--title", default="KuhnPoker self-play")
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    if args.tabular and args.x != "moves":
-        p.error("the tabular twin counts moves: --tabular needs --x moves")
+    if (args.tabular or args.scored) and args.x != "moves":
+        p.error("the twins count moves: --tabular and --scored need --x moves")
     if args.baselines and args.x != "hands":
         p.error("OpenSpiel's learners count hands: --baselines needs --x hands")
     plt = pyplot()
@@ -92,6 +94,14 @@ def main() -> int:
         (line,) = ax.plot(xs, values, lw=1, alpha=0.8, label=f"{run.name}: last iterate")
         if (average := average_curve(run, args.x)) is not None:
             ax.plot(*average, lw=2, color=line.get_color(), ls="--", label=f"{run.name}: average of checkpoints")
+    for path in args.scored:
+        for result in json.loads(Path(path).read_text()):
+            curve = result["curve"]
+            moves = [c["moves"] for c in curve]
+            (line,) = ax.plot(moves, [c["exploitability"] for c in curve], lw=0.7, alpha=0.6,
+                              label=f"scored 1M, seed {result['seed']}: last iterate")
+            ax.plot(moves, [c["average"] for c in curve], lw=2, color=line.get_color(), ls="--",
+                    label=f"scored 1M, seed {result['seed']}: average of all")
     for path in args.tabular:
         for result in json.loads(Path(path).read_text()):
             curve = result["curve"]
