@@ -153,8 +153,8 @@ def main() -> int:
             seed=0,
             mode=args.mode,
         )
-        # ray.init (inside build) installs Ray's own SIGTERM handler, which ends the process without
-        # Python's finally (on the H200, 2026-11-28, both runs cut by their timeouts left no file): ours again
+        # ray.init (inside build) installs Ray's own SIGTERM handler: ours again, so that a SIGTERM to this
+        # process stops the run and writes the result (a `timeout` also signals Ray's processes: --max-seconds)
         signal.signal(signal.SIGTERM, on_term)
         if args.max_seconds:  # the same stop as a timeout's, from inside, while Ray's processes still answer
             signal.signal(signal.SIGALRM, on_term)

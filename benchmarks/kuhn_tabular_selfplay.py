@@ -156,7 +156,7 @@ def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta:
     return {"start": start, "seed": seed, "beta": beta, "magnet_every": magnet_every, "magnet_ema": magnet_ema,
             "learning_rate": learning_rate,
             "lr_schedule": lr_schedule, "scale_rewards": scale_rewards, "kl_estimator": kl_estimator, "batch": batch,
-            "grad_clip": grad_clip, "curve": curve, "final_table": table}
+            "grad_clip": grad_clip, "curve": curve, "final_table": tables[-1]}
 
 
 def main() -> int:
