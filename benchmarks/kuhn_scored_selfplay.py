@@ -16,7 +16,7 @@ LoRA adapter (the recipe's rank 8, alpha 16, all seven projections) on the recip
 flow through the 24 scored answers. The exact exploitability of the scored table is read after every update:
 it is the policy as played when the moves are chosen this way.
 
-    .venv/bin/python benchmarks/kuhn_scored_selfplay.py --warm-start RUN_OR_MODEL_DIR --updates 400 --seeds 0
+    .venv/bin/python benchmarks/kuhn_scored_selfplay.py --warm-start WARM_START_DIR --updates 800 --seeds 0
 
 ``--warm-start``: the model directory of the recipe's warm start (``unstable quickstart --config
 configs/kuhn-hand-selfplay-mmd.yaml --seed N`` builds it into ``~/.cache/unstable/warm-starts/``; a run's
