@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kuhn_tabular_selfplay import run
+from kuhn_tabular_selfplay import run, summary_line
 
 from unstable.eval.game_states import kuhn_states
 from unstable.eval.solvers.kuhn import INFO_SETS, LEGAL_ACTIONS
@@ -129,11 +129,7 @@ def main() -> int:
         result.update(warm_start=model_dir, wall_s=round(time.perf_counter() - t0, 1), policy="scored 1M model",
                       lora={**RECIPE_LORA})
         results.append(result)
-        ex = [c["exploitability"] for c in result["curve"]]
-        marks = {u: ex[u] for u in (0, 50, 100, 200, 300, args.updates) if u < len(ex)}
-        print(f"seed {seed} ({result['wall_s']} s): " + ", ".join(f"{u}: {v:.3f}" for u, v in marks.items())
-              + f"; lowest {min(ex):.3f}; average of all {result['curve'][-1]['average']:.3f}, of the second half "
-              f"{result['curve'][-1]['half']:.3f}", flush=True)
+        print(f"seed {seed} ({result['wall_s']} s): {summary_line(result)}", flush=True)
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(results, indent=1) + "\n")

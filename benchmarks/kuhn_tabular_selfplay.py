@@ -159,6 +159,16 @@ def run(updates: int = 300, batch: int = 128, learning_rate: float = 0.05, beta:
             "grad_clip": grad_clip, "curve": curve, "final_table": tables[-1]}
 
 
+def summary_line(result: dict[str, Any]) -> str:
+    """A run's exploitability at a few updates, its lowest, the mean of its last 50 and its averages at the end."""
+    curve = result["curve"]
+    ex = [c["exploitability"] for c in curve]
+    marks = {u: ex[u] for u in (0, 50, 100, 200, 300, len(ex) - 1) if u < len(ex)}
+    return (", ".join(f"{u}: {v:.3f}" for u, v in marks.items())
+            + f"; lowest {min(ex):.3f}; last 50 mean {sum(ex[-50:]) / len(ex[-50:]):.3f}"
+            + f"; average of all {curve[-1]['average']:.3f}, of the second half {curve[-1]['half']:.3f}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--updates", type=int, default=300)
@@ -177,11 +187,7 @@ def main() -> int:
     results = [run(args.updates, args.batch, args.lr, args.beta, args.magnet_every, args.start, s, args.lr_schedule,
                    not args.no_scale, args.kl_estimator, args.magnet_ema) for s in args.seeds]
     for r in results:
-        ex = [c["exploitability"] for c in r["curve"]]
-        marks = {u: ex[u] for u in (0, 50, 100, 200, 300, args.updates) if u < len(ex)}
-        print(f"seed {r['seed']}: " + ", ".join(f"{u}: {v:.3f}" for u, v in marks.items())
-              + f"; lowest {min(ex):.3f}; last 50 mean {sum(ex[-50:]) / len(ex[-50:]):.3f}"
-              + f"; average of all {r['curve'][-1]['average']:.3f}, of the second half {r['curve'][-1]['half']:.3f}")
+        print(f"seed {r['seed']}: {summary_line(r)}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
