@@ -97,8 +97,11 @@ STOPPED_BY: list[str] = []  # the signal that stopped the run (Ray re-raises it 
 
 
 def on_term(signum, frame) -> None:
+    """Stop the run the first time; a later signal (the step's timeout while the run is stopping) is only noted,
+    so that the stop and the result file still finish."""
     STOPPED_BY.append("--max-seconds" if signum == signal.SIGALRM else f"signal {signum} (the step's timeout)")
-    raise KeyboardInterrupt(STOPPED_BY[-1])
+    if len(STOPPED_BY) == 1:
+        raise KeyboardInterrupt(STOPPED_BY[0])
 
 
 def main() -> int:
@@ -121,6 +124,9 @@ def main() -> int:
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     signal.signal(signal.SIGTERM, on_term)  # `timeout` ends the step: still stop the run and write the result
+    if args.max_seconds:  # from the start: on a loaded machine build() alone can take most of the step's cap
+        signal.signal(signal.SIGALRM, on_term)
+        signal.alarm(max(1, int(args.max_seconds - (time.time() - T0))))
     result: dict = {"args": vars(args), "ok": False, "error": None}
     run = None
     try:
@@ -153,12 +159,10 @@ def main() -> int:
             seed=0,
             mode=args.mode,
         )
-        # ray.init (inside build) installs Ray's own SIGTERM handler: ours again, so that a SIGTERM to this
-        # process stops the run and writes the result (a `timeout` also signals Ray's processes: --max-seconds)
+        # ray.init (inside build) installs Ray's own SIGTERM handler (sys.exit): ours again, so that a SIGTERM to
+        # this process stops the run and writes the result (a `timeout` also signals Ray's processes: hence the
+        # --max-seconds alarm, the same stop from inside while Ray's processes still answer)
         signal.signal(signal.SIGTERM, on_term)
-        if args.max_seconds:  # the same stop as a timeout's, from inside, while Ray's processes still answer
-            signal.signal(signal.SIGALRM, on_term)
-            signal.alarm(max(1, int(args.max_seconds - (time.time() - T0))))
         result["build_s"] = round(time.time() - t, 2)
         result["run_dir"] = run.run_dir
         t = time.time()
@@ -167,6 +171,8 @@ def main() -> int:
         result["summary"] = json.loads(json.dumps(summary, default=repr))
         result["ok"] = True
     except BaseException as exc:  # a timeout's SIGTERM or an error: report it either way
+        if isinstance(exc, SystemExit) and exc.code == signal.SIGTERM and not STOPPED_BY:
+            STOPPED_BY.append(f"signal {signal.SIGTERM} (the step's timeout, through Ray's handler)")
         result["error"] = f"stopped by {STOPPED_BY[0]}" if STOPPED_BY else f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()[-6000:]
         print(result["traceback"], file=sys.stderr, flush=True)
@@ -174,7 +180,7 @@ def main() -> int:
         if run is not None:
             try:
                 run.stop()
-            except Exception as exc:
+            except BaseException as exc:  # a second signal while stopping must not lose the result file
                 result["stop_error"] = f"{type(exc).__name__}: {exc}"
         if result.get("run_dir") and os.path.isdir(result["run_dir"]):
             result.update(read_run(result["run_dir"]))

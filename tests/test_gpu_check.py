@@ -35,7 +35,7 @@ def test_the_gpu_check_rehearses_on_cpu_and_summarises_every_step(tmp_path):
     for step, state in status.items():
         if step == "quickstart":
             continue
-        assert state in ("ok", "timeout", "skipped", "missing"), f"{step}: {state}\n{log}"
+        assert state in ("ok", "timeout", "skipped", "missing"), f"{step}: {state}\n{summary['build_run']}\n{log}"
         if state == "missing":  # only a script another change adds may be absent from this tree
             assert step == "vram" and not (ROOT / "benchmarks" / "bench_vram.py").exists()
     rows = summary["inference"]
