@@ -40,8 +40,8 @@ from kuhn_tabular_selfplay import run, summary_line
 
 from unstable.eval.game_states import kuhn_states
 from unstable.eval.solvers.kuhn import INFO_SETS, LEGAL_ACTIONS
+from unstable.games.extraction import answer_text
 from unstable.games.templates import get_template
-from unstable.models.warmstart import answer_text
 
 ENV_ID = "KuhnPoker-v0-chips-train"
 TEMPLATE = "qwen3-hand"

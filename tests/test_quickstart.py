@@ -12,14 +12,13 @@ import textarena as ta
 import torch
 
 from unstable.cli.quickstart import QuickstartConfig, run_quickstart
-from unstable.games.extraction import extract_boxed_action
+from unstable.games.extraction import answer_text, extract_boxed_action
 from unstable.games.templates import board_view, render_prompt
 from unstable.models.warmstart import (
     Position,
     WarmStartConfig,
     _encode,
     _loss,
-    answer_text,
     lr_scale,
     mixes,
     random_game_positions,

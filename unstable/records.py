@@ -78,7 +78,10 @@ class Sample:
     (an end-of-sequence token was sampled) or ``"length"`` (the token budget ran out).
     ``policy_version`` is the learner step of the weights that sampled it (``PolicyRef.version``
     of the requesting policy; ``None`` if the request did not say). ``text`` is the completion
-    decoded without special tokens.
+    decoded without special tokens. ``allowed``, for a completion drawn from a fixed list of answers
+    (:attr:`~unstable.inference.base.GenerationRequest.choices`, the legal moves), holds the token ids
+    each completion token was drawn among: its log-prob is then the model's softmax renormalised over
+    them (1 where only one was allowed); empty when the completion was free.
     """
 
     prompt_ids: tuple[int, ...]
@@ -89,12 +92,15 @@ class Sample:
     top_p: float
     policy_version: int | None = None
     text: str = ""
+    allowed: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.completion_logprobs) != len(self.completion_ids):
             raise ValueError(
                 f"{len(self.completion_logprobs)} log-probs for {len(self.completion_ids)} completion tokens"
             )
+        if self.allowed and len(self.allowed) != len(self.completion_ids):
+            raise ValueError(f"{len(self.allowed)} allowed-token sets for {len(self.completion_ids)} completion tokens")
         if self.finish_reason not in ("stop", "length"):
             raise ValueError(f"finish_reason must be 'stop' or 'length', got {self.finish_reason!r}")
 

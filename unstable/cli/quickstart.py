@@ -96,6 +96,11 @@ class QuickstartConfig:
     crises that training adds: docs/training.md, "Fewer stray answers"). The learner models the
     distribution without the nucleus, so a learner that weighs samples by their behaviour ratio (GRPO's and
     PPO's default ``off_policy_correction``) is refused with it; set ``learner: {off_policy_correction: none}``."""
+    legal_moves_only: bool = False
+    """Every answer of the trained model is one of the legal moves' canonical answers, drawn from its
+    distribution renormalised over them, in the training games, the evaluations and the exploitability
+    reading; the learner trains on those renormalised log-probs (docs/training.md, "Answers drawn among
+    the legal moves"). Needs ``top_p: 1``."""
     seed: int = setting(0, ge=0)
     """Seeds the tiny model, the warm start and the run."""
     algorithm: str = "reinforce"
@@ -177,7 +182,7 @@ class QuickstartConfig:
             activation_checkpointing=False,
             gradient_checkpointing=False,
             temperature=self.temperature,
-            vllm_config={"top_p": self.top_p},
+            vllm_config={"top_p": self.top_p, "legal_moves_only": self.legal_moves_only},
             reward_transforms=_transforms(self),
             wandb_project=None,
             **where,
@@ -286,7 +291,8 @@ def _eval(model: str, adapter: str | None, cfg: QuickstartConfig, label: str, sa
 
     return evaluate(model, cfg.env_id, opponent=cfg.eval_opponent, games=cfg.eval_games, adapter=adapter,
                     prompt_template=cfg.prompt_template, greedy=True, num_workers=cfg.eval_workers,
-                    sampling=SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=cfg.max_new_tokens),
+                    sampling=SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=cfg.max_new_tokens,
+                                            legal_moves_only=cfg.legal_moves_only),
                     seed=cfg.seed + 10_000, on_done=progress)
 
 

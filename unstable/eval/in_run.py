@@ -226,7 +226,8 @@ class ExploitabilityEvaluator:
         ``run_dir``; 0: the base model) later, as this evaluator reads them."""
         out = []
         reading = (f"--temperature {self.sampling.temperature:g} --top-p {self.sampling.top_p:g} "
-                   f"--max-new-tokens {self.sampling.max_new_tokens}")
+                   f"--max-new-tokens {self.sampling.max_new_tokens}"
+                   f"{' --legal-moves-only' if self.sampling.legal_moves_only else ''}")
         for version in versions:
             where = (f"--model {shlex.quote(self.model_name)}" if version == 0
                      else f"--run {shlex.quote(str(run_dir))} --checkpoint ckpt-{version}")
@@ -263,7 +264,7 @@ class ExploitabilityEvaluator:
             self.model_name, target.env_id, adapter, prompt_template=target.prompt_template,
             temperature=self.sampling.temperature, top_p=self.sampling.top_p,
             max_new_tokens=self.sampling.max_new_tokens, action_extraction=target.action_extraction,
-            backend=self.backend)
+            backend=self.backend, legal_moves_only=self.sampling.legal_moves_only)
 
     def _raise(self) -> None:
         if self._error is not None:

@@ -6,7 +6,7 @@ Two readings:
 * **exact** (:meth:`PolicyReader.read_exact`), for direct-answer templates: every legal move's
   completion is scored with teacher forcing, exactly as the inference backend samples it. The
   completion of a move is the token sequence generation produces for it: the warm start's answer
-  ``\\boxed{4}`` (:func:`unstable.models.warmstart.answer_text`, tokenized as the warm start does) and
+  ``\\boxed{4}`` (:func:`unstable.games.extraction.answer_text`, tokenized as the warm start does) and
   then one of the tokens that stop generation (the backend's ``eos_ids``: ``<|im_end|>`` and
   ``<|endoftext|>`` for the tiny models). Each token's distribution is the backend's: the logits
   divided by the temperature (HF's ``TemperatureLogitsWarper``), then its top-p nucleus
@@ -24,6 +24,10 @@ the game rejects, or as a legal move the reading did not count, so ``other`` is 
 the invalid-move mass; the sampled reading measures how much of it extracts to legal moves. With
 today's eval rules (``error_allowance = 0``, the default of every spec) an invalid move loses the
 game at once, so the exploitability solvers count ``other`` as a loss.
+
+With ``sampling.legal_moves_only`` both readings read the policy the backend then plays: each answer
+drawn token by token among the tokens that continue a legal move's answer, stop token included (the
+model's softmax renormalised over them at the temperature), so ``other`` is 0.
 """
 
 from __future__ import annotations
@@ -35,10 +39,9 @@ from dataclasses import dataclass, field
 import torch
 
 from unstable.eval.intervals import wilson_interval
-from unstable.games.extraction import get_action_extraction
-from unstable.inference.base import GenerationRequest, SamplingParams
+from unstable.games.extraction import answer_text, get_action_extraction
+from unstable.inference.base import GenerationRequest, SamplingParams, allowed_next
 from unstable.inference.transformers_backend import TransformersBackend
-from unstable.models.warmstart import answer_text
 
 DIRECT_ANSWER_TEMPLATES = frozenset({"qwen3-board", "qwen3-grid", "qwen3-hand", "qwen3-spiel", "qwen3-task"})
 """Built-in templates that ask for the answer alone ("Answer in \\boxed{}."): read exactly by default.
@@ -108,7 +111,11 @@ class PolicyReader:
         items = []
         for prompt, legal in zip(prompts, moves, strict=True):
             ids, room = self.backend._encode(prompt, self.sampling.max_new_tokens)
-            items.append(_Item(ids, [self.answer_ids(m) for m in legal], room))
+            if self.sampling.legal_moves_only:  # the answers as the backend draws them, stop token included
+                candidates = [list(self.backend.choice_ids(answer_text(m))) for m in legal]
+            else:
+                candidates = [self.answer_ids(m) for m in legal]
+            items.append(_Item(ids, candidates, room))
         logps: list[list[float]] = []
         chunk: list[_Item] = []
         for item in items:
@@ -151,7 +158,9 @@ class PolicyReader:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = backend.forward(self.adapter, input_ids=ids.to(device), attention_mask=mask.to(device),
                               position_ids=positions.to(device), use_cache=True, logits_to_keep=1)
-        first = self._step_logprobs(out.logits[:, -1]).cpu()  # [P, V]: the first completion token
+        constrained = self.sampling.legal_moves_only  # raw logits: renormalised over the allowed tokens below
+        step = (lambda logits: logits.float()) if constrained else self._step_logprobs
+        first = step(out.logits[:, -1]).cpu()  # [P, V]: the first completion token
         rows = [(p, c) for p, item in enumerate(items) for c in range(len(item.candidates))]
         cands = [items[p].candidates[c] for p, c in rows]
         length = max(len(c) for c in cands)
@@ -168,7 +177,7 @@ class PolicyReader:
         full_mask = torch.cat([mask[owner], cand_mask], dim=1)
         cont = backend.forward(self.adapter, input_ids=tokens.to(device), attention_mask=full_mask.to(device),
                                position_ids=cont_pos.to(device), past_key_values=cache, use_cache=True)
-        later = self._step_logprobs(cont.logits.reshape(-1, cont.logits.shape[-1])).cpu()
+        later = step(cont.logits.reshape(-1, cont.logits.shape[-1])).cpu()
         later = later.reshape(len(rows), length, -1)  # later[r, t]: the token after candidate token t
         eos = sorted(backend.eos_ids)
         scores: list[list[float]] = [[] for _ in items]
@@ -177,11 +186,29 @@ class PolicyReader:
             if len(cand) > room:  # generation stops before the answer is complete
                 scores[p].append(-math.inf)
                 continue
+            if constrained:
+                choices = tuple(tuple(c) for c in items[p].candidates)
+                scores[p].append(sum(self._allowed_logprob(first[p] if t == 0 else later[r, t - 1],
+                                                           allowed_next(choices, cand[:t]), cand[t])
+                                     for t in range(len(cand))))
+                continue
             total = float(first[p, cand[0]]) + sum(float(later[r, t - 1, cand[t]]) for t in range(1, len(cand)))
             if len(cand) < room:  # a stop token must follow; at exactly ``room`` tokens generation stops anyway
                 total += float(torch.logsumexp(later[r, len(cand) - 1, eos], dim=-1))
             scores[p].append(total)
         return scores
+
+    def _allowed_logprob(self, logits: torch.Tensor, allowed: tuple[int, ...], token: int) -> float:
+        """Log-prob of ``token`` drawn from ``logits`` renormalised over ``allowed`` at the reading's temperature
+        (greedy: 0 for the allowed argmax, else -inf), as the backend's choice mask then its warpers draw it."""
+        if len(allowed) == 1:
+            return 0.0
+        scaled = logits[list(allowed)].float()
+        at = allowed.index(token)
+        if self.sampling.greedy:
+            return 0.0 if int(scaled.argmax()) == at else -math.inf
+        scaled = scaled / self.sampling.temperature
+        return float(scaled[at] - torch.logsumexp(scaled, dim=-1))
 
     # ------------------------------------------------------------------ sampled
     def read_sampled(self, prompt: str, moves: Sequence[str], samples: int) -> MoveDistribution:
@@ -190,7 +217,8 @@ class PolicyReader:
         share that reached a legal move in a non-canonical spelling (the exact reading's blind spot)."""
         if samples < 1:
             raise ValueError(f"samples must be >= 1, got {samples}")
-        request = GenerationRequest(prompt, self.adapter, self.sampling)
+        choices = tuple(answer_text(m) for m in moves) if self.sampling.legal_moves_only else None
+        request = GenerationRequest(prompt, self.adapter, self.sampling, choices=choices)
         counts = dict.fromkeys(moves, 0)
         canonical = dict.fromkeys(moves, 0)
         size = self.backend.config.max_batch_size
@@ -209,6 +237,8 @@ class PolicyReader:
 
     def _is_canonical(self, sample, move: str) -> bool:
         """Whether ``sample`` is ``move``'s canonical completion (then a stop token, unless cut at the limit)."""
+        if self.sampling.legal_moves_only:
+            return tuple(sample.completion_ids) == self.backend.choice_ids(answer_text(move))
         ids = list(sample.completion_ids)
         if sample.finish_reason == "stop":
             ids = ids[:-1]

@@ -187,3 +187,9 @@ def get_action_extraction(name: str) -> ExtractionFn:
     except KeyError:
         known = sorted(_EXTRACTORS)
         raise ValueError(f"unknown action extraction {name!r}; known: {known}") from None
+
+
+def answer_text(move: str) -> str:
+    """The completion that plays ``move``: ``[4]`` -> ``\\boxed{4}`` (extraction restores the brackets)."""
+    inner = move[1:-1] if move.startswith("[") and move.endswith("]") and move.count("[") == 1 else move
+    return f"\\boxed{{{inner}}}"

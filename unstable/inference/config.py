@@ -49,6 +49,11 @@ class InferenceConfig:
     table), and a plain REINFORCE gradient then belongs to the un-truncated tempered policy."""
     max_tokens: int = setting(4096, ge=1)
     """New tokens per answer at most (the seed's max_generation_len)."""
+    legal_moves_only: bool = setting(False)
+    """Model seats answer with one of the legal moves' canonical answers (``\\boxed{move}``), drawn token by
+    token from the model's distribution renormalised over the tokens that continue one of them; the learners
+    train on those renormalised log-probs and the exploitability reading reads them. Needs the transformers
+    backend, top_p=1 and games with a legal-move reader (docs/training.md, "Answers drawn among the legal moves")."""
     max_parallel_seq: int = setting(128, ge=1)
     """Requests batched into one generate call at most."""
     max_loras: int = setting(8, ge=1)
@@ -102,9 +107,10 @@ class InferenceConfig:
 
     @property
     def sampling(self) -> SamplingParams:
-        """The default :class:`~unstable.inference.base.SamplingParams`: ``temperature``, ``top_p`` and
-        ``max_tokens`` (as ``max_new_tokens``)."""
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_tokens)
+        """The default :class:`~unstable.inference.base.SamplingParams`: ``temperature``, ``top_p``,
+        ``max_tokens`` (as ``max_new_tokens``) and ``legal_moves_only``."""
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_tokens,
+                              legal_moves_only=self.legal_moves_only)
 
     def backend_arguments(self) -> dict[str, Any]:
         """Keyword arguments of :func:`~unstable.inference.actor.make_backend` for this config."""

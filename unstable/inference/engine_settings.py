@@ -22,7 +22,7 @@ from typing import Any
 from unstable.utils.checks import check_bool, check_choice, check_int, check_number, check_str
 
 VLLM_CONFIG_KEYS = ("model_name", "temperature", "top_p", "max_tokens", "max_parallel_seq", "max_loras",
-                    "max_model_len", "lora_config")
+                    "max_model_len", "lora_config", "legal_moves_only")
 """The seed's own ``vllm_config`` keys (fields of :class:`~unstable.inference.config.InferenceConfig`)."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SHARED_GPU_MEMORY_UTILIZATION = 0.9

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import threading
 import time
@@ -48,7 +49,14 @@ from typing import Any
 import torch
 
 from unstable.inference.adapters import PAYLOADS_PER_LORA, AdapterPayload, read_adapter
-from unstable.inference.base import GenerationRequest, GenerationResult, SamplingParams, make_sample
+from unstable.inference.base import (
+    GenerationRequest,
+    GenerationResult,
+    SamplingParams,
+    allowed_next,
+    allowed_path,
+    make_sample,
+)
 from unstable.inference.multi_lora import MultiLora
 from unstable.local_models.resolve import resolve_tiny_name
 
@@ -107,6 +115,7 @@ class _Row:
     prompt_ids: list[int]
     max_new_tokens: int
     adapter: str | None
+    choices: tuple[tuple[int, ...], ...] | None = None  # token ids of each allowed answer, a stop token last
 
 
 class TransformersBackend:
@@ -128,6 +137,7 @@ class TransformersBackend:
         self._adapter_counter = 0
         self._payloads: OrderedDict[str, AdapterPayload] = OrderedDict()  # in-memory adapters by source
         self._payload_lock = threading.Lock()
+        self._choice_ids: dict[str, tuple[int, ...]] = {}
         gen_cfg = base.generation_config
         eos = gen_cfg.eos_token_id if gen_cfg.eos_token_id is not None else self.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
@@ -256,7 +266,28 @@ class TransformersBackend:
         if not isinstance(req.prompt, str):
             raise TypeError(f"a request's prompt must be a str, got {type(req.prompt).__name__}")
         ids, max_new_tokens = self._encode(req.prompt, req.sampling.max_new_tokens)
-        return _Row(index, req, ids, max_new_tokens, self._adapter_name(req.adapter_path, in_use))
+        choices = None
+        if req.choices is not None:
+            if not req.choices:
+                raise ValueError("a request's choices must name at least one answer")
+            choices = tuple(dict.fromkeys(self.choice_ids(text) for text in req.choices))
+            longest = max(len(c) for c in choices)
+            if longest > max_new_tokens:
+                raise ValueError(f"an allowed answer is {longest} tokens with its stop token, more than the "
+                                 f"{max_new_tokens} new tokens this request may generate")
+        return _Row(index, req, ids, max_new_tokens, self._adapter_name(req.adapter_path, in_use), choices)
+
+    def choice_ids(self, text: str) -> tuple[int, ...]:
+        """The token ids of the allowed answer ``text`` and the stop token after it, tokenized as the warm start
+        teaches answers (``text + eos_token`` in one call)."""
+        ids = self._choice_ids.get(text)
+        if ids is None:
+            end = self.tokenizer.eos_token or ""
+            ids = list(self.tokenizer(text + end, add_special_tokens=False)["input_ids"])
+            if not ids or ids[-1] not in self.eos_ids:
+                ids.append(min(self.eos_ids))
+            ids = self._choice_ids[text] = tuple(ids)
+        return ids
 
     def _encode(self, prompt: str, max_new_tokens: int) -> tuple[list[int], int]:
         ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -324,6 +355,10 @@ class TransformersBackend:
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        if any(row.choices for row in rows):  # before temperature and top-p, as HF applies processors first
+            from transformers import LogitsProcessorList
+
+            kwargs["logits_processor"] = LogitsProcessorList([_ChoiceMask([row.choices for row in padded], width)])
         self._lora.route([row.adapter for row in padded], dense=static)
         out = self._generate_call(kwargs, lora, static)
         new_tokens = out.sequences[: len(rows), width:]
@@ -348,6 +383,7 @@ class TransformersBackend:
                 completion_logprobs=tuple(chosen[i, :n].tolist()),
                 finish_reason=finish,
                 text=self.tokenizer.decode(completion, skip_special_tokens=True),
+                allowed=allowed_path(row.choices, completion) if row.choices else (),
             )
             results.append(GenerationResult(sample, adapter_path=row.request.adapter_path, gen_seconds=elapsed))
             self._stats["completion_tokens"] += n
@@ -443,6 +479,27 @@ class TransformersBackend:
             task.cancel()
         self._loop_state.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _ChoiceMask:
+    """A logits processor: in each row with ``choices``, every token that does not continue one of them gets
+    ``-inf``, so the next token is drawn from the model's distribution renormalised over those that do. A
+    row whose answer is complete (it goes on with padding) is left as it is."""
+
+    def __init__(self, choices: list[tuple[tuple[int, ...], ...] | None], width: int):
+        self.choices = choices
+        self.width = width
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        generated = input_ids[:, self.width:].tolist()
+        for b, choices in enumerate(self.choices):
+            allowed = allowed_next(choices, generated[b]) if choices else ()
+            if allowed:
+                keep = torch.tensor(allowed, device=scores.device)
+                kept = scores[b, keep]
+                scores[b] = -math.inf
+                scores[b, keep] = kept
+        return scores
 
 
 def chosen_logprobs(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -251,6 +251,9 @@ class VLLMBackend:
         """Queue ``request`` for the engine; the future holds its :class:`GenerationResult`."""
         if self._closed or self._failure is not None:
             raise RuntimeError("VLLMBackend is closed" if self._closed else "the vLLM engine failed") from self._failure
+        if request.choices is not None:
+            raise ValueError("the vLLM backend does not draw answers from a list of choices (legal_moves_only); "
+                             "the transformers backend does")
         ids = self.tokenizer(request.prompt, add_special_tokens=False)["input_ids"]
         room = self.max_length - len(ids)
         if room < 1:

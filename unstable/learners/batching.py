@@ -25,7 +25,9 @@ class TokenBatch:
     loss targets); prompt and padding positions are false. ``prompt_lens`` are after truncation.
     ``behaviour_logp[b, t]`` is the log-prob the backend recorded for that token when it sampled it
     (0 elsewhere); ``temperature[b]`` is the temperature row ``b`` was sampled at (1 for greedy
-    samples, whose recorded log-probs are the raw model's).
+    samples, whose recorded log-probs are the raw model's). ``allowed`` lists the kept completion tokens
+    that were drawn among a few (:attr:`~unstable.records.Sample.allowed`, the legal moves' answers) by
+    their ``target_mask`` position and the token ids allowed there.
     """
 
     input_ids: Tensor  # [B, T] long
@@ -35,6 +37,7 @@ class TokenBatch:
     num_truncated: int
     behaviour_logp: Tensor  # [B, T] float32
     temperature: Tensor  # [B] float32
+    allowed: tuple[tuple[int, int, tuple[int, ...]], ...] = ()  # (row, column of target_mask, token ids)
 
     def scatter(self, rows: Sequence[Tensor]) -> Tensor:
         """Per-row values of the kept completion tokens (``rows[b]`` has one per token) laid out
@@ -97,6 +100,7 @@ def collate(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> To
     prompt_lens = torch.zeros(len(rows), dtype=torch.long)
     behaviour_logp = torch.zeros((len(rows), width), dtype=torch.float32)
     temperature = torch.ones(len(rows), dtype=torch.float32)
+    allowed: list[tuple[int, int, tuple[int, ...]]] = []
     for b, (ids, step) in enumerate(zip(rows, steps, strict=True)):
         n = len(ids)
         p = min(len(step.prompt_ids), n)
@@ -108,8 +112,10 @@ def collate(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> To
             behaviour_logp[b, p:n] = torch.tensor(step.completion_logprobs[: n - p], dtype=torch.float32)
         if step.sample is not None and step.sample.temperature > 0:
             temperature[b] = step.sample.temperature
+        if step.sample is not None and step.sample.allowed:  # completion token k is predicted at column p + k - 1
+            allowed += [(b, p + k - 1, ids_k) for k, ids_k in enumerate(step.sample.allowed[: n - p])]
     return TokenBatch(input_ids, attention_mask, completion_mask, prompt_lens, num_truncated, behaviour_logp,
-                      temperature)
+                      temperature, tuple(allowed))
 
 
 def collate_prompts(steps: Sequence[Step], max_train_len: int | None, pad_id: int) -> tuple[Tensor, Tensor]:

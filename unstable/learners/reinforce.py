@@ -22,6 +22,7 @@ and writes the checkpoint. GRPO, GSPO, A2C and PPO change the advantages and the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -282,14 +283,50 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
         temperature = micro.temperature.to(self.device)[where[0]]
         if self._fused_head:  # never the [N, V] float32 logits: chunks, recomputed in backward
             head = self.model.get_output_embeddings()
-            return chunked_target_logprobs(self._hidden_at(micro, where), head.weight, targets, temperature,
-                                           chunk_tokens=self.config.logprob_chunk_tokens, bias=head.bias)
+            hidden = self._hidden_at(micro, where)
+            logp, entropy = chunked_target_logprobs(hidden, head.weight, targets, temperature,
+                                                    chunk_tokens=self.config.logprob_chunk_tokens, bias=head.bias)
+
+            def logits_at(picks: Tensor, ids: Tensor) -> Tensor:  # [C, K]: only the allowed tokens' logits
+                out = torch.einsum("ch,ckh->ck", hidden[picks], head.weight[ids])
+                return out + head.bias[ids] if head.bias is not None else out
+            return self._allowed_only(micro, where, targets, temperature, logp, entropy, logits_at)
         logits = self._completion_logits(micro, where)
         logp = target_logprobs(logits, targets, temperature)
         if entropy_grad:
-            return logp, logits_entropy(logits, temperature)
-        with torch.no_grad():
-            return logp, logits_entropy(logits.detach(), temperature)
+            entropy = logits_entropy(logits, temperature)
+        else:
+            with torch.no_grad():
+                entropy = logits_entropy(logits.detach(), temperature)
+        return self._allowed_only(micro, where, targets, temperature, logp, entropy,
+                                  lambda picks, ids: logits[picks].gather(1, ids), detach_entropy=not entropy_grad)
+
+    def _allowed_only(self, micro: TokenBatch, where: tuple[Tensor, Tensor], targets: Tensor, temperature: Tensor,
+                      logp: Tensor, entropy: Tensor, logits_at, detach_entropy: bool = False) -> tuple[Tensor, Tensor]:
+        """``(logp, entropy)`` with the tokens drawn among a few (``micro.allowed``, the legal moves' answers)
+        scored as the backend drew them: the softmax of their logits at the temperature, renormalised over
+        the allowed ids (one allowed id: log-prob 0, no gradient). ``logits_at(picks, ids)`` gives the logits
+        ``[C, K]`` of ids ``[C, K]`` at the positions ``picks`` of ``where``."""
+        if not micro.allowed:
+            return logp, entropy
+        index = {rc: i for i, rc in enumerate(zip(where[0].tolist(), where[1].tolist(), strict=True))}
+        kept = [(index[(r, c)], ids) for r, c, ids in micro.allowed if (r, c) in index]
+        if not kept:
+            return logp, entropy
+        picks = torch.tensor([i for i, _ in kept], device=logp.device)
+        width = max(len(ids) for _, ids in kept)
+        ids = torch.tensor([list(a) + [a[0]] * (width - len(a)) for _, a in kept], device=logp.device)
+        valid = torch.tensor([[j < len(a) for j in range(width)] for _, a in kept], device=logp.device)
+        scores = logits_at(picks, ids).float().masked_fill(~valid, -math.inf)  # padding: a masked duplicate
+        found = (ids == targets[picks, None]).logical_and(valid)
+        if not bool(found.any(-1).all()):
+            raise ValueError("a step's sampled token is not among the tokens its sample says were allowed")
+        at = found.float().argmax(-1)
+        allowed_logp = target_logprobs(scores, at, temperature[picks])
+        allowed_entropy = logits_entropy(scores, temperature[picks])
+        if detach_entropy:
+            allowed_entropy = allowed_entropy.detach()
+        return logp.index_put((picks,), allowed_logp), entropy.index_put((picks,), allowed_entropy.to(entropy.dtype))
 
     def _forward_inputs(self, micro: TokenBatch, where: tuple[Tensor, Tensor]) -> tuple[dict, Tensor, Tensor]:
         """The model's keyword arguments for ``micro`` and where its positions ``where`` are in the

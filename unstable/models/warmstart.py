@@ -60,7 +60,7 @@ import torch
 from torch import Tensor
 
 from unstable.games.envs import base_name, check_env_id, make_env
-from unstable.games.extraction import extract_boxed_action
+from unstable.games.extraction import answer_text, extract_boxed_action
 from unstable.games.templates import get_template, render_prompt
 from unstable.learners.checkpoints import atomic_save
 from unstable.policies.baselines import MOVE_DISTRIBUTIONS, UNIFORM_MOVE_SETS
@@ -233,12 +233,6 @@ def random_game_positions(env_id: str, count: int, seed: int = 0, num_players: i
     position's ``targets``. The caller's global ``random`` state is left as it was.
     """
     return list(islice(_position_stream(env_id, seed, num_players, few_moves_bias, stream, teacher), count))
-
-
-def answer_text(move: str) -> str:
-    """The completion that plays ``move``: ``[4]`` -> ``\\boxed{4}`` (extraction restores the brackets)."""
-    inner = move[1:-1] if move.startswith("[") and move.endswith("]") and move.count("[") == 1 else move
-    return f"\\boxed{{{inner}}}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from unstable.games.extraction import get_action_extraction
+from unstable.games.extraction import answer_text, get_action_extraction
+from unstable.games.legal_moves import legal_moves
 from unstable.games.templates import get_template
 from unstable.inference.base import GenerationRequest, InferenceBackend, InferenceUnavailableError, SamplingParams
 from unstable.policies.base import PolicyError, PolicyOutput, TurnContext
@@ -10,7 +11,9 @@ from unstable.records import PolicyRef
 
 
 class LLMPolicy:
-    """Render the observation with a prompt template, generate, extract the move.
+    """Render the observation with a prompt template, generate, extract the move. With
+    ``sampling.legal_moves_only`` the completion is drawn among the legal moves' canonical answers
+    (:attr:`~unstable.inference.base.GenerationRequest.choices`).
 
     The backend is shared by every seat and game in the process, so requests from all of them
     are batched together; ``ref.adapter_path`` picks the LoRA adapter (``None`` = base weights).
@@ -40,7 +43,10 @@ class LLMPolicy:
         queued too. A backend error becomes a :class:`~unstable.policies.base.PolicyError`, except
         ``InferenceUnavailableError`` (the server is gone), which propagates as it is."""
         prompt = self.template(ctx.observation)
-        request = GenerationRequest(prompt, self.ref.adapter_path, self.sampling, self.ref.version)
+        choices = None
+        if self.sampling.legal_moves_only:  # the legal moves' canonical answers, as the warm start teaches them
+            choices = tuple(answer_text(move) for move in legal_moves(ctx.env_id, ctx.env, ctx.player_id))
+        request = GenerationRequest(prompt, self.ref.adapter_path, self.sampling, self.ref.version, choices)
         try:
             result = await self.backend.generate(request)
         except InferenceUnavailableError:  # the server died: the turn loop drops the game

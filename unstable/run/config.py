@@ -22,6 +22,7 @@ from typing import Any, Literal
 from unstable.buffers.config import BufferConfig
 from unstable.collection.failures import FailureBudget
 from unstable.eval.in_run import EXPLOITABILITY_EVAL
+from unstable.games.legal_moves import SUPPORTED_GAMES, has_scripted_baseline
 from unstable.games.mixture import EnvironmentMixture, is_environment
 from unstable.games.specs import EvalEnvSpec, TrainEnvSpec
 from unstable.inference.adapters import CHECKPOINT_TRANSPORTS, DEFAULT_LORA_CFG, complete_lora_cfg
@@ -416,7 +417,7 @@ class BuildConfig:
                 raise ValueError(relabel(str(exc), labels(name, flat))) from None
         check_fields(self)
         for rule in (_check_models, _check_sync, _check_seats, _check_average_eta,
-                     _check_opponent_seats, _check_psro):
+                     _check_opponent_seats, _check_psro, _check_legal_moves_only):
             rule(self, nested)
 
     def to_dict(self) -> dict:
@@ -508,6 +509,24 @@ def _check_seats(cfg: BuildConfig, nested: dict) -> None:
     for i, spec in enumerate(cfg.eval_envs):
         if getattr(spec, "model", None) is not None and spec.model not in names:
             raise ValueError(f"eval_envs[{i}].model is {spec.model!r}, not a declared model; models: {names}")
+
+
+def _check_legal_moves_only(cfg: BuildConfig, nested: dict) -> None:
+    """``legal_moves_only`` draws answers among the legal moves: the transformers backend, and games whose legal
+    moves the library can list."""
+    for model in cfg.models:
+        if not model.inference.get("legal_moves_only"):
+            continue
+        where = f"models[{model.name!r}].inference" if cfg.nested_models else "vllm_config"
+        if model.backend != "transformers":
+            raise ValueError(f"{where}: legal_moves_only=True needs the transformers inference backend (vLLM "
+                             f"does not draw answers from a list); this run uses {model.backend!r}")
+        for kind, specs in (("train_envs", cfg.train_envs), ("eval_envs", cfg.eval_envs)):
+            for i, spec in enumerate(specs):
+                if is_environment(spec) or not has_scripted_baseline(spec.env_id):
+                    name = getattr(spec, "env_id", None) or type(spec).__name__
+                    raise ValueError(f"{where}: legal_moves_only=True, but {kind}[{i}] ({name}) has no legal-move "
+                                     f"reader; games with one: {', '.join(SUPPORTED_GAMES)} and OpenSpiel's")
 
 
 def _check_psro(cfg: BuildConfig, nested: dict) -> None:

@@ -76,7 +76,9 @@ def start_evaluator(cfg: Any, tracker: Any, checkpoints_dir: str, sampling: Samp
     version, path = start
     files = checkpoint_files(path, nfsp) if path else ()
     evaluator.submit.remote(version, path, *files)  # its error: at the next submit
+    legal = ", legal moves only" if sampling.legal_moves_only else ""
     print(f"unstable: in-run exploitability of each checkpoint on {', '.join(t.env_id for t in targets)} "
-          f"(T={sampling.temperature:g}, top_p={sampling.top_p:g}; exploitability_eval='off' turns it off)", flush=True)
+          f"(T={sampling.temperature:g}, top_p={sampling.top_p:g}{legal}; exploitability_eval='off' turns it off)",
+          flush=True)
     hook = OptionalHook(SubmitCheckpoint(evaluator, checkpoints_dir, nfsp), "in-run exploitability evaluator")
     return evaluator, hook
