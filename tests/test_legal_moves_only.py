@@ -132,3 +132,38 @@ def test_settings_that_cannot_draw_among_the_legal_moves_are_refused(tiny_model_
     monkeypatch.setattr(unstable.run.config, "choose_backend", lambda requested: requested)  # as if vLLM were installed
     with pytest.raises(ValueError, match="needs the transformers inference backend"):
         BuildConfig(**{**base, "inference_backend": "vllm"}, train_envs=[kuhn])
+
+
+def test_exact_kl_sums_over_the_whole_distribution():
+    """``sum_k p_k log(p_k / q_k)`` (Kullback & Leibler 1951) on values not exact in binary, with padding."""
+    from unstable.algorithms import exact_kl
+
+    p = torch.tensor([[0.1, 0.9, 0.0], [0.3, 0.3, 0.4]]).log()
+    q = torch.tensor([[0.3, 0.7, 0.5], [0.3, 0.3, 0.4]]).log()
+    expected = 0.1 * math.log(0.1 / 0.3) + 0.9 * math.log(0.9 / 0.7)  # 0.11632...
+    torch.testing.assert_close(exact_kl(p, q), torch.tensor([expected, 0.0]), atol=1e-6, rtol=0)
+    p.requires_grad_(True)
+    exact_kl(p, q)[0].backward()  # d/dlogp_k = p_k (log p_k - log q_k + 1): finite, and 0 on the padding
+    assert p.grad[0, 2] == 0 and torch.isfinite(p.grad).all()
+
+
+def test_the_kl_to_the_reference_is_exact_where_the_answer_was_drawn_among_a_few(backend, tiny_model_dir, tmp_path):
+    """With ``beta`` > 0 the learner's KL to the reference at a move token is the exact KL between the two
+    distributions over the legal moves' tokens (0 on a forced token), not the k3 estimate at the drawn one."""
+    from test_policy_learners import perturb
+
+    from unstable.algorithms import exact_kl, kl_penalty
+
+    results = backend.generate_batch([GenerationRequest(prompt(c), None, SAMPLING, 0, KUHN) for c in "JQK" * 2])
+    steps = as_steps(results)
+    lrn = GRPOLearner(tiny_model_dir, output_dir=str(tmp_path / "out"), batch_size=6, mini_batch_size=3,
+                      **{**FAST, "beta": 0.5})
+    perturb(lrn)  # the policy moves away from the reference (the base model)
+    now = lrn._logprobs_no_grad(steps, with_allowed=True)
+    ref = lrn._logprobs_no_grad(steps, reference=True, with_allowed=True)
+    exact = sum(float(exact_kl(now[i][1][c][None], ref[i][1][c][None])) for i in range(len(steps)) for c in now[i][1])
+    estimate = sum(float(kl_penalty(now[i][0], ref[i][0]).sum()) for i in range(len(steps)))
+    tokens = sum(len(s.completion_ids) for s in steps)
+    assert exact > 1e-4 and abs(exact - estimate) > 1e-4
+    metrics = lrn.update(TrainBatch.from_steps(steps)).metrics
+    assert metrics["train/kl_ref"] == pytest.approx(exact / tokens, rel=1e-3)

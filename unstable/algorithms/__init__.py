@@ -13,7 +13,8 @@ From :mod:`~unstable.algorithms.policy_gradient`:
   at the sampling temperature; :func:`target_logprobs`, :func:`logits_entropy`: the same for
   logits already gathered at the scored positions (``[N, V]``, no shift).
 * :func:`masked_sum`, :func:`masked_mean`: reductions over the masked tokens.
-* :func:`kl_penalty`: the k1 / k2 / k3 per-token estimators of ``KL(pi_theta || pi_ref)``.
+* :func:`kl_penalty`: the k1 / k2 / k3 per-token estimators of ``KL(pi_theta || pi_ref)``;
+  :func:`exact_kl`: the same KL where the whole distribution is known.
 * :func:`importance_weights`: truncated or masked IS weights, behaviour policy -> pi_old.
 * :func:`aggregate`: per-token loss -> scalar (``grpo``, ``bnpo``, ``dapo``, ``dr_grpo``).
 * :func:`policy_loss`: the clipped surrogate of PPO / GRPO / DAPO / Dr. GRPO / GSPO.
@@ -46,6 +47,7 @@ from unstable.algorithms.advantages import (
 from unstable.algorithms.chunked_head import chunked_target_logprobs
 from unstable.algorithms.policy_gradient import (
     aggregate,
+    exact_kl,
     importance_weights,
     kl_penalty,
     logits_entropy,
@@ -63,6 +65,7 @@ __all__ = [
     "aggregate",
     "chunked_target_logprobs",
     "compute_gae",
+    "exact_kl",
     "explained_variance",
     "group_advantages",
     "group_normalize",

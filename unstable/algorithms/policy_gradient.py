@@ -175,6 +175,22 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
     return torch.expm1(log_r) - log_r
 
 
+def exact_kl(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """``KL(pi || pi_ref) = sum_k pi_k (log pi_k - log pi_ref_k)`` per row, from whole distributions.
+
+    ``logp`` and ``ref_logp`` are ``[C, K]`` log-probabilities over the same ``K`` tokens (e.g. the tokens
+    a constrained answer allowed at a position, each row renormalised over them); entries that are
+    ``-inf`` in ``logp`` (padding, or a token with no mass) add nothing. Where the whole distribution is
+    known there is nothing to estimate: this is the value :func:`kl_penalty`'s estimators average to,
+    and its gradient is the reverse KL's that Magnetic Mirror Descent takes (Sokota et al. 2023, eq. 4),
+    without the sampled ``pi_ref / pi`` weight that makes ``k3``'s gradient unbounded. Returns ``[C]``.
+    """
+    present = torch.isfinite(logp)
+    p = logp.exp().masked_fill(~present, 0.0)
+    gap = (logp - ref_logp).masked_fill(~present, 0.0)
+    return (p * gap).sum(dim=-1)
+
+
 def importance_weights(
     old_logp: Tensor,
     behaviour_logp: Tensor,
@@ -301,6 +317,7 @@ def policy_loss(
     kl_estimator: str = "k3",
     entropy: Tensor | None = None,
     entropy_coef: float = 0.0,
+    known_kl: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The clipped policy-gradient loss of PPO / GRPO / DAPO / Dr. GRPO / GSPO for one micro-batch.
 
@@ -327,7 +344,9 @@ def policy_loss(
 
     ``is_weights``: the detached per-token weights ``w_t`` of :func:`importance_weights` (decoupled
     PPO: behaviour policy -> ``old_logp``); they scale the surrogate, not the KL or entropy terms.
-    KL: with ``beta != 0``, ``KL_t = kl_penalty(logp, ref_logp, kl_estimator)`` (``ref_logp`` needed).
+    KL: with ``beta != 0``, ``KL_t = kl_penalty(logp, ref_logp, kl_estimator)`` (``ref_logp`` needed);
+    ``known_kl = (where, values)``, both ``[B, T]``, replaces the estimate by ``values`` where ``where`` is
+    true (the KL over a whole distribution, :func:`exact_kl`, with its gradient).
     Entropy bonus: with ``entropy_coef != 0``, ``H_t = entropy`` (e.g. :func:`token_entropy`), needed
     then. Unlike TRL, whose bonus is a mean over tokens whatever the loss type, it is aggregated
     with the rest of the per-token loss.
@@ -372,6 +391,8 @@ def policy_loss(
     kl = None
     if ref_logp is not None:
         kl = kl_penalty(logp.masked_fill(~keep, 0.0), ref_logp.masked_fill(~keep, 0.0), kl_estimator)
+        if known_kl is not None:
+            kl = torch.where(known_kl[0], known_kl[1].to(kl.dtype), kl)
     if beta != 0.0:
         per_token = per_token + beta * kl
     if entropy_coef != 0.0:

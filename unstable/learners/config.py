@@ -174,7 +174,9 @@ class LearnerConfig:
     beta: float = setting(0.0, ge=0)
     """Weight of the KL penalty to the reference policy (0: none, and no reference forward)."""
     kl_estimator: KLEstimator = "k3"
-    """``"k1"``, ``"k2"`` or ``"k3"`` (Schulman's estimators of KL(pi || pi_ref))."""
+    """``"k1"``, ``"k2"`` or ``"k3"`` (Schulman's estimators of KL(pi || pi_ref)). Where a token was drawn
+    among a few (``legal_moves_only``) the KL over them is computed exactly instead
+    (:func:`~unstable.algorithms.exact_kl`)."""
     reference_adapter: str | None = None
     """The KL reference: ``None`` is the base model with the adapter disabled (the warm start when
     the base is a warm-started model); a PEFT adapter directory is loaded frozen and used instead."""

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from unstable.algorithms import (
     chunked_target_logprobs,
+    exact_kl,
     importance_weights,
     kl_penalty,
     logits_entropy,
@@ -135,7 +136,10 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
         # (each learner worker computes its share, see unstable.learners.distributed)
         old = self._sharded(steps, self._logprobs_no_grad) if several_steps and cfg.old_logprobs == "recompute" \
             else None
-        ref = self._sharded(steps, lambda s: self._logprobs_no_grad(s, reference=True)) if cfg.beta > 0 else None
+        ref = ref_allowed = None
+        if cfg.beta > 0:  # with each step's whole distributions where its answer was drawn among a few
+            both = self._sharded(steps, lambda s: self._logprobs_no_grad(s, reference=True, with_allowed=True))
+            ref, ref_allowed = [b[0] for b in both], [b[1] for b in both]
         # 2. epochs of shuffled parts, one optimiser step per part; each learner worker trains on its
         # shard of the part, its loss weighted by its share of the whole part's sequences and tokens
         totals = _Totals()
@@ -146,7 +150,8 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
                 shard = self._my_rows(steps, part)
                 for idx in self.micro_batches([steps[i] for i in shard]):
                     rows = [shard[i] for i in idx]
-                    self._policy_backward(steps, rows, advantages, old, ref, len(part), part_tokens, epoch, totals)
+                    self._policy_backward(steps, rows, advantages, old, ref, len(part), part_tokens, epoch, totals,
+                                          ref_allowed)
                     self._auxiliary_backward(steps, rows, len(part), epoch, totals)
                 if several_steps:
                     self._optimizer_step()
@@ -175,16 +180,21 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
         part_tokens: int,
         epoch: int,
         totals: _Totals,
+        ref_allowed: list[dict[int, Tensor]] | None = None,
     ) -> None:
         """The policy loss of the micro-batch ``rows`` (its share of a part of ``part_size`` steps
-        and ``part_tokens`` completion tokens), backward, and its statistics into ``totals``."""
+        and ``part_tokens`` completion tokens), backward, and its statistics into ``totals``.
+        ``ref_allowed[i]``: step ``i``'s reference distributions over the tokens its answer was drawn among
+        (target column -> log-probs), where the KL is then exact (:func:`~unstable.algorithms.exact_kl`)."""
         cfg = self.config
         micro = collate([steps[i] for i in rows], cfg.max_train_len, self.pad_id)
         # 1. forward: log-probs of the sampled tokens at each sample's temperature, the LM head and
         # its float32 log-softmax taken only at the positions that predict a kept completion token
         mask = micro.target_mask.to(self.device)  # [B, T - 1]: column t scores token t + 1
         where = mask.nonzero(as_tuple=True)
-        packed_logp, packed_entropy = self._scored_logprobs(micro, where, entropy_grad=cfg.entropy_coef > 0)
+        allowed: dict[str, Tensor] | None = {} if ref_allowed is not None and micro.allowed else None
+        packed_logp, packed_entropy = self._scored_logprobs(micro, where, entropy_grad=cfg.entropy_coef > 0,
+                                                            allowed_out=allowed)
         token_logp = _unpack(packed_logp, where, mask.shape)
         behaviour = micro.behaviour_logp[:, 1:].to(self.device)
         # 2. the old policy: recomputed before the first step, the behaviour policy, or this forward
@@ -206,6 +216,15 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
                 totals.max("is_ratio_max", is_stats["ratio_max"])
                 totals.add("is_filtered_sum", float(is_stats["frac_truncated_or_masked"]) * tokens)
         ref_logp = micro.scatter([ref[i] for i in rows])[:, 1:].to(self.device) if ref is not None else None
+        known_kl = None
+        if allowed:  # the whole distributions are known there: the KL to the reference, not an estimate
+            cols = where[1][allowed["picks"]].tolist()
+            reference = torch.stack([ref_allowed[rows[r]][c] for r, c in
+                                     zip(where[0][allowed["picks"]].tolist(), cols, strict=True)]).to(self.device)
+            at = torch.zeros(len(packed_logp), dtype=torch.bool, device=self.device)
+            at[allowed["picks"]] = True
+            values = torch.zeros_like(packed_logp).index_put((allowed["picks"],), exact_kl(allowed["logp"], reference))
+            known_kl = (_unpack(at, where, mask.shape), _unpack(values, where, mask.shape))
         entropy = None
         if cfg.entropy_coef > 0:
             entropy = _unpack(packed_entropy, where, mask.shape)
@@ -218,7 +237,7 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
             batch_sequences=part_size, batch_tokens=max(part_tokens, 1),
             clip_low=cfg.clip_ratio, clip_high=cfg.clip_ratio_high, ratio_level=cfg.ratio_level,
             is_weights=is_weights, ref_logp=ref_logp, beta=cfg.beta, kl_estimator=cfg.kl_estimator,
-            entropy=entropy, entropy_coef=cfg.entropy_coef,
+            entropy=entropy, entropy_coef=cfg.entropy_coef, known_kl=known_kl,
         )
         self._backward(loss, "policy loss")
         # 5. statistics: the first pass measures the batch, every pass the clipping
@@ -274,11 +293,12 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
             return packed_micro_batches(steps, cfg.max_tokens_per_micro_batch, cfg.max_train_len)
         return micro_batches(steps, cfg.mini_batch_size, cfg.max_train_len)
 
-    def _scored_logprobs(self, micro: TokenBatch, where: tuple[Tensor, Tensor],
-                         entropy_grad: bool = False) -> tuple[Tensor, Tensor]:
+    def _scored_logprobs(self, micro: TokenBatch, where: tuple[Tensor, Tensor], entropy_grad: bool = False,
+                         allowed_out: dict | None = None) -> tuple[Tensor, Tensor]:
         """``(log-probs, entropies)``, ``[N]`` float32 each, of the tokens that the positions
         ``where = (rows, columns)`` of ``micro`` predict, at each row's temperature. The entropies
-        carry a gradient only with ``entropy_grad`` (or with the chunked head, which gives both)."""
+        carry a gradient only with ``entropy_grad`` (or with the chunked head, which gives both).
+        ``allowed_out`` receives the positions drawn among a few tokens (see :meth:`_allowed_only`)."""
         targets = micro.input_ids[:, 1:].to(self.device)[where]
         temperature = micro.temperature.to(self.device)[where[0]]
         if self._fused_head:  # never the [N, V] float32 logits: chunks, recomputed in backward
@@ -290,7 +310,7 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
             def logits_at(picks: Tensor, ids: Tensor) -> Tensor:  # [C, K]: only the allowed tokens' logits
                 out = torch.einsum("ch,ckh->ck", hidden[picks], head.weight[ids])
                 return out + head.bias[ids] if head.bias is not None else out
-            return self._allowed_only(micro, where, targets, temperature, logp, entropy, logits_at)
+            return self._allowed_only(micro, where, targets, temperature, logp, entropy, logits_at, out=allowed_out)
         logits = self._completion_logits(micro, where)
         logp = target_logprobs(logits, targets, temperature)
         if entropy_grad:
@@ -299,14 +319,18 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
             with torch.no_grad():
                 entropy = logits_entropy(logits.detach(), temperature)
         return self._allowed_only(micro, where, targets, temperature, logp, entropy,
-                                  lambda picks, ids: logits[picks].gather(1, ids), detach_entropy=not entropy_grad)
+                                  lambda picks, ids: logits[picks].gather(1, ids), detach_entropy=not entropy_grad,
+                                  out=allowed_out)
 
     def _allowed_only(self, micro: TokenBatch, where: tuple[Tensor, Tensor], targets: Tensor, temperature: Tensor,
-                      logp: Tensor, entropy: Tensor, logits_at, detach_entropy: bool = False) -> tuple[Tensor, Tensor]:
+                      logp: Tensor, entropy: Tensor, logits_at, detach_entropy: bool = False,
+                      out: dict | None = None) -> tuple[Tensor, Tensor]:
         """``(logp, entropy)`` with the tokens drawn among a few (``micro.allowed``, the legal moves' answers)
         scored as the backend drew them: the softmax of their logits at the temperature, renormalised over
         the allowed ids (one allowed id: log-prob 0, no gradient). ``logits_at(picks, ids)`` gives the logits
-        ``[C, K]`` of ids ``[C, K]`` at the positions ``picks`` of ``where``."""
+        ``[C, K]`` of ids ``[C, K]`` at the positions ``picks`` of ``where``. ``out`` (if given) gets
+        ``picks`` and ``logp``, the whole renormalised distributions ``[C, K]`` (``-inf`` on padding), in the
+        order of ``micro.allowed``'s ids."""
         if not micro.allowed:
             return logp, entropy
         index = {rc: i for i, rc in enumerate(zip(where[0].tolist(), where[1].tolist(), strict=True))}
@@ -324,6 +348,9 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
         at = found.float().argmax(-1)
         allowed_logp = target_logprobs(scores, at, temperature[picks])
         allowed_entropy = logits_entropy(scores, temperature[picks])
+        if out is not None:
+            out["picks"] = picks
+            out["logp"] = torch.log_softmax(scores / temperature[picks, None], dim=-1)
         if detach_entropy:
             allowed_entropy = allowed_entropy.detach()
         return logp.index_put((picks,), allowed_logp), entropy.index_put((picks,), allowed_entropy.to(entropy.dtype))
@@ -377,20 +404,28 @@ class REINFORCELearner(AveragePolicy, BaseLearner):
         return logits[0] if selected else logits[rows, cols - offset]
 
     @torch.no_grad()
-    def _logprobs_no_grad(self, steps: Sequence[Step], reference: bool = False) -> list[Tensor]:
+    def _logprobs_no_grad(self, steps: Sequence[Step], reference: bool = False, with_allowed: bool = False) -> list:
         """Each step's completion-token log-probs under the current policy, or the reference policy
         (``reference_adapter``, else the base model with the adapter disabled), on the CPU; cut into
-        passes as the update cuts them, so the first ratio of an update is exactly 1."""
+        passes as the update cuts them, so the first ratio of an update is exactly 1. ``with_allowed``:
+        each step's ``(log-probs, {target column: whole distribution})``, the distributions over the tokens
+        at the positions where its answer was drawn among a few."""
         cfg = self.config
-        out: list[Tensor] = [torch.empty(0)] * len(steps)
+        out: list = [torch.empty(0)] * len(steps)
         for idx in self.micro_batches(steps):
             micro = collate([steps[i] for i in idx], cfg.max_train_len, self.pad_id)
             mask = micro.target_mask
             where = tuple(w.to(self.device) for w in mask.nonzero(as_tuple=True))
+            allowed: dict = {}
             with self._reference_policy() if reference else nullcontext():
-                logp = self._scored_logprobs(micro, where)[0].cpu()
+                logp = self._scored_logprobs(micro, where, allowed_out=allowed if with_allowed else None)[0].cpu()
             for i, values in zip(idx, logp.split(mask.sum(dim=1).tolist()), strict=True):  # row-major
-                out[i] = values
+                out[i] = (values, {}) if with_allowed else values
+            if allowed:
+                picks = allowed["picks"]
+                for r, c, dist in zip(where[0][picks].tolist(), where[1][picks].tolist(), allowed["logp"].cpu(),
+                                      strict=True):
+                    out[idx[r]][1][c] = dist
         return out
 
     def _reference_policy(self):
