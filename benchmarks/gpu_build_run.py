@@ -177,6 +177,9 @@ def main() -> int:
         result["traceback"] = traceback.format_exc()[-6000:]
         print(result["traceback"], file=sys.stderr, flush=True)
     finally:
+        signal.alarm(0)  # a run that finished in time must not be stopped while it shuts down
+        for signum in (signal.SIGTERM, signal.SIGALRM):  # from here on a signal is noted, never raised
+            signal.signal(signum, lambda signum, frame: STOPPED_BY.append(f"signal {signum} while stopping"))
         if run is not None:
             try:
                 run.stop()

@@ -215,14 +215,15 @@ def test_the_turn_deadline_bounds_a_hung_turn_whatever_the_retries(api_env):
 
 
 def test_the_defaults_bound_a_hung_training_turn_to_under_a_minute(api_env):
-    """The defaults, on a clock 100 times faster (every duration / 100, as the retries and their
-    backoff scale alike): the hung turn ends at the deadline, not after 4 x 60 s as it used to."""
+    """The defaults, on a clock 20 times faster (every duration / 20, as the retries and their
+    backoff scale alike): the hung turn ends at the deadline, not after 4 x 60 s as it used to. (At / 100
+    the last attempt had 20 ms to start in, less than a slow machine's overhead of two calls.)"""
     d = APIOpponentConfig()
     assert d.turn_deadline_s <= 60 and d.timeout_s < d.turn_deadline_s and d.max_retries >= 1
-    scaled = APIOpponentConfig(d.timeout_s / 100, d.max_retries, d.turn_deadline_s / 100)
-    elapsed, message = _hung_turn_seconds(scaled, backoff_s=1.0 / 100)
-    assert elapsed < d.turn_deadline_s / 100 + 0.3, elapsed
-    assert elapsed >= d.turn_deadline_s / 100 - 0.05, elapsed  # the retries used the turn's time
+    scaled = APIOpponentConfig(d.timeout_s / 20, d.max_retries, d.turn_deadline_s / 20)
+    elapsed, message = _hung_turn_seconds(scaled, backoff_s=1.0 / 20)
+    assert elapsed < d.turn_deadline_s / 20 + 0.3, elapsed
+    assert elapsed >= d.turn_deadline_s / 20 - 0.05, elapsed  # the retries used the turn's time
     assert f"failed after {d.max_retries + 1} attempt(s)" in message
 
 

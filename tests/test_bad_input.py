@@ -228,6 +228,10 @@ BUILD_CASES = [
     ("vllm max_parallel_seq string", {"vllm_config": {"max_parallel_seq": "many"}},
      r"vllm_config\['max_parallel_seq'\]"),
     ("vllm max_model_len float", {"vllm_config": {"max_model_len": 8192.0}}, r"vllm_config\['max_model_len'\]"),
+    ("vllm legal_moves_only a string", {"vllm_config": {"legal_moves_only": "yes"}},
+     r"vllm_config\['legal_moves_only'\] must be true or false"),
+    ("legal_moves_only with a nucleus", {"vllm_config": {"legal_moves_only": True, "top_p": 0.9}},
+     r"\['top_p'\]=0.9 with legal_moves_only=True"),
     ("vllm lora_config bad rank", {"vllm_config": {"lora_config": {"lora_rank": -4}}},
      r"vllm_config\['lora_config'\]\['lora_rank'\] must be an integer >= 1"),
     # where and how the run goes

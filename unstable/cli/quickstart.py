@@ -182,7 +182,7 @@ class QuickstartConfig:
             activation_checkpointing=False,
             gradient_checkpointing=False,
             temperature=self.temperature,
-            vllm_config={"top_p": self.top_p, "legal_moves_only": self.legal_moves_only},
+            vllm_config={"top_p": self.top_p, **({"legal_moves_only": True} if self.legal_moves_only else {})},
             reward_transforms=_transforms(self),
             wandb_project=None,
             **where,

@@ -78,6 +78,9 @@ class InferenceConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)  # "tiny" stays a name: the backends build (or find) the tiny model
+        if self.legal_moves_only and self.top_p < 1:
+            raise ValueError(f"top_p={self.top_p} with legal_moves_only=True: the learners and the reading model the "
+                             "answers renormalised over the legal moves without a nucleus; use top_p=1")
         if self.lora_config is not None:
             self.lora_config = complete_lora_cfg(self.lora_config, "lora_config")
 
